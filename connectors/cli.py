@@ -1,0 +1,76 @@
+"""The ``eos`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from connectors.errors import EosError
+
+
+def _stack_command(args: argparse.Namespace) -> int:
+    from connectors.stack import Stack
+
+    stack = Stack()
+    if args.action == "up":
+        endpoints = stack.up()
+        print(f"Stack up under {stack.root}:\n{endpoints.describe()}", end="")
+        print('Use `eval "$(eos stack env)"` to export the endpoints.')
+    elif args.action == "down":
+        stopped = stack.down()
+        print("Stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+    elif args.action == "status":
+        for status in stack.status():
+            state = f"running (pid {status.pid})" if status.running else "stopped"
+            print(f"{status.name:<9} {state}")
+        return 0 if stack.is_up() else 3
+    elif args.action == "env":
+        print(stack.endpoints().exports(), end="")
+    elif args.action == "restart":
+        record = stack.restart(args.service)
+        print(f"{record.name} restarted (pid {record.pid})")
+    return 0
+
+
+def _demo_command(args: argparse.Namespace) -> int:
+    from connectors.demo import run_demo
+
+    return run_demo(records=args.records)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="eos", description="Exactly-once connectors for PySpark")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    stack = commands.add_parser("stack", help="the local Kafka/PostgreSQL/Redis stack")
+    stack_actions = stack.add_subparsers(dest="action", required=True)
+    for action, text in [
+        ("up", "start the services (reuses running ones)"),
+        ("down", "stop the services the stack started"),
+        ("status", "show which services run (exit 3 unless all do)"),
+        ("env", "print EOS_* endpoint exports for a shell"),
+    ]:
+        stack_actions.add_parser(action, help=text)
+    restart = stack_actions.add_parser("restart", help="restart one service on the same port")
+    restart.add_argument("service", choices=["kafka", "postgres", "redis"])
+    stack.set_defaults(func=_stack_command)
+
+    demo = commands.add_parser("demo", help="run the demo pipeline against the local stack")
+    demo.add_argument("--records", type=int, default=10_000)
+    demo.set_defaults(func=_demo_command)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.func(args)
+        return code
+    except EosError as exc:
+        print(f"eos: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,218 @@
+"""Apache Kafka in KRaft combined mode, run with ``java`` from the broker's Maven Central jars."""
+
+from __future__ import annotations
+
+import base64
+import os
+import uuid
+from pathlib import Path
+
+from connectors.errors import StackError
+from connectors.stack.process import (
+    LOOPBACK,
+    free_port,
+    owned_pid,
+    require_binary,
+    run,
+    spawn,
+    wait_until,
+)
+from connectors.stack.service import Service, ServiceRecord
+
+KAFKA_VERSION = "4.3.1"
+SCALA_VERSION = "2.13"
+LOG4J_VERSION = "2.24.3"
+SLF4J_VERSION = "2.0.17"
+
+# Broker settings shared with docker-compose.yml (a test checks that they match).
+KAFKA_SETTINGS: dict[str, str] = {
+    "process.roles": "broker,controller",
+    "node.id": "1",
+    "offsets.topic.replication.factor": "1",
+    "offsets.topic.num.partitions": "8",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "transaction.state.log.num.partitions": "8",
+    "share.coordinator.state.topic.replication.factor": "1",
+    "share.coordinator.state.topic.min.isr": "1",
+    "group.initial.rebalance.delay.ms": "0",
+    "auto.create.topics.enable": "false",
+    "num.partitions": "1",
+}
+
+INSTALL_HINT = (
+    "Install Java 17+ and Maven (Debian: 'apt-get install -y openjdk-17-jre-headless maven'), "
+    "or run 'make bootstrap', which installs them."
+)
+
+_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>eos-connectors</groupId><artifactId>kafka-broker</artifactId><version>1</version>
+  <dependencies>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_{scala}</artifactId>
+      <version>{kafka}</version></dependency>
+    <dependency><groupId>org.slf4j</groupId><artifactId>slf4j-api</artifactId>
+      <version>{slf4j}</version></dependency>
+    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-slf4j2-impl</artifactId>
+      <version>{log4j}</version></dependency>
+    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-core</artifactId>
+      <version>{log4j}</version></dependency>
+  </dependencies>
+</project>
+"""
+
+_LOG4J2 = """Configuration:
+  Appenders:
+    Console:
+      name: STDOUT
+      PatternLayout:
+        Pattern: "[%d] %p %m (%c)%n"
+  Loggers:
+    Logger:
+      - name: kafka
+        level: INFO
+      - name: org.apache.kafka
+        level: WARN
+    Root:
+      level: WARN
+      AppenderRef:
+        - ref: STDOUT
+"""
+
+
+def jar_cache_dir() -> Path:
+    """Where the broker's jars are resolved once, shared by every stack of this user."""
+    base = os.environ.get("EOS_CACHE_DIR") or os.environ.get("XDG_CACHE_HOME")
+    root = Path(base) if base else Path.home() / ".cache"
+    if not os.environ.get("EOS_CACHE_DIR"):
+        root = root / "eos-connectors"
+    return root / f"kafka_{SCALA_VERSION}-{KAFKA_VERSION}"
+
+
+def ensure_jars() -> Path:
+    """Resolve the broker and its runtime dependencies with Maven (once); return the jar dir."""
+    cache = jar_cache_dir()
+    libs = cache / "libs"
+    done = cache / ".resolved"
+    if done.exists():
+        return libs
+    require_binary("mvn", INSTALL_HINT)
+    cache.mkdir(parents=True, exist_ok=True)
+    pom = _POM.format(
+        scala=SCALA_VERSION, kafka=KAFKA_VERSION, slf4j=SLF4J_VERSION, log4j=LOG4J_VERSION
+    )
+    (cache / "pom.xml").write_text(pom)
+    run(
+        [
+            "mvn",
+            "-q",
+            "-B",
+            "dependency:copy-dependencies",
+            "-DincludeScope=runtime",
+            f"-DoutputDirectory={libs}",
+        ],
+        what=f"Resolving Apache Kafka {KAFKA_VERSION} from Maven Central",
+        cwd=cache,
+    )
+    done.write_text(KAFKA_VERSION)
+    return libs
+
+
+def kafka_answers(bootstrap: str, timeout: float = 2.0) -> bool:
+    """True when a broker at ``bootstrap`` answers a metadata request."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    try:
+        metadata = admin.list_topics(timeout=timeout)
+    except Exception:
+        return False
+    return bool(metadata.brokers)
+
+
+def _cluster_id() -> str:
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+class KafkaService(Service):
+    name = "kafka"
+
+    @property
+    def marker(self) -> Path:
+        return self.dir / "server.properties"
+
+    def check_installed(self) -> None:
+        require_binary("java", INSTALL_HINT)
+        if not (jar_cache_dir() / ".resolved").exists():
+            require_binary("mvn", INSTALL_HINT)
+
+    def start(self, previous: ServiceRecord | None) -> ServiceRecord:
+        libs = ensure_jars()
+        old = previous.ports if previous else (None, None)
+        port = free_port(old[0])
+        controller_port = free_port(old[1])
+        if controller_port == port:
+            controller_port = free_port()
+        self._write_config(port, controller_port)
+        classpath = f"{libs}/*"
+        self._format_storage(classpath)
+        pid = spawn(self._java(classpath, "kafka.Kafka", str(self.marker)), self.log_path, self.dir)
+        record = ServiceRecord(self.name, pid, (port, controller_port), f"{LOOPBACK}:{port}")
+        wait_until(
+            lambda: self.answers(record),
+            timeout=120,
+            what=f"Kafka on {record.endpoint}",
+            alive=lambda: owned_pid(pid, self.marker),
+            log_path=self.log_path,
+        )
+        return record
+
+    def answers(self, record: ServiceRecord) -> bool:
+        return kafka_answers(record.endpoint)
+
+    def _java(self, classpath: str, main: str, *args: str) -> list[str]:
+        heap = os.environ.get("EOS_KAFKA_HEAP", "1g")
+        return [
+            require_binary("java", INSTALL_HINT),
+            f"-Xmx{heap}",
+            "-Xms256m",
+            "-XX:+UseG1GC",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={self.dir / 'log4j2.yaml'}",
+            "-cp",
+            classpath,
+            main,
+            *args,
+        ]
+
+    def _write_config(self, port: int, controller_port: int) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        settings = {
+            **KAFKA_SETTINGS,
+            "controller.quorum.voters": f"1@{LOOPBACK}:{controller_port}",
+            "listeners": f"PLAINTEXT://{LOOPBACK}:{port},CONTROLLER://{LOOPBACK}:{controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{LOOPBACK}:{port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": str(self.dir / "data"),
+        }
+        self.marker.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+        (self.dir / "log4j2.yaml").write_text(_LOG4J2)
+
+    def _format_storage(self, classpath: str) -> None:
+        if (self.dir / "data" / "meta.properties").exists():
+            return
+        argv = self._java(
+            classpath,
+            "kafka.tools.StorageTool",
+            "format",
+            "--cluster-id",
+            _cluster_id(),
+            "--config",
+            str(self.marker),
+        )
+        try:
+            run(argv, what="Formatting the Kafka storage", cwd=self.dir)
+        except StackError as exc:
+            raise StackError(f"{exc}\nData directory: {self.dir / 'data'}") from exc

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Install what the project needs on a fresh Debian/Ubuntu machine, then nothing on later runs:
+# OS packages (Java, Maven, PostgreSQL, Redis), the .venv with the package and its test extra.
+# The Kafka broker's jars are resolved from Maven Central by `eos stack up` on first use.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+missing=()
+command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)
+command -v mvn >/dev/null 2>&1 || missing+=(maven)
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || command -v initdb >/dev/null 2>&1 \
+  || missing+=(postgresql)
+command -v runuser >/dev/null 2>&1 || missing+=(util-linux)
+
+if ((${#missing[@]})); then
+  echo "bootstrap: installing OS packages: ${missing[*]}"
+  if [ "$(id -u)" -eq 0 ]; then sudo=(); elif command -v sudo >/dev/null; then sudo=(sudo); else
+    echo "bootstrap: need root or sudo to install: ${missing[*]}" >&2; exit 1
+  fi
+  "${sudo[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}" >/dev/null
+fi
+
+python=${PYTHON:-}
+if [ -z "$python" ]; then
+  for candidate in python3.11 python3.12 python3.13 python3; do
+    if command -v "$candidate" >/dev/null 2>&1; then python=$candidate; break; fi
+  done
+fi
+"$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+  || { echo "bootstrap: Python >= 3.11 is needed (found $("$python" --version))" >&2; exit 1; }
+
+[ -x .venv/bin/python ] || "$python" -m venv .venv
+stamp=".venv/.installed-$(cat pyproject.toml | sha256sum | cut -c1-16)"
+if [ ! -f "$stamp" ]; then
+  echo "bootstrap: installing Python dependencies into .venv"
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e ".[test]"
+  rm -f .venv/.installed-*
+  touch "$stamp"
+fi

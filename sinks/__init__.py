@@ -1,0 +1,3 @@
+"""Sinks that commit when the batch completes (PostgreSQL, Kafka, Redis)."""
+
+__all__: list[str] = []

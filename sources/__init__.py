@@ -1,0 +1,3 @@
+"""Sources: the replayable Kafka source ``eos_kafka``."""
+
+__all__: list[str] = []

@@ -1,0 +1,71 @@
+"""Service fixtures: real Kafka, PostgreSQL and Redis, never mocks.
+
+Endpoints come from ``EOS_KAFKA_BOOTSTRAP`` / ``EOS_POSTGRES_DSN`` / ``EOS_REDIS_URL``
+when set; else from docker compose (pytest-docker) when a Docker engine answers;
+else from the package's own stack (``eos stack up``). A test that needs a service
+fails, never skips, when the service can't be had.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from connectors.endpoints import Endpoints
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _docker_engine_answers() -> bool:
+    if os.environ.get("EOS_NO_DOCKER") or shutil.which("docker") is None:
+        return False
+    probe = subprocess.run(["docker", "info"], capture_output=True, timeout=20, check=False)
+    return probe.returncode == 0
+
+
+@pytest.fixture(scope="session")
+def docker_compose_file() -> str:
+    return str(ROOT / "docker-compose.yml")
+
+
+def _compose_endpoints(request: pytest.FixtureRequest) -> Endpoints:
+    from connectors.stack.kafka import kafka_answers
+
+    services = request.getfixturevalue("docker_services")
+    bootstrap = "localhost:9092"
+    services.wait_until_responsive(check=lambda: kafka_answers(bootstrap), timeout=120, pause=1)
+    return Endpoints(
+        bootstrap, "postgresql://eos:eos@localhost:5432/eos", "redis://localhost:6379/0"
+    )
+
+
+@pytest.fixture(scope="session")
+def endpoints(request: pytest.FixtureRequest) -> Iterator[Endpoints]:
+    from_env = Endpoints.from_env()
+    if from_env is not None:
+        yield from_env
+        return
+    if _docker_engine_answers():
+        yield _compose_endpoints(request)
+        return
+    from connectors.stack import Stack
+
+    stack = Stack()
+    was_up = stack.is_up()
+    found = stack.up()
+    os.environ.update(found.as_env())  # subprocesses (pipelines under test) see the same stack
+    yield found
+    if not was_up and not os.environ.get("EOS_KEEP_STACK"):
+        stack.down()
+
+
+@pytest.fixture
+def unique() -> str:
+    """A short unique name for topics, tables and keys of one test."""
+    return uuid.uuid4().hex[:10]

@@ -1,0 +1,45 @@
+"""docker-compose.yml runs the same services with the same settings as `eos stack`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from connectors.stack import KAFKA_SETTINGS, KAFKA_VERSION, POSTGRES_SETTINGS, REDIS_SETTINGS
+
+COMPOSE = Path(__file__).resolve().parents[2] / "docker-compose.yml"
+
+
+def _services() -> dict[str, Any]:
+    return dict(yaml.safe_load(COMPOSE.read_text())["services"])
+
+
+def test_kafka_settings_match_the_local_stack() -> None:
+    kafka = _services()["kafka"]
+    assert kafka["image"] == f"apache/kafka:{KAFKA_VERSION}"
+    env = kafka["environment"]
+    for key, value in KAFKA_SETTINGS.items():
+        assert env["KAFKA_" + key.upper().replace(".", "_")] == value, key
+    # Transactions on a single broker need replication 1 and min ISR 1.
+    assert env["KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR"] == "1"
+    assert env["KAFKA_TRANSACTION_STATE_LOG_MIN_ISR"] == "1"
+
+
+def _command_settings(command: list[str], flag: str) -> dict[str, str]:
+    values = [command[i + 1] for i, word in enumerate(command) if word == flag]
+    return dict(v.split("=", 1) for v in values)
+
+
+def test_postgres_settings_match_the_local_stack() -> None:
+    postgres = _services()["postgres"]
+    assert _command_settings(postgres["command"], "-c") == POSTGRES_SETTINGS
+    assert int(POSTGRES_SETTINGS["max_prepared_transactions"]) >= 64
+
+
+def test_redis_settings_match_the_local_stack() -> None:
+    command = _services()["redis"]["command"]
+    flags = {command[i][2:]: command[i + 1] for i in range(1, len(command), 2)}
+    assert flags == REDIS_SETTINGS
+    assert flags["appendonly"] == "yes"

@@ -1,0 +1,36 @@
+from __future__ import annotations
+
+import pytest
+
+from connectors.endpoints import Endpoints
+from connectors.errors import ConfigError
+from connectors.secrets import redact_url
+
+
+def test_no_variables_means_no_endpoints() -> None:
+    assert Endpoints.from_env({}) is None
+
+
+def test_partial_variables_name_the_missing_ones() -> None:
+    with pytest.raises(ConfigError, match="EOS_REDIS_URL"):
+        Endpoints.from_env({"EOS_KAFKA_BOOTSTRAP": "h:1", "EOS_POSTGRES_DSN": "postgresql://x"})
+
+
+def test_describe_hides_passwords() -> None:
+    endpoints = Endpoints("h:9092", "postgresql://u:s3cret@h:5432/db", "redis://:s3cret@h:6379/0")
+    text = endpoints.describe()
+    assert "s3cret" not in text
+    assert "postgresql://u:***@h:5432/db" in text
+    assert "s3cret" in endpoints.exports()  # exports are for the user's shell, on purpose
+
+
+@pytest.mark.parametrize(
+    ("dsn", "expected"),
+    [
+        ("host=h password=s3cret dbname=x", "host=h password=*** dbname=x"),
+        ("host=h password='a b' user=u", "host=h password=*** user=u"),
+        ("redis://h:6379/0", "redis://h:6379/0"),
+    ],
+)
+def test_redact_url(dsn: str, expected: str) -> None:
+    assert redact_url(dsn) == expected
