@@ -11,7 +11,9 @@ if TYPE_CHECKING:
 
 def data_sources() -> list[type[DataSource]]:
     """Every data source this package provides (sources and sinks alike)."""
-    return []
+    from sources.kafka import KafkaDataSource
+
+    return [KafkaDataSource]
 
 
 def register(spark: SparkSession) -> list[str]:

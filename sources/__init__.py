@@ -1,3 +1,5 @@
 """Sources: the replayable Kafka source ``eos_kafka``."""
 
-__all__: list[str] = []
+from sources.kafka import KafkaDataSource
+
+__all__ = ["KafkaDataSource"]

@@ -1,0 +1,75 @@
+"""Named fault points: no-ops unless a test enables one through the environment.
+
+``EOS_FAULT_POINT=name`` or ``name@N`` (only in batch N) enables one point;
+``EOS_FAULT_ROLE=driver|worker`` limits it to one kind of process;
+``EOS_FAULT_SCOPE=process|group`` says what dies: this process (default) or its
+whole process group (the query: driver, JVM and Python workers);
+``EOS_FAULT_MARKER=path`` makes it fire once: the file is created just before the
+kill, and a point whose marker exists stays quiet, so the restarted query runs on.
+
+An enabled point kills with SIGKILL, the way a crash would: no cleanup, no
+exception handler, no ``finally`` block runs.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+POINTS = (
+    "source-read",
+    "after-prepare",
+    "after-decision",
+    "between-commits",
+    "after-commit",
+)
+
+
+def point(name: str, batch: int | None = None, role: str | None = None) -> None:
+    """Crash here when the environment enables ``name`` (for ``batch`` and ``role``)."""
+    wanted = os.environ.get("EOS_FAULT_POINT")
+    if not wanted:
+        return
+    point_name, _, wanted_batch = wanted.partition("@")
+    if point_name != name:
+        return
+    if wanted_batch and str(batch if batch is not None else current_batch()) != wanted_batch:
+        return
+    wanted_role = os.environ.get("EOS_FAULT_ROLE")
+    if wanted_role and role is not None and wanted_role != role:
+        return
+    if not _claim_marker():
+        return
+    _crash()
+
+
+def current_batch() -> int | None:
+    """The micro-batch id of the running Spark task, when called inside one."""
+    try:
+        from pyspark import TaskContext
+    except ImportError:  # pragma: no cover - pyspark is a dependency
+        return None
+    context = TaskContext.get()
+    if context is None:
+        return None
+    value = context.getLocalProperty("streaming.sql.batchId")
+    return int(value) if value is not None else None
+
+
+def _claim_marker() -> bool:
+    marker = os.environ.get("EOS_FAULT_MARKER")
+    if not marker:
+        return True
+    try:
+        with open(Path(marker), "x") as handle:
+            handle.write(f"{os.getpid()}\n")
+    except FileExistsError:
+        return False
+    return True
+
+
+def _crash() -> None:
+    if os.environ.get("EOS_FAULT_SCOPE") == "group":
+        os.killpg(os.getpgid(0), signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)

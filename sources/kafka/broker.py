@@ -1,0 +1,172 @@
+"""Driver-side questions to the brokers: which partitions, and which offsets.
+
+Every call is bounded in time; a broker that does not answer is a
+:class:`ServiceUnavailableError` naming ``kafka.bootstrap.servers``, never a hang.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
+
+from connectors.errors import ConfigError, EosError, ServiceUnavailableError
+from sources.kafka.offsets import Offsets, TopicPartitionKey
+from sources.kafka.options import EARLIEST, LATEST, KafkaSourceOptions
+
+log = logging.getLogger(__name__)
+
+
+class BrokerView:
+    """Metadata and offset look-ups for one source, through one lazily made AdminClient."""
+
+    def __init__(self, options: KafkaSourceOptions) -> None:
+        self.options = options
+        self.timeout = min(30.0, options.poll_timeout_ms / 1000)
+        self._admin: AdminClient | None = None
+
+    @property
+    def admin(self) -> AdminClient:
+        if self._admin is None:
+            self._admin = AdminClient(self.options.client_config())
+        return self._admin
+
+    def partitions(self) -> list[TopicPartitionKey]:
+        """The subscription's partitions as the brokers know them now."""
+        topics = self._topics()
+        if self.options.subscription == "assign":
+            return self._check_assigned(topics)
+        found = [
+            (name, p)
+            for name, parts in topics.items()
+            if not name.startswith("__") and self.options.matches(name)
+            for p in parts
+        ]
+        if not found:
+            log.warning("eos_kafka: no topic matches the subscription yet; waiting for one.")
+        return sorted(found)
+
+    def latest(self, tps: Iterable[TopicPartitionKey]) -> Offsets:
+        """End offsets: the last stable offset under read_committed, else the high watermark."""
+        return self._list_offsets({tp: OffsetSpec.latest() for tp in tps})
+
+    def earliest(self, tps: Iterable[TopicPartitionKey]) -> Offsets:
+        return self._list_offsets({tp: OffsetSpec.earliest() for tp in tps})
+
+    def for_times(self, times: Mapping[TopicPartitionKey, int]) -> dict[TopicPartitionKey, int]:
+        """First offset with a timestamp >= the given one; -1 where there is none."""
+        return self._list_offsets({tp: OffsetSpec.for_timestamp(ts) for tp, ts in times.items()})
+
+    def initial(self) -> Offsets:
+        """Resolve ``startingOffsets`` / ``startingOffsetsByTimestamp`` into real offsets."""
+        tps = self.partitions()
+        if self.options.starting_timestamps is not None:
+            return self._initial_by_time(tps)
+        spec = self.options.starting_offsets
+        if spec == "earliest":
+            return self.earliest(tps)
+        if spec == "latest":
+            return self.latest(tps)
+        assert isinstance(spec, dict)
+        return self._initial_specific(tps, spec)
+
+    def _initial_specific(
+        self, tps: list[TopicPartitionKey], spec: Mapping[str, Mapping[int, int]]
+    ) -> Offsets:
+        given = {(t, p): o for t, parts in spec.items() for p, o in parts.items()}
+        missing = sorted(set(tps) - set(given))
+        if missing:
+            raise ConfigError(
+                "Option 'startingOffsets' must give an offset for every partition of the "
+                f"subscription; missing: {_names(missing)} (use -2 for earliest, -1 for latest)."
+            )
+        unknown = sorted(set(given) - set(tps))
+        if unknown:
+            raise ConfigError(
+                f"Option 'startingOffsets' names unknown partitions: {_names(unknown)}."
+            )
+        earliest = self.earliest(tp for tp, o in given.items() if o == EARLIEST)
+        latest = self.latest(tp for tp, o in given.items() if o == LATEST)
+        return {tp: earliest.get(tp, latest.get(tp, o)) for tp, o in given.items()}
+
+    def _initial_by_time(self, tps: list[TopicPartitionKey]) -> Offsets:
+        stamps = self.options.starting_timestamps
+        if isinstance(stamps, int):
+            times = dict.fromkeys(tps, stamps)
+        else:
+            assert stamps is not None
+            times = {(t, p): ts for t, parts in stamps.items() for p, ts in parts.items()}
+            missing = sorted(set(tps) - set(times))
+            if missing:
+                raise ConfigError(
+                    "Option 'startingOffsetsByTimestamp' must give a timestamp for every "
+                    f"partition of the subscription; missing: {_names(missing)}."
+                )
+        found = self.for_times(times)
+        absent = sorted(tp for tp, offset in found.items() if offset < 0)
+        if absent and self.options.timestamp_strategy == "error":
+            raise ConfigError(
+                f"No record at or after the starting timestamp in {_names(absent)}; set "
+                "startingOffsetsByTimestampStrategy=latest to start those at the end."
+            )
+        latest = self.latest(absent)
+        return {tp: latest.get(tp, offset) for tp, offset in found.items()}
+
+    def _topics(self) -> dict[str, list[int]]:
+        try:
+            metadata = self.admin.list_topics(timeout=self.timeout)
+        except KafkaException as exc:
+            raise self._unavailable("list topics") from exc
+        return {
+            name: sorted(meta.partitions)
+            for name, meta in metadata.topics.items()
+            if meta.error is None
+        }
+
+    def _check_assigned(self, topics: Mapping[str, list[int]]) -> list[TopicPartitionKey]:
+        for topic, partition in self.options.assigned:
+            if topic not in topics:
+                raise EosError(
+                    f"Option 'assign' names topic {topic!r}, which does not exist on "
+                    f"{self.options.bootstrap_servers}. Create it first."
+                )
+            if partition not in topics[topic]:
+                raise EosError(
+                    f"Option 'assign' names partition {partition} of {topic!r}, which has "
+                    f"partitions {topics[topic]}."
+                )
+        return list(self.options.assigned)
+
+    def _list_offsets(self, specs: Mapping[TopicPartitionKey, Any]) -> Offsets:
+        if not specs:
+            return {}
+        isolation = (
+            IsolationLevel.READ_COMMITTED
+            if self.options.read_committed
+            else IsolationLevel.READ_UNCOMMITTED
+        )
+        request = {TopicPartition(t, p): spec for (t, p), spec in specs.items()}
+        try:
+            futures = self.admin.list_offsets(
+                request, isolation_level=isolation, request_timeout=self.timeout
+            )
+            return {
+                (tp.topic, tp.partition): int(future.result(timeout=self.timeout).offset)
+                for tp, future in futures.items()
+            }
+        except (KafkaException, TimeoutError) as exc:
+            raise self._unavailable("list offsets") from exc
+
+    def _unavailable(self, what: str) -> ServiceUnavailableError:
+        return ServiceUnavailableError(
+            f"Kafka at {self.options.bootstrap_servers} (option 'kafka.bootstrap.servers') did "
+            f"not answer '{what}' within {self.timeout:.0f} s. Check that the brokers run and "
+            "are reachable; raise kafkaConsumer.pollTimeoutMs for slow clusters."
+        )
+
+
+def _names(tps: Iterable[TopicPartitionKey]) -> str:
+    return ", ".join(f"{t}-{p}" for t, p in tps)

@@ -1,0 +1,292 @@
+"""Options of the ``eos_kafka`` source, named as Spark's built-in ``kafka`` source names them.
+
+They are parsed once, on the driver, into a frozen :class:`KafkaSourceOptions`;
+anything unknown, malformed or contradictory is a :class:`ConfigError` naming
+the option.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from connectors.errors import ConfigError
+
+EARLIEST = -2
+LATEST = -1
+
+Subscription = Literal["subscribe", "subscribePattern", "assign"]
+
+# Spark options this source understands (keys compared case-insensitively).
+_KNOWN = {
+    "subscribe",
+    "subscribepattern",
+    "assign",
+    "startingoffsets",
+    "startingoffsetsbytimestamp",
+    "startingtimestamp",
+    "startingoffsetsbytimestampstrategy",
+    "maxoffsetspertrigger",
+    "minpartitions",
+    "failondataloss",
+    "includeheaders",
+    "kafkaconsumer.polltimeoutms",
+    "groupidprefix",
+    "publishoffsetstogroup",
+}
+
+# Spark options with no meaning here: say so instead of silently ignoring them.
+_UNSUPPORTED = {
+    "endingoffsets": "it applies to batch queries; eos_kafka is a streaming source",
+    "endingoffsetsbytimestamp": "it applies to batch queries; eos_kafka is a streaming source",
+    "endingtimestamp": "it applies to batch queries; eos_kafka is a streaming source",
+    "minoffsetspertrigger": "use a processing-time trigger instead",
+    "maxtriggerdelay": "use a processing-time trigger instead",
+    "maxrecordsperpartition": "use minPartitions to split large ranges",
+    "fetchoffset.numretries": "librdkafka retries metadata requests itself",
+    "fetchoffset.retryintervalms": "librdkafka retries metadata requests itself",
+}
+
+# Consumer settings the source owns: a user value would break replay or offsets.
+_OWNED_KAFKA = {
+    "kafka.group.id": "the source assigns partitions itself; use publishOffsetsToGroup for lag",
+    "kafka.enable.auto.commit": "offsets live in Spark's checkpoint, never in a group",
+    "kafka.auto.offset.reset": "use startingOffsets",
+    "kafka.enable.auto.offset.store": "offsets live in Spark's checkpoint",
+    "kafka.key.deserializer": "keys are returned as bytes; cast in Spark",
+    "kafka.value.deserializer": "values are returned as bytes; cast in Spark",
+}
+
+_ISOLATION_LEVELS = {"read_committed", "read_uncommitted"}
+
+
+@dataclass(frozen=True)
+class KafkaSourceOptions:
+    bootstrap_servers: str
+    subscription: Subscription
+    topics: tuple[str, ...] = ()
+    pattern: str | None = None
+    assigned: tuple[tuple[str, int], ...] = ()
+    starting_offsets: str | dict[str, dict[int, int]] = "latest"
+    starting_timestamps: dict[str, dict[int, int]] | int | None = None
+    timestamp_strategy: Literal["error", "latest"] = "error"
+    max_offsets_per_trigger: int | None = None
+    min_partitions: int | None = None
+    fail_on_data_loss: bool = True
+    include_headers: bool = False
+    poll_timeout_ms: int = 120_000
+    group_id_prefix: str = "eos-kafka-source"
+    publish_group: str | None = None
+    kafka: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def isolation_level(self) -> str:
+        return self.kafka.get("isolation.level", "read_committed")
+
+    @property
+    def read_committed(self) -> bool:
+        return self.isolation_level == "read_committed"
+
+    def client_config(self) -> dict[str, Any]:
+        """librdkafka settings for every client the source makes."""
+        return {
+            **self.kafka,
+            "bootstrap.servers": self.bootstrap_servers,
+            "isolation.level": self.isolation_level,
+            "log_level": int(self.kafka.get("log_level", "3")),
+        }
+
+    def matches(self, topic: str) -> bool:
+        """True when ``topic`` belongs to the subscription (pattern or list)."""
+        if self.subscription == "subscribe":
+            return topic in self.topics
+        if self.subscription == "subscribePattern":
+            return self.pattern is not None and re.fullmatch(self.pattern, topic) is not None
+        return any(t == topic for t, _ in self.assigned)
+
+
+def parse_options(raw: Mapping[str, str]) -> KafkaSourceOptions:
+    """Parse Spark's string options into a frozen config; raise ConfigError on bad input."""
+    options = {key.lower(): value for key, value in raw.items() if key.lower() != "path"}
+    _reject_unknown(options)
+    kafka = _kafka_settings(raw)
+    bootstrap = kafka.pop("bootstrap.servers", "")
+    if not bootstrap:
+        raise ConfigError("Option 'kafka.bootstrap.servers' is required (host:port[,host:port]).")
+    subscription, topics, pattern, assigned = _subscription(options)
+    return KafkaSourceOptions(
+        bootstrap_servers=bootstrap,
+        subscription=subscription,
+        topics=topics,
+        pattern=pattern,
+        assigned=assigned,
+        starting_offsets=_starting_offsets(options.get("startingoffsets", "latest")),
+        starting_timestamps=_starting_timestamps(options),
+        timestamp_strategy=_choice(
+            options, "startingOffsetsByTimestampStrategy", ("error", "latest"), "error"
+        ),  # type: ignore[arg-type]
+        max_offsets_per_trigger=_positive_int(options, "maxOffsetsPerTrigger"),
+        min_partitions=_positive_int(options, "minPartitions"),
+        fail_on_data_loss=_bool(options, "failOnDataLoss", True),
+        include_headers=_bool(options, "includeHeaders", False),
+        poll_timeout_ms=_positive_int(options, "kafkaConsumer.pollTimeoutMs") or 120_000,
+        group_id_prefix=options.get("groupidprefix", "eos-kafka-source"),
+        publish_group=options.get("publishoffsetstogroup") or None,
+        kafka=kafka,
+    )
+
+
+def _reject_unknown(options: Mapping[str, str]) -> None:
+    for key in options:
+        if key in _UNSUPPORTED:
+            raise ConfigError(f"Option '{key}' is not supported by eos_kafka: {_UNSUPPORTED[key]}.")
+        if not key.startswith("kafka.") and key not in _KNOWN:
+            known = ", ".join(sorted(_KNOWN))
+            raise ConfigError(
+                f"Unknown option '{key}' for eos_kafka. Known options: {known}, kafka.*"
+            )
+
+
+def _kafka_settings(raw: Mapping[str, str]) -> dict[str, str]:
+    settings: dict[str, str] = {}
+    for key, value in raw.items():
+        lowered = key.lower()
+        if not lowered.startswith("kafka."):
+            continue
+        if lowered in _OWNED_KAFKA:
+            raise ConfigError(f"Option '{key}' cannot be set: {_OWNED_KAFKA[lowered]}.")
+        settings[lowered.removeprefix("kafka.")] = value
+    level = settings.get("isolation.level", "read_committed")
+    if level not in _ISOLATION_LEVELS:
+        raise ConfigError(
+            "Option 'kafka.isolation.level' must be read_committed or read_uncommitted, "
+            f"got {level!r}."
+        )
+    return settings
+
+
+def _subscription(
+    options: Mapping[str, str],
+) -> tuple[Subscription, tuple[str, ...], str | None, tuple[tuple[str, int], ...]]:
+    given = [name for name in ("subscribe", "subscribepattern", "assign") if options.get(name)]
+    if len(given) != 1:
+        found = ", ".join(given) if given else "none"
+        raise ConfigError(
+            "Exactly one of the options 'subscribe', 'subscribePattern' or 'assign' must be set "
+            f"(found: {found})."
+        )
+    name = given[0]
+    value = options[name]
+    if name == "subscribe":
+        topics = tuple(t.strip() for t in value.split(",") if t.strip())
+        if not topics:
+            raise ConfigError("Option 'subscribe' must name at least one topic.")
+        return "subscribe", topics, None, ()
+    if name == "subscribepattern":
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ConfigError(f"Option 'subscribePattern' is not a valid regex: {exc}.") from exc
+        return "subscribePattern", (), value, ()
+    return "assign", (), None, _assignment(value)
+
+
+def _assignment(value: str) -> tuple[tuple[str, int], ...]:
+    parsed = _json(value, "assign", 'like {"topicA": [0, 1], "topicB": [2]}')
+    pairs: list[tuple[str, int]] = []
+    if not isinstance(parsed, dict) or not parsed:
+        raise ConfigError("Option 'assign' must be a JSON object like {\"topicA\": [0, 1]}.")
+    for topic, partitions in parsed.items():
+        if not isinstance(partitions, list) or not all(
+            isinstance(p, int) and p >= 0 for p in partitions
+        ):
+            raise ConfigError(
+                f"Option 'assign': topic {topic!r} must map to a list of partition numbers."
+            )
+        pairs.extend((topic, p) for p in partitions)
+    return tuple(sorted(set(pairs)))
+
+
+def _starting_offsets(value: str) -> str | dict[str, dict[int, int]]:
+    lowered = value.strip().lower()
+    if lowered in ("earliest", "latest"):
+        return lowered
+    parsed = _json(value, "startingOffsets", 'earliest, latest, or {"topic": {"0": 23}}')
+    return _per_partition(parsed, "startingOffsets", minimum=-2)
+
+
+def _starting_timestamps(options: Mapping[str, str]) -> dict[str, dict[int, int]] | int | None:
+    by_partition = options.get("startingoffsetsbytimestamp")
+    single = options.get("startingtimestamp")
+    if by_partition and single:
+        raise ConfigError("Set only one of 'startingOffsetsByTimestamp' and 'startingTimestamp'.")
+    if single:
+        return _int(single, "startingTimestamp", minimum=0)
+    if by_partition:
+        parsed = _json(
+            by_partition, "startingOffsetsByTimestamp", '{"topic": {"0": 1700000000000}}'
+        )
+        return _per_partition(parsed, "startingOffsetsByTimestamp", minimum=0)
+    return None
+
+
+def _per_partition(parsed: Any, option: str, minimum: int) -> dict[str, dict[int, int]]:
+    if not isinstance(parsed, dict):
+        raise ConfigError(f"Option '{option}' must be a JSON object of topics to partitions.")
+    result: dict[str, dict[int, int]] = {}
+    for topic, partitions in parsed.items():
+        if not isinstance(partitions, dict):
+            raise ConfigError(f"Option '{option}': topic {topic!r} must map to an object.")
+        result[topic] = {}
+        for partition, value in partitions.items():
+            where = f"topic {topic!r} partition {partition!r}"
+            part = _int(str(partition), f"{option}' ({where}", minimum=0)
+            if not isinstance(value, int) or value < minimum:
+                raise ConfigError(
+                    f"Option '{option}': {where} must be an integer >= {minimum}, got {value!r}."
+                )
+            result[topic][part] = value
+    return result
+
+
+def _json(value: str, option: str, example: str) -> Any:
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"Option '{option}' is not valid JSON ({exc.msg}); expected {example}."
+        ) from exc
+
+
+def _int(value: str, option: str, minimum: int) -> int:
+    try:
+        number = int(value)
+    except ValueError as exc:
+        raise ConfigError(f"Option '{option}' must be an integer, got {value!r}.") from exc
+    if number < minimum:
+        raise ConfigError(f"Option '{option}' must be >= {minimum}, got {number}.")
+    return number
+
+
+def _positive_int(options: Mapping[str, str], name: str) -> int | None:
+    value = options.get(name.lower())
+    return None if value is None else _int(value, name, minimum=1)
+
+
+def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
+    value = options.get(name.lower())
+    if value is None:
+        return default
+    if value.strip().lower() not in ("true", "false"):
+        raise ConfigError(f"Option '{name}' must be true or false, got {value!r}.")
+    return value.strip().lower() == "true"
+
+
+def _choice(options: Mapping[str, str], name: str, allowed: tuple[str, ...], default: str) -> str:
+    value = options.get(name.lower(), default).lower()
+    if value not in allowed:
+        raise ConfigError(f"Option '{name}' must be one of {', '.join(allowed)}, got {value!r}.")
+    return value

@@ -1,0 +1,190 @@
+"""The task side of the source: read one offset range into Arrow record batches.
+
+A range ends where the consumer's *position* reaches ``end``: under
+read_committed the log has gaps (transaction markers, aborted records,
+compacted keys), so counting records would read too few or too many.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+
+from connectors import faults
+from connectors.errors import DataLossError, ServiceUnavailableError
+from sources.kafka.offsets import KafkaRange
+from sources.kafka.options import KafkaSourceOptions
+
+log = logging.getLogger(__name__)
+
+CONSUME_BATCH = 20_000
+POLL_SECONDS = 0.5
+
+HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
+
+
+def arrow_schema(include_headers: bool) -> pa.Schema:
+    fields = [
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()),
+        pa.field("offset", pa.int64()),
+        pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+        pa.field("timestampType", pa.int32()),
+    ]
+    if include_headers:
+        fields.append(pa.field("headers", HEADER_TYPE))
+    return pa.schema(fields)
+
+
+def read_range(options: KafkaSourceOptions, work: KafkaRange) -> Iterator[pa.RecordBatch]:
+    """Yield the records of ``work`` as Arrow batches, stopping on the consumer's position."""
+    consumer = Consumer(_consumer_config(options))
+    try:
+        start = _checked_start(consumer, options, work)
+        if start >= work.end:
+            return
+        consumer.assign([TopicPartition(work.topic, work.partition, start)])
+        schema = arrow_schema(options.include_headers)
+        yield from _consume(consumer, options, work, start, schema)
+    finally:
+        consumer.close()
+
+
+def _consumer_config(options: KafkaSourceOptions) -> dict[str, Any]:
+    return {
+        **options.client_config(),
+        "group.id": f"{options.group_id_prefix}-{uuid.uuid4().hex}",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "enable.partition.eof": True,
+        "auto.offset.reset": "error",
+    }
+
+
+def _checked_start(consumer: Consumer, options: KafkaSourceOptions, work: KafkaRange) -> int:
+    """The offset to start from, applying failOnDataLoss when ``work.start`` is gone."""
+    tp = TopicPartition(work.topic, work.partition)
+    try:
+        low, _high = consumer.get_watermark_offsets(tp, timeout=options.poll_timeout_ms / 1000)
+    except Exception as exc:
+        raise ServiceUnavailableError(
+            f"Kafka at {options.bootstrap_servers} did not return the offsets of "
+            f"{work.topic}-{work.partition} within {options.poll_timeout_ms} ms "
+            "(kafkaConsumer.pollTimeoutMs)."
+        ) from exc
+    if work.start >= low:
+        return work.start
+    return _data_loss(
+        options,
+        f"{work.topic}-{work.partition}: offsets {work.start}..{low - 1} were deleted "
+        f"(log start is now {low}) before they were read",
+        resume=low,
+    )
+
+
+def _data_loss(options: KafkaSourceOptions, what: str, resume: int) -> int:
+    if options.fail_on_data_loss:
+        raise DataLossError(
+            f"{what}. Records may have been lost (retention, or the topic was recreated). "
+            "Set failOnDataLoss=false to skip them with a warning instead."
+        )
+    log.warning("eos_kafka: %s; skipping them (failOnDataLoss=false).", what)
+    return resume
+
+
+def _consume(
+    consumer: Consumer,
+    options: KafkaSourceOptions,
+    work: KafkaRange,
+    start: int,
+    schema: pa.Schema,
+) -> Iterator[pa.RecordBatch]:
+    tp = [TopicPartition(work.topic, work.partition)]
+    position = start
+    last_progress = time.monotonic()
+    while position < work.end:
+        messages = consumer.consume(CONSUME_BATCH, POLL_SECONDS)
+        records, eof_at = _split_events(messages, options, work)
+        records = _below(records, work.end)
+        if records:
+            faults.point("source-read")
+            yield _to_arrow(records, work, schema)
+        now_at = int(consumer.position(tp)[0].offset or 0)  # negative until the first fetch
+        if now_at > position:
+            position, last_progress = now_at, time.monotonic()
+        if eof_at is not None and eof_at < work.end and position >= eof_at:
+            _data_loss(
+                options,
+                f"{work.topic}-{work.partition} ends at {eof_at}, "
+                f"before the planned end {work.end}",
+                resume=work.end,
+            )
+            return
+        if time.monotonic() - last_progress > options.poll_timeout_ms / 1000:
+            raise ServiceUnavailableError(
+                f"No progress reading {work.topic}-{work.partition} at offset {position} "
+                f"(range ends at {work.end}) for {options.poll_timeout_ms} ms "
+                "(kafkaConsumer.pollTimeoutMs). Is the broker reachable?"
+            )
+
+
+def _split_events(
+    messages: Sequence[Message], options: KafkaSourceOptions, work: KafkaRange
+) -> tuple[Sequence[Message], int | None]:
+    """Separate records from events; return the records and the EOF offset, if any."""
+    if not messages or (messages[-1].error() is None and messages[0].error() is None):
+        return messages, None
+    records = []
+    eof_at = None
+    for message in messages:
+        error = message.error()
+        if error is None:
+            records.append(message)
+        elif error.code() == KafkaError._PARTITION_EOF:
+            eof_at = message.offset()
+        elif error.code() == KafkaError.OFFSET_OUT_OF_RANGE:
+            _data_loss(options, f"{work.topic}-{work.partition}: offset out of range", work.end)
+            return records, work.end
+        elif error.fatal() or not error.retriable():
+            raise ServiceUnavailableError(
+                f"Reading {work.topic}-{work.partition} failed: {error.str()}"
+            )
+    return records, eof_at
+
+
+def _below(records: Sequence[Message], end: int) -> Sequence[Message]:
+    """Drop records at or past ``end`` (the next batch's); records arrive in offset order."""
+    if not records or records[-1].offset() < end:
+        return records
+    cut = len(records)
+    while cut and records[cut - 1].offset() >= end:
+        cut -= 1
+    return records[:cut]
+
+
+def _to_arrow(records: Sequence[Message], work: KafkaRange, schema: pa.Schema) -> pa.RecordBatch:
+    count = len(records)
+    stamps = [m.timestamp() for m in records]
+    columns: list[pa.Array] = [
+        pa.array([m.key() for m in records], pa.binary()),
+        pa.array([m.value() for m in records], pa.binary()),
+        pa.array([work.topic] * count, pa.string()),
+        pa.array([work.partition] * count, pa.int32()),
+        pa.array([m.offset() for m in records], pa.int64()),
+        pa.array([s[1] for s in stamps], pa.int64())
+        .cast(pa.timestamp("ms", tz="UTC"))
+        .cast(schema.field("timestamp").type),
+        # librdkafka: 0 none, 1 create, 2 log-append; Spark: -1, 0, 1.
+        pa.array([s[0] - 1 for s in stamps], pa.int32()),
+    ]
+    if len(schema) == 8:
+        columns.append(pa.array([m.headers() or [] for m in records], HEADER_TYPE))
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
