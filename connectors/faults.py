@@ -2,8 +2,9 @@
 
 ``EOS_FAULT_POINT=name`` or ``name@N`` (only in batch N) enables one point;
 ``EOS_FAULT_ROLE=driver|worker`` limits it to one kind of process;
-``EOS_FAULT_SCOPE=process|group`` says what dies: this process (default) or its
-whole process group (the query: driver, JVM and Python workers);
+``EOS_FAULT_SCOPE=process|group`` says what dies: this process (default) or the
+whole query: the process group named by ``EOS_FAULT_PGID`` (driver and JVM, set by
+the pipeline) and this process's own group (PySpark's worker daemon and workers);
 ``EOS_FAULT_MARKER=path`` makes it fire once: the file is created just before the
 kill, and a point whose marker exists stays quiet, so the restarted query runs on.
 
@@ -71,5 +72,9 @@ def _claim_marker() -> bool:
 
 def _crash() -> None:
     if os.environ.get("EOS_FAULT_SCOPE") == "group":
+        # PySpark's worker daemon runs in a process group of its own: kill the query's
+        # group (named by the pipeline in EOS_FAULT_PGID), then the daemon's.
+        query_group = int(os.environ.get("EOS_FAULT_PGID") or os.getpgid(0))
+        os.killpg(query_group, signal.SIGKILL)
         os.killpg(os.getpgid(0), signal.SIGKILL)
     os.kill(os.getpid(), signal.SIGKILL)

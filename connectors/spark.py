@@ -16,12 +16,15 @@ def local_session(app: str = "eos", cores: int = 2, **conf: str) -> SparkSession
 
     from connectors.registry import register
 
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # listen on loopback only
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = (
         SparkSession.builder.master(f"local[{cores}]")
         .appName(app)
         .config("spark.ui.enabled", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.speculation", "false")

@@ -112,22 +112,16 @@ def _consume(
     last_progress = time.monotonic()
     while position < work.end:
         messages = consumer.consume(CONSUME_BATCH, POLL_SECONDS)
-        records, eof_at = _split_events(messages, options, work)
+        records, gone = _split_events(messages, options, work)
         records = _below(records, work.end)
         if records:
-            faults.point("source-read")
+            faults.point("source-read", role="worker")
             yield _to_arrow(records, work, schema)
-        now_at = int(consumer.position(tp)[0].offset or 0)  # negative until the first fetch
+        if gone:
+            return
+        now_at = _offset(consumer.position(tp)[0].offset)  # negative until the first fetch
         if now_at > position:
             position, last_progress = now_at, time.monotonic()
-        if eof_at is not None and eof_at < work.end and position >= eof_at:
-            _data_loss(
-                options,
-                f"{work.topic}-{work.partition} ends at {eof_at}, "
-                f"before the planned end {work.end}",
-                resume=work.end,
-            )
-            return
         if time.monotonic() - last_progress > options.poll_timeout_ms / 1000:
             raise ServiceUnavailableError(
                 f"No progress reading {work.topic}-{work.partition} at offset {position} "
@@ -138,34 +132,45 @@ def _consume(
 
 def _split_events(
     messages: Sequence[Message], options: KafkaSourceOptions, work: KafkaRange
-) -> tuple[Sequence[Message], int | None]:
-    """Separate records from events; return the records and the EOF offset, if any."""
+) -> tuple[Sequence[Message], bool]:
+    """Separate records from events; True when the rest of the range is gone from the log.
+
+    An end of partition before ``work.end`` (the planned end was the last stable
+    offset, which never moves back) or an offset out of range means records were
+    deleted or the topic was recreated: failOnDataLoss decides.
+    """
     if not messages or (messages[-1].error() is None and messages[0].error() is None):
-        return messages, None
+        return messages, False
     records = []
-    eof_at = None
     for message in messages:
         error = message.error()
         if error is None:
             records.append(message)
         elif error.code() == KafkaError._PARTITION_EOF:
-            eof_at = message.offset()
+            if _offset(message.offset()) < work.end:
+                where = f"ends at {message.offset()}, before the planned end {work.end}"
+                _data_loss(options, f"{work.topic}-{work.partition} {where}", work.end)
+                return records, True
         elif error.code() == KafkaError.OFFSET_OUT_OF_RANGE:
             _data_loss(options, f"{work.topic}-{work.partition}: offset out of range", work.end)
-            return records, work.end
+            return records, True
         elif error.fatal() or not error.retriable():
             raise ServiceUnavailableError(
                 f"Reading {work.topic}-{work.partition} failed: {error.str()}"
             )
-    return records, eof_at
+    return records, False
+
+
+def _offset(value: int | None) -> int:
+    return -1 if value is None else int(value)
 
 
 def _below(records: Sequence[Message], end: int) -> Sequence[Message]:
     """Drop records at or past ``end`` (the next batch's); records arrive in offset order."""
-    if not records or records[-1].offset() < end:
+    if not records or _offset(records[-1].offset()) < end:
         return records
     cut = len(records)
-    while cut and records[cut - 1].offset() >= end:
+    while cut and _offset(records[cut - 1].offset()) >= end:
         cut -= 1
     return records[:cut]
 

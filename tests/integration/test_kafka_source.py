@@ -1,0 +1,280 @@
+"""eos_kafka against the real broker: exactly the committed records, limits, offsets, errors."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient
+from pyspark.sql import DataFrame, SparkSession
+
+from connectors.endpoints import Endpoints
+from tests.kafka_util import (
+    Record,
+    add_partitions,
+    create_topic,
+    produce_mixed,
+    produce_plain,
+    read_plain,
+)
+
+pytestmark = [pytest.mark.services, pytest.mark.spark]
+
+
+def _stream(spark: SparkSession, endpoints: Endpoints, **options: str) -> DataFrame:
+    reader = spark.readStream.format("eos_kafka").option(
+        "kafka.bootstrap.servers", endpoints.kafka_bootstrap
+    )
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+def _run_available_now(df: DataFrame, checkpoint: Path) -> tuple[list[Any], list[dict[str, Any]]]:
+    name = f"q_{uuid.uuid4().hex[:8]}"
+    query = (
+        df.writeStream.format("memory")
+        .queryName(name)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(300)
+    assert not query.isActive, "availableNow query did not finish"
+    rows = df.sparkSession.table(name).collect()
+    return rows, list(query.recentProgress)
+
+
+def _json_field(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _records(rows: list[Any]) -> list[Record]:
+    return sorted(
+        Record(r["partition"], r["offset"], bytes(r["key"]), bytes(r["value"])) for r in rows
+    )
+
+
+def test_reads_exactly_the_committed_records(
+    spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path
+) -> None:
+    topic = f"src-committed-{unique}"
+    create_topic(endpoints.kafka_bootstrap, topic, partitions=3)
+    visible = produce_mixed(
+        endpoints.kafka_bootstrap, topic, 3, transactions=12, per_txn=50, txn_id=unique
+    )
+    df = _stream(spark, endpoints, subscribe=topic, startingOffsets="earliest")
+    rows, progress = _run_available_now(df, tmp_path / "ck")
+    values = [bytes(r["value"]) for r in rows]
+    assert len(values) == len(set(values)), "a record was read twice"
+    assert set(values) == visible, "lost or aborted records"
+    assert all(r["topic"] == topic for r in rows)
+
+    # The same rows as a plain read_committed confluent-kafka consumer over the same ranges.
+    end = _json_field(progress[-1]["sources"][0]["endOffset"])[topic]
+    ranges = {int(p): (0, int(o)) for p, o in end.items()}
+    assert _records(rows) == sorted(read_plain(endpoints.kafka_bootstrap, topic, ranges))
+
+
+def test_read_limit_bounds_every_batch(
+    spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path
+) -> None:
+    topic = f"src-limit-{unique}"
+    create_topic(endpoints.kafka_bootstrap, topic, partitions=2)
+    produce_plain(endpoints.kafka_bootstrap, topic, [f"v{i}".encode() for i in range(1000)])
+    df = _stream(
+        spark, endpoints, subscribe=topic, startingOffsets="earliest", maxOffsetsPerTrigger="150"
+    )
+    rows, progress = _run_available_now(df, tmp_path / "ck")
+    assert len(rows) == 1000
+    batches = [p["numInputRows"] for p in progress if p["numInputRows"]]
+    assert max(batches) <= 150
+    assert len(batches) >= 1000 // 150
+    assert sum(batches) == 1000
+
+
+def test_starting_offsets_forms(
+    spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path
+) -> None:
+    topic = f"src-start-{unique}"
+    create_topic(endpoints.kafka_bootstrap, topic, partitions=2)
+    for p in (0, 1):
+        produce_plain(
+            endpoints.kafka_bootstrap, topic, [f"p{p}-{i}".encode() for i in range(10)], p
+        )
+    cases = {
+        "earliest": {"startingOffsets": "earliest"},
+        "json": {"startingOffsets": json.dumps({topic: {"0": 7, "1": -2}})},
+        "json-latest": {"startingOffsets": json.dumps({topic: {"0": -1, "1": 9}})},
+    }
+    first: dict[str, set[bytes]] = {}
+    for name, options in cases.items():
+        rows, _ = _run_available_now(
+            _stream(spark, endpoints, subscribe=topic, **options), tmp_path / name
+        )
+        first[name] = {bytes(r["value"]) for r in rows}
+    assert len(first["earliest"]) == 20
+    assert first["json"] == {b"p0-7", b"p0-8", b"p0-9"} | {f"p1-{i}".encode() for i in range(10)}
+    assert first["json-latest"] == {b"p1-9"}
+
+    # By timestamp: every record from a moment on.
+    time.sleep(0.05)
+    cut = int(time.time() * 1000)
+    time.sleep(0.05)
+    produce_plain(endpoints.kafka_bootstrap, topic, [b"after-0"], 0)
+    produce_plain(endpoints.kafka_bootstrap, topic, [b"after-1"], 1)
+    rows, _ = _run_available_now(
+        _stream(spark, endpoints, subscribe=topic, startingTimestamp=str(cut)), tmp_path / "ts"
+    )
+    assert {bytes(r["value"]) for r in rows} == {b"after-0", b"after-1"}
+
+
+def test_latest_reads_only_what_comes_after_the_start(
+    spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path
+) -> None:
+    topic = f"src-latest-{unique}"
+    create_topic(endpoints.kafka_bootstrap, topic)
+    produce_plain(endpoints.kafka_bootstrap, topic, [b"before"])
+    name = f"q_{unique}"
+    query = (
+        _stream(spark, endpoints, subscribe=topic)
+        .writeStream.format("memory")
+        .queryName(name)
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(processingTime="500 milliseconds")
+        .start()
+    )
+    try:
+        _wait_for(lambda: query.lastProgress is not None, "the first trigger")
+        produce_plain(endpoints.kafka_bootstrap, topic, [b"after"])
+        _wait_for(lambda: spark.table(name).count() >= 1, "the record produced after start")
+        query.processAllAvailable()
+        assert [bytes(r["value"]) for r in spark.table(name).collect()] == [b"after"]
+    finally:
+        query.stop()
+
+
+def test_new_partition_is_read_from_its_start(
+    spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path
+) -> None:
+    topic = f"src-grow-{unique}"
+    create_topic(endpoints.kafka_bootstrap, topic, partitions=1)
+    produce_plain(endpoints.kafka_bootstrap, topic, [b"p0-a"], 0)
+    name = f"q_{unique}"
+    query = (
+        _stream(spark, endpoints, subscribe=topic, startingOffsets="earliest")
+        .writeStream.format("memory")
+        .queryName(name)
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(processingTime="500 milliseconds")
+        .start()
+    )
+    try:
+        _wait_for(lambda: spark.table(name).count() == 1, "the first record")
+        add_partitions(endpoints.kafka_bootstrap, topic, 3)
+        produce_plain(endpoints.kafka_bootstrap, topic, [b"p1-a", b"p1-b"], 1)
+        produce_plain(endpoints.kafka_bootstrap, topic, [b"p2-a"], 2)
+        _wait_for(lambda: spark.table(name).count() == 4, "records of the new partitions")
+        rows = spark.table(name).collect()
+        assert sorted((r["partition"], r["offset"]) for r in rows) == [
+            (0, 0),
+            (1, 0),
+            (1, 1),
+            (2, 0),
+        ]
+    finally:
+        query.stop()
+
+
+def test_pattern_picks_up_new_topics(
+    spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path
+) -> None:
+    create_topic(endpoints.kafka_bootstrap, f"pat-{unique}-a")
+    produce_plain(endpoints.kafka_bootstrap, f"pat-{unique}-a", [b"a"])
+    name = f"q_{unique}"
+    query = (
+        _stream(spark, endpoints, subscribePattern=f"pat-{unique}-.*", startingOffsets="earliest")
+        .writeStream.format("memory")
+        .queryName(name)
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(processingTime="500 milliseconds")
+        .start()
+    )
+    try:
+        _wait_for(lambda: spark.table(name).count() == 1, "the first topic")
+        create_topic(endpoints.kafka_bootstrap, f"pat-{unique}-b")
+        produce_plain(endpoints.kafka_bootstrap, f"pat-{unique}-b", [b"b"])
+        _wait_for(lambda: spark.table(name).count() == 2, "the new topic")
+        assert sorted(r["topic"] for r in spark.table(name).collect()) == [
+            f"pat-{unique}-a",
+            f"pat-{unique}-b",
+        ]
+    finally:
+        query.stop()
+
+
+def _delete_first_records(bootstrap: str, topic: str, before: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.delete_records([TopicPartition(topic, 0, before)])
+    for future in futures.values():
+        future.result(timeout=30)
+
+
+def test_fail_on_data_loss(
+    spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path
+) -> None:
+    topic = f"src-loss-{unique}"
+    create_topic(endpoints.kafka_bootstrap, topic)
+    produce_plain(endpoints.kafka_bootstrap, topic, [f"v{i}".encode() for i in range(10)])
+    _delete_first_records(endpoints.kafka_bootstrap, topic, 4)
+    start = json.dumps({topic: {"0": 0}})
+    with pytest.raises(Exception, match=rf"{topic}-0: offsets 0\.\.3 were deleted"):
+        _run_available_now(
+            _stream(spark, endpoints, subscribe=topic, startingOffsets=start), tmp_path / "strict"
+        )
+    rows, _ = _run_available_now(
+        _stream(spark, endpoints, subscribe=topic, startingOffsets=start, failOnDataLoss="false"),
+        tmp_path / "lenient",
+    )
+    assert sorted(r["offset"] for r in rows) == list(range(4, 10))
+
+
+def test_unreachable_broker_is_a_bounded_clear_error(spark: SparkSession, tmp_path: Path) -> None:
+    df = (
+        spark.readStream.format("eos_kafka")
+        .option("kafka.bootstrap.servers", "127.0.0.1:1")
+        .option("subscribe", "nowhere")
+        .option("kafkaConsumer.pollTimeoutMs", "3000")
+        .load()
+    )
+    began = time.monotonic()
+    with pytest.raises(Exception, match=r"Kafka at 127\.0\.0\.1:1 .*did not answer"):
+        _run_available_now(df, tmp_path / "ck")
+    assert time.monotonic() - began < 60
+
+
+def test_assigned_topic_must_exist(
+    spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path
+) -> None:
+    df = _stream(spark, endpoints, assign=json.dumps({f"missing-{unique}": [0]}))
+    with pytest.raises(Exception, match=rf"topic 'missing-{unique}', which does not exist"):
+        _run_available_now(df, tmp_path / "ck")
+
+
+def test_bad_option_fails_at_load(spark: SparkSession, endpoints: Endpoints) -> None:
+    with pytest.raises(Exception, match="'maxOffsetsPerTrigger' must be an integer"):
+        _stream(spark, endpoints, subscribe="t", maxOffsetsPerTrigger="many")
+
+
+def _wait_for(condition: Any, what: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.25)
+    raise AssertionError(f"timed out waiting for {what}")

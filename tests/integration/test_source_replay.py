@@ -1,0 +1,160 @@
+"""Crash the query process and restart it from its checkpoint: batches replay exactly.
+
+The pipeline runs as its own process group (tests/pipelines/source_to_files.py),
+so SIGKILL takes the driver, the JVM and the Python workers down together.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from connectors.endpoints import Endpoints
+from tests.kafka_util import Record, create_topic, produce_mixed, read_plain
+
+pytestmark = [pytest.mark.services, pytest.mark.spark]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _command(endpoints: Endpoints, topic: str, work: Path, trigger: str) -> list[str]:
+    return [
+        sys.executable, "-m", "tests.pipelines.source_to_files",
+        "--bootstrap", endpoints.kafka_bootstrap, "--topic", topic,
+        "--checkpoint", str(work / "checkpoint"), "--out", str(work / "out"),
+        "--max-offsets", "60", "--trigger", trigger,
+    ]  # fmt: skip
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EOS_FAULT")}
+    env["PYTHONPATH"] = str(ROOT)
+    env.update(extra)
+    return env
+
+
+def _run(command: list[str], env: dict[str, str]) -> int:
+    proc = subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True)
+    try:
+        return proc.wait(timeout=600)
+    finally:
+        _kill_group(proc)
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def _offsets(checkpoint: Path, batch: int) -> dict[int, int]:
+    """The source's end offsets Spark recorded in ``offsets/<batch>``."""
+    lines = (checkpoint / "offsets" / str(batch)).read_text().splitlines()
+    (topic_offsets,) = json.loads(lines[-1]).values()
+    return {int(p): int(o) for p, o in topic_offsets.items()}
+
+
+def _committed(checkpoint: Path) -> list[int]:
+    return sorted(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+
+
+def _batch(out: Path, batch: int) -> list[Record]:
+    rows = json.loads((out / f"batch-{batch}.json").read_text())
+    return sorted(Record(p, o, None, v.encode()) for p, o, v in rows)
+
+
+def _expected_batches(
+    endpoints: Endpoints, topic: str, checkpoint: Path, batches: list[int]
+) -> dict[int, list[Record]]:
+    """Each batch's records as a plain consumer reads [offsets/N-1, offsets/N)."""
+    last = _offsets(checkpoint, batches[-1])
+    everything = read_plain(endpoints.kafka_bootstrap, topic, {p: (0, o) for p, o in last.items()})
+    expected = {}
+    for batch in batches:
+        end = _offsets(checkpoint, batch)
+        start = _offsets(checkpoint, batch - 1) if batch > 0 else dict.fromkeys(end, 0)
+        expected[batch] = sorted(
+            Record(r.partition, r.offset, None, r.value)
+            for r in everything
+            if start.get(r.partition, 0) <= r.offset < end[r.partition]
+        )
+    return expected
+
+
+def _check_every_batch(endpoints: Endpoints, topic: str, work: Path, visible: set[bytes]) -> None:
+    checkpoint, out = work / "checkpoint", work / "out"
+    batches = _committed(checkpoint)
+    assert batches == list(range(len(batches))), f"gap in committed batches: {batches}"
+    expected = _expected_batches(endpoints, topic, checkpoint, batches)
+    seen: list[bytes] = []
+    for batch in batches:
+        got = _batch(out, batch) if (out / f"batch-{batch}.json").exists() else []
+        assert got == expected[batch], f"batch {batch} read other records than its offsets say"
+        seen.extend(r.value for r in got)
+    assert len(seen) == len(set(seen)), "overlap: a record was read by two batches"
+    assert set(seen) == visible, f"gap: {len(visible - set(seen))} records never read"
+
+
+def test_a_crashed_batch_replays_the_same_offsets_and_records(
+    endpoints: Endpoints, unique: str, tmp_path: Path
+) -> None:
+    topic = f"replay-{unique}"
+    create_topic(endpoints.kafka_bootstrap, topic, partitions=2)
+    visible = produce_mixed(
+        endpoints.kafka_bootstrap, topic, 2, transactions=9, per_txn=40, txn_id=unique
+    )
+    command = _command(endpoints, topic, tmp_path, "available-now")
+    checkpoint = tmp_path / "checkpoint"
+
+    fault = _env(
+        EOS_FAULT_POINT="source-read@2",
+        EOS_FAULT_SCOPE="group",
+        EOS_FAULT_MARKER=str(tmp_path / "fired"),
+    )
+    assert _run(command, fault) == -signal.SIGKILL
+    # Spark wrote offsets/2 before the tasks ran; the crash came before commits/2.
+    assert (checkpoint / "offsets" / "2").exists()
+    assert _committed(checkpoint) == [0, 1]
+    planned = (checkpoint / "offsets" / "2").read_text()
+
+    assert _run(command, _env()) == 0
+    assert (checkpoint / "offsets" / "2").read_text() == planned  # replayed, not re-planned
+    _check_every_batch(endpoints, topic, tmp_path, visible)
+
+
+def test_five_restarts_in_a_row_leave_no_gap_and_no_overlap(
+    endpoints: Endpoints, unique: str, tmp_path: Path
+) -> None:
+    topic = f"restarts-{unique}"
+    create_topic(endpoints.kafka_bootstrap, topic, partitions=3)
+    visible = produce_mixed(
+        endpoints.kafka_bootstrap, topic, 3, transactions=30, per_txn=60, txn_id=unique
+    )
+    command = _command(endpoints, topic, tmp_path, "continuous")
+    commits = tmp_path / "checkpoint" / "commits"
+    seed = random.randrange(1 << 30)
+    rng = random.Random(seed)
+    print(f"kill schedule seed {seed}")
+    for _ in range(5):
+        before = len(list(commits.glob("[0-9]*"))) if commits.exists() else 0
+        proc = subprocess.Popen(command, cwd=ROOT, env=_env(), start_new_session=True)
+        try:
+            deadline = time.monotonic() + 300
+            while len(list(commits.glob("[0-9]*"))) <= before if commits.exists() else True:
+                assert proc.poll() is None, "pipeline exited on its own"
+                assert time.monotonic() < deadline, "pipeline made no progress"
+                time.sleep(0.1)
+            time.sleep(rng.uniform(0, 1.5))  # a random moment, mid-batch or between batches
+        finally:
+            _kill_group(proc)
+    assert _run(_command(endpoints, topic, tmp_path, "available-now"), _env()) == 0
+    _check_every_batch(endpoints, topic, tmp_path, visible)

@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+import pickle
+
+from sources.kafka.offsets import KafkaRange, from_spark, limit_offsets, plan_ranges, to_spark
+
+
+def test_spark_form_round_trips() -> None:
+    offsets = {("t", 0): 5, ("t", 10): 7, ("u", 1): 0}
+    spark = to_spark(offsets)
+    assert spark == {"t": {"0": 5, "10": 7}, "u": {"1": 0}}
+    assert from_spark(spark) == offsets
+
+
+def test_limit_is_shared_by_backlog_and_never_exceeded() -> None:
+    start = {("t", 0): 0, ("t", 1): 100, ("t", 2): 50}
+    latest = {("t", 0): 300, ("t", 1): 200, ("t", 2): 50}
+    end = limit_offsets(start, latest, 100)
+    assert sum(end[tp] - start[tp] for tp in start) == 100
+    assert end == {("t", 0): 75, ("t", 1): 125, ("t", 2): 50}
+
+
+def test_limit_is_deterministic_with_remainders() -> None:
+    start = {("t", p): 0 for p in range(3)}
+    latest = {("t", p): 10 for p in range(3)}
+    ends = [limit_offsets(start, latest, 10) for _ in range(3)]
+    assert ends[0] == ends[1] == ends[2]
+    assert sum(ends[0].values()) == 10
+    assert ends[0] == {("t", 0): 4, ("t", 1): 3, ("t", 2): 3}
+
+
+def test_limit_above_backlog_reads_everything() -> None:
+    start = {("t", 0): 3}
+    latest = {("t", 0): 10}
+    assert limit_offsets(start, latest, 1000) == latest
+
+
+def test_plan_skips_empty_ranges_and_splits_for_min_partitions() -> None:
+    start = {("t", 0): 0, ("t", 1): 10, ("t", 2): 5}
+    end = {("t", 0): 300, ("t", 1): 10, ("t", 2): 105}
+    assert plan_ranges(start, end, None) == [KafkaRange("t", 0, 0, 300), KafkaRange("t", 2, 5, 105)]
+    split = plan_ranges(start, end, 8)
+    assert [(r.partition, r.start, r.end) for r in split if r.partition == 0] == [
+        (0, 0, 50),
+        (0, 50, 100),
+        (0, 100, 150),
+        (0, 150, 200),
+        (0, 200, 250),
+        (0, 250, 300),
+    ]
+    assert [(r.start, r.end) for r in split if r.partition == 2] == [(5, 55), (55, 105)]
+    assert split == plan_ranges(start, end, 8)  # a replay plans the same tasks
+
+
+def test_ranges_pickle() -> None:
+    work = KafkaRange("t", 1, 2, 3)
+    assert pickle.loads(pickle.dumps(work)) == work

@@ -1,0 +1,81 @@
+from __future__ import annotations
+
+import pytest
+
+from connectors.errors import ConfigError
+from sources.kafka.options import parse_options
+
+BASE = {"kafka.bootstrap.servers": "h:9092", "subscribe": "a,b"}
+
+
+def test_defaults_match_sparks_kafka_source() -> None:
+    options = parse_options(BASE)
+    assert options.topics == ("a", "b")
+    assert options.starting_offsets == "latest"
+    assert options.fail_on_data_loss is True
+    assert options.include_headers is False
+    assert options.max_offsets_per_trigger is None
+    assert options.isolation_level == "read_committed"
+
+
+def test_keys_are_case_insensitive_and_kafka_settings_pass_through() -> None:
+    options = parse_options(
+        {
+            "kafka.bootstrap.servers": "h:9092",
+            "SUBSCRIBEPATTERN": "orders-.*",
+            "startingOffsets": "EARLIEST",
+            "kafka.fetch.max.bytes": "1048576",
+            "kafka.isolation.level": "read_uncommitted",
+        }
+    )
+    assert options.subscription == "subscribePattern"
+    assert options.matches("orders-eu") and not options.matches("xorders-eu")
+    assert options.starting_offsets == "earliest"
+    assert options.client_config()["fetch.max.bytes"] == "1048576"
+    assert options.read_committed is False
+
+
+def test_assign_and_json_offsets() -> None:
+    options = parse_options(
+        {
+            "kafka.bootstrap.servers": "h:9092",
+            "assign": '{"t": [1, 0]}',
+            "startingOffsets": '{"t": {"0": -2, "1": 17}}',
+        }
+    )
+    assert options.assigned == (("t", 0), ("t", 1))
+    assert options.starting_offsets == {"t": {0: -2, 1: 17}}
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"subscribe": ""}, "Exactly one of"),
+        ({"assign": '{"t": [0]}'}, r"found: subscribe, assign"),
+        ({"startingOffsets": "{nope"}, "'startingOffsets' is not valid JSON"),
+        ({"startingOffsets": '{"a": {"0": -3}}'}, "must be an integer >= -2"),
+        ({"maxOffsetsPerTrigger": "0"}, "'maxOffsetsPerTrigger' must be >= 1"),
+        ({"maxOffsetsPerTrigger": "lots"}, "'maxOffsetsPerTrigger' must be an integer"),
+        ({"failOnDataLoss": "maybe"}, "'failOnDataLoss' must be true or false"),
+        ({"endingOffsets": "latest"}, "'endingoffsets' is not supported"),
+        ({"minOffsetsPerTrigger": "5"}, "'minoffsetspertrigger' is not supported"),
+        ({"subscribePatern": "x"}, "Unknown option 'subscribepatern'"),
+        ({"kafka.group.id": "g"}, "'kafka.group.id' cannot be set"),
+        ({"kafka.auto.offset.reset": "earliest"}, "use startingOffsets"),
+        ({"kafka.isolation.level": "dirty"}, "'kafka.isolation.level' must be"),
+        ({"startingTimestamp": "1", "startingOffsetsByTimestamp": "{}"}, "only one of"),
+    ],
+)
+def test_bad_options_name_the_option(extra: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_options({**BASE, **extra})
+
+
+def test_missing_bootstrap_servers() -> None:
+    with pytest.raises(ConfigError, match=r"'kafka\.bootstrap\.servers' is required"):
+        parse_options({"subscribe": "a"})
+
+
+def test_bad_assign() -> None:
+    with pytest.raises(ConfigError, match="'assign'"):
+        parse_options({"kafka.bootstrap.servers": "h", "assign": '{"t": ["x"]}'})
