@@ -39,6 +39,14 @@ def _demo_command(args: argparse.Namespace) -> int:
     return run_demo(records=args.records)
 
 
+def _bench_command(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from connectors.bench import run_bench
+
+    return run_bench(args.which, records=args.records, out_dir=Path(args.out))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="eos", description="Exactly-once connectors for PySpark")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -59,6 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="run the demo pipeline against the local stack")
     demo.add_argument("--records", type=int, default=10_000)
     demo.set_defaults(func=_demo_command)
+
+    bench = commands.add_parser("bench", help="throughput against baselines, as ratios")
+    bench.add_argument("which", nargs="?", default="source", choices=["source"])
+    bench.add_argument("--records", type=int, default=1_000_000)
+    bench.add_argument("--out", default="bench-results")
+    bench.set_defaults(func=_bench_command)
     return parser
 
 

@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from connectors import faults
@@ -58,8 +59,17 @@ def read_range(options: KafkaSourceOptions, work: KafkaRange) -> Iterator[pa.Rec
         consumer.close()
 
 
+# A task reads one known range start to end: large fetches halve the time per record
+# (measured with `eos bench source`). kafka.* options given by the user win.
+FETCH_DEFAULTS = {
+    "max.partition.fetch.bytes": str(16 * 1024 * 1024),
+    "fetch.max.bytes": str(64 * 1024 * 1024),
+}
+
+
 def _consumer_config(options: KafkaSourceOptions) -> dict[str, Any]:
     return {
+        **FETCH_DEFAULTS,
         **options.client_config(),
         "group.id": f"{options.group_id_prefix}-{uuid.uuid4().hex}",
         "enable.auto.commit": False,
@@ -176,20 +186,22 @@ def _below(records: Sequence[Message], end: int) -> Sequence[Message]:
 
 
 def _to_arrow(records: Sequence[Message], work: KafkaRange, schema: pa.Schema) -> pa.RecordBatch:
+    """Columns from the messages with C-level loops (``map`` over unbound methods, ``zip``)."""
     count = len(records)
-    stamps = [m.timestamp() for m in records]
+    kinds, millis = zip(*map(Message.timestamp, records), strict=True)
     columns: list[pa.Array] = [
-        pa.array([m.key() for m in records], pa.binary()),
-        pa.array([m.value() for m in records], pa.binary()),
-        pa.array([work.topic] * count, pa.string()),
-        pa.array([work.partition] * count, pa.int32()),
-        pa.array([m.offset() for m in records], pa.int64()),
-        pa.array([s[1] for s in stamps], pa.int64())
+        pa.array(list(map(Message.key, records)), pa.binary()),
+        pa.array(list(map(Message.value, records)), pa.binary()),
+        pa.repeat(pa.scalar(work.topic, pa.string()), count),
+        pa.repeat(pa.scalar(work.partition, pa.int32()), count),
+        pa.array(list(map(Message.offset, records)), pa.int64()),
+        pa.array(millis, pa.int64())
         .cast(pa.timestamp("ms", tz="UTC"))
         .cast(schema.field("timestamp").type),
         # librdkafka: 0 none, 1 create, 2 log-append; Spark: -1, 0, 1.
-        pa.array([s[0] - 1 for s in stamps], pa.int32()),
+        pc.subtract(pa.array(kinds, pa.int32()), pa.scalar(1, pa.int32())),
     ]
     if len(schema) == 8:
-        columns.append(pa.array([m.headers() or [] for m in records], HEADER_TYPE))
+        headers = [h or [] for h in map(Message.headers, records)]
+        columns.append(pa.array(headers, HEADER_TYPE))
     return pa.RecordBatch.from_arrays(columns, schema=schema)

@@ -1,0 +1,180 @@
+"""``eos bench``: throughput of the package's connectors against their baselines, in one run.
+
+Figures are reported as ratios to a baseline measured in the same run on the
+same topic, never as a lone absolute time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from connectors.demo import create_topic
+from connectors.endpoints import Endpoints
+
+PARTITIONS = 4
+VALUE_BYTES = 100
+
+
+@dataclass(frozen=True)
+class Measurement:
+    name: str
+    records: int
+    seconds: float
+
+    @property
+    def rate(self) -> float:
+        return self.records / self.seconds
+
+
+def fill_topic(bootstrap: str, topic: str, records: int) -> None:
+    """``records`` keyed records of about 100 bytes, spread over the partitions."""
+    create_topic(bootstrap, topic, PARTITIONS)
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 20,
+            "batch.size": 1_000_000,
+            "compression.type": "lz4",
+            "queue.buffering.max.messages": 1_000_000,
+        }
+    )
+    payload = os.urandom(VALUE_BYTES // 2).hex().encode()[:VALUE_BYTES]
+    for i in range(records):
+        key = b"key-%08d" % (i % 100_000)
+        while True:
+            try:
+                producer.produce(topic, value=payload, key=key)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if i % 50_000 == 0:
+            producer.poll(0)
+    producer.flush(120)
+
+
+def raw_consume(bootstrap: str, topic: str, records: int) -> Measurement:
+    """The floor: a plain read_committed consume loop in Python touching every value."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-raw-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    seen = 0
+    size = 0
+    began = time.perf_counter()
+    while seen < records:
+        for message in consumer.consume(20_000, 1.0):
+            if message.error() is None:
+                seen += 1
+                size += len(message.value() or b"")
+    seconds = time.perf_counter() - began
+    consumer.close()
+    return Measurement("raw confluent-kafka consume loop", seen, seconds)
+
+
+def spark_source(bootstrap: str, topic: str, records: int) -> list[Measurement]:
+    """The eos_kafka source read into Spark's no-op sink, after a warm-up run.
+
+    Two figures: the micro-batches' own time (Spark's ``triggerExecution``, the
+    analogue of the raw loop, which also leaves client set-up out) and the
+    query's wall time including start, offset resolution and stop.
+    """
+    from connectors.spark import local_session
+
+    spark = local_session("eos-bench")
+    _spark_run(spark, bootstrap, topic)  # warm-up: JVM, Python workers, first plans
+    began = time.perf_counter()
+    rows, batch_ms = _spark_run(spark, bootstrap, topic)
+    wall = time.perf_counter() - began
+    spark.stop()
+    if rows != records:
+        raise AssertionError(f"eos_kafka read {rows} records, expected {records}")
+    return [
+        Measurement("eos_kafka source, batch time", rows, batch_ms / 1000),
+        Measurement("eos_kafka source, query wall time", rows, wall),
+    ]
+
+
+def _spark_run(spark: object, bootstrap: str, topic: str) -> tuple[int, int]:
+    """Run one availableNow query; return rows read and the data batches' time in ms."""
+    from pyspark.sql import SparkSession
+
+    assert isinstance(spark, SparkSession)
+    with tempfile.TemporaryDirectory(prefix="eos-bench-") as checkpoint:
+        query = (
+            spark.readStream.format("eos_kafka")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", topic)
+            .option("startingOffsets", "earliest")
+            .load()
+            .writeStream.format("noop")
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+        batches = [p for p in query.recentProgress if p["numInputRows"]]
+        rows = sum(int(p["numInputRows"]) for p in batches)
+        return rows, sum(int(p["durationMs"]["triggerExecution"]) for p in batches)
+
+
+def _as_list(result: Measurement | list[Measurement]) -> list[Measurement]:
+    return result if isinstance(result, list) else [result]
+
+
+Bench = Callable[[str, str, int], "Measurement | list[Measurement]"]
+BENCHES: dict[str, tuple[Bench, ...]] = {
+    "source": (raw_consume, spark_source),
+}
+
+
+def run_bench(which: str, records: int, out_dir: Path) -> int:
+    endpoints = Endpoints.from_env()
+    if endpoints is None:
+        from connectors.stack import Stack
+
+        endpoints = Stack().up()
+    topic = f"eos-bench-{which}-{uuid.uuid4().hex[:8]}"
+    print(f"Writing {records:,} records of ~{VALUE_BYTES} bytes to {topic}...", flush=True)
+    fill_topic(endpoints.kafka_bootstrap, topic, records)
+    measured = [
+        m
+        for bench in BENCHES[which]
+        for m in _as_list(bench(endpoints.kafka_bootstrap, topic, records))
+    ]
+    baseline = measured[0]
+    print(_table(measured, baseline))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    report = {
+        "bench": which,
+        "records": records,
+        "cores": os.cpu_count(),
+        "results": [
+            asdict(m) | {"rate": m.rate, "ratio": m.rate / baseline.rate} for m in measured
+        ],
+    }
+    (out_dir / f"{which}.json").write_text(json.dumps(report, indent=2))
+    return 0
+
+
+def _table(measured: list[Measurement], baseline: Measurement) -> str:
+    lines = [
+        f"| {'pipeline':<40} | {'records/s':>12} | {'ratio':>6} |",
+        f"|{'-' * 42}|{'-' * 14}|{'-' * 8}|",
+    ]
+    for m in measured:
+        lines.append(f"| {m.name:<40} | {m.rate:>12,.0f} | {m.rate / baseline.rate:>5.2f}x |")
+    return "\n".join(lines)
