@@ -95,40 +95,82 @@ def spark_source(bootstrap: str, topic: str, records: int) -> list[Measurement]:
     from connectors.spark import local_session
 
     spark = local_session("eos-bench")
-    _spark_run(spark, bootstrap, topic)  # warm-up: JVM, Python workers, first plans
+    sink = SinkSpec("noop", {})
+    _spark_run(spark, bootstrap, topic, sink)  # warm-up: JVM, Python workers, first plans
     began = time.perf_counter()
-    rows, batch_ms = _spark_run(spark, bootstrap, topic)
+    rows, batch_ms = _spark_run(spark, bootstrap, topic, sink)
     wall = time.perf_counter() - began
     spark.stop()
-    if rows != records:
-        raise AssertionError(f"eos_kafka read {rows} records, expected {records}")
+    _check_rows("eos_kafka", rows, records)
     return [
         Measurement("eos_kafka source, batch time", rows, batch_ms / 1000),
         Measurement("eos_kafka source, query wall time", rows, wall),
     ]
 
 
-def _spark_run(spark: object, bootstrap: str, topic: str) -> tuple[int, int]:
+def postgres_sink(bootstrap: str, topic: str, records: int) -> list[Measurement]:
+    """Every record's (word, partition, offset) appended to PostgreSQL with COPY:
+    committed plainly by each task (at-least-once), then through prepared
+    transactions committed by the driver (exactly-once). Batch time, same run."""
+    from connectors.spark import local_session
+
+    dsn = _endpoints().postgres_dsn
+    spark = local_session("eos-bench")
+    measured = []
+    for guarantee in ("at-least-once", "exactly-once", "at-least-once", "exactly-once"):
+        table = f"bench_{guarantee.replace('-', '_')}_{uuid.uuid4().hex[:8]}"
+        options = {"dsn": dsn, "table": table, "mode": "append", "createTable": "true",
+                   "deliveryGuarantee": guarantee}  # fmt: skip
+        rows, batch_ms = _spark_run(spark, bootstrap, topic, SinkSpec("eos_postgres", options))
+        _check_rows("eos_postgres", rows, records)
+        measured.append(Measurement(f"eos_postgres {guarantee}", rows, batch_ms / 1000))
+    spark.stop()
+    return measured[2:]  # the first pair warmed up the JVM, workers and the server
+
+
+@dataclass(frozen=True)
+class SinkSpec:
+    format: str
+    options: dict[str, str]
+
+
+def _check_rows(what: str, rows: int, records: int) -> None:
+    if rows != records:
+        raise AssertionError(f"{what} processed {rows} records, expected {records}")
+
+
+def _spark_run(spark: object, bootstrap: str, topic: str, sink: SinkSpec) -> tuple[int, int]:
     """Run one availableNow query; return rows read and the data batches' time in ms."""
     from pyspark.sql import SparkSession
 
     assert isinstance(spark, SparkSession)
+    stream = (
+        spark.readStream.format("eos_kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .load()
+    )
+    if sink.format != "noop":
+        stream = stream.selectExpr("CAST(key AS STRING) AS word", "partition", "offset")
     with tempfile.TemporaryDirectory(prefix="eos-bench-") as checkpoint:
-        query = (
-            spark.readStream.format("eos_kafka")
-            .option("kafka.bootstrap.servers", bootstrap)
-            .option("subscribe", topic)
-            .option("startingOffsets", "earliest")
-            .load()
-            .writeStream.format("noop")
-            .option("checkpointLocation", checkpoint)
-            .trigger(availableNow=True)
-            .start()
-        )
+        writer = stream.writeStream.format(sink.format).option("checkpointLocation", checkpoint)
+        for key, value in sink.options.items():
+            writer = writer.option(key, value)
+        query = writer.trigger(availableNow=True).start()
         query.awaitTermination()
         batches = [p for p in query.recentProgress if p["numInputRows"]]
         rows = sum(int(p["numInputRows"]) for p in batches)
         return rows, sum(int(p["durationMs"]["triggerExecution"]) for p in batches)
+
+
+def _endpoints() -> Endpoints:
+    endpoints = Endpoints.from_env()
+    if endpoints is None:
+        from connectors.stack import Stack
+
+        endpoints = Stack().up()
+    return endpoints
 
 
 def _as_list(result: Measurement | list[Measurement]) -> list[Measurement]:
@@ -138,15 +180,12 @@ def _as_list(result: Measurement | list[Measurement]) -> list[Measurement]:
 Bench = Callable[[str, str, int], "Measurement | list[Measurement]"]
 BENCHES: dict[str, tuple[Bench, ...]] = {
     "source": (raw_consume, spark_source),
+    "postgres": (postgres_sink,),
 }
 
 
 def run_bench(which: str, records: int, out_dir: Path) -> int:
-    endpoints = Endpoints.from_env()
-    if endpoints is None:
-        from connectors.stack import Stack
-
-        endpoints = Stack().up()
+    endpoints = _endpoints()
     topic = f"eos-bench-{which}-{uuid.uuid4().hex[:8]}"
     print(f"Writing {records:,} records of ~{VALUE_BYTES} bytes to {topic}...", flush=True)
     fill_topic(endpoints.kafka_bootstrap, topic, records)

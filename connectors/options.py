@@ -9,9 +9,18 @@ from connectors.errors import ConfigError
 DELIVERY_GUARANTEES = ("exactly-once", "at-least-once")
 
 
+# Options Spark itself sets on a writeStream, which it also hands to the sink.
+SPARK_WRITER_OPTIONS = frozenset({"path", "checkpointlocation"})
+
+
 def lowered(raw: Mapping[str, str], known: Set[str], connector: str) -> dict[str, str]:
     """Options with lower-case keys; an unknown key is a ConfigError listing the known ones."""
-    options = {key.lower(): value for key, value in raw.items() if key.lower() != "path"}
+    options = {k.lower(): v for k, v in raw.items() if k.lower() not in SPARK_WRITER_OPTIONS}
+    if options.pop("asyncprogresstrackingenabled", "false").strip().lower() == "true":
+        raise ConfigError(
+            f"{connector} commits when each batch completes, so batches must run one at a "
+            "time: remove asyncProgressTrackingEnabled=true."
+        )
     unknown = sorted(set(options) - {k.lower() for k in known})
     if unknown:
         names = ", ".join(sorted(known))

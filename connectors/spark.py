@@ -10,6 +10,10 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
+# local[N,F]: let a task fail F-1 times (a killed Python worker) before the query fails.
+TASK_ATTEMPTS = 4
+
+
 def local_session(app: str = "eos", cores: int = 2, **conf: str) -> SparkSession:
     """A ``local[cores]`` session with the package's data sources registered."""
     from pyspark.sql import SparkSession
@@ -20,7 +24,7 @@ def local_session(app: str = "eos", cores: int = 2, **conf: str) -> SparkSession
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = (
-        SparkSession.builder.master(f"local[{cores}]")
+        SparkSession.builder.master(f"local[{cores},{TASK_ATTEMPTS}]")
         .appName(app)
         .config("spark.ui.enabled", "false")
         .config("spark.driver.host", "127.0.0.1")
@@ -34,6 +38,7 @@ def local_session(app: str = "eos", cores: int = 2, **conf: str) -> SparkSession
             "spark.sql.streaming.stateStore.providerClass",
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
         )
+        .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
         .config("spark.driver.memory", os.environ.get("EOS_SPARK_DRIVER_MEMORY", "2g"))
     )
     for key, value in conf.items():

@@ -1,3 +1,5 @@
-"""Sinks that commit when the batch completes (PostgreSQL, Kafka, Redis)."""
+"""Sinks that commit when the batch completes."""
 
-__all__: list[str] = []
+from sinks.postgres import PostgresDataSource
+
+__all__ = ["PostgresDataSource"]

@@ -51,6 +51,10 @@ class PostgresService(Service):
     name = "postgres"
     stop_signal: ClassVar[int] = signal.SIGINT  # "fast" shutdown: don't wait for clients
 
+    def __init__(self, root: Path, settings: dict[str, str] | None = None) -> None:
+        super().__init__(root)
+        self.settings = {**POSTGRES_SETTINGS, **(settings or {})}
+
     @property
     def data(self) -> Path:
         return self.dir / "data"
@@ -162,7 +166,7 @@ class PostgresService(Service):
             user = self._server_user()
             os.chown(socket_dir, user.pw_uid, user.pw_gid)
         settings = {
-            **POSTGRES_SETTINGS,
+            **self.settings,
             "listen_addresses": f"'{LOOPBACK}'",
             "port": str(port),
             "unix_socket_directories": f"'{socket_dir}'",

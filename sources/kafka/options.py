@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from connectors import options as opt
 from connectors.errors import ConfigError
 
 EARLIEST = -2
@@ -110,7 +111,7 @@ class KafkaSourceOptions:
 
 def parse_options(raw: Mapping[str, str]) -> KafkaSourceOptions:
     """Parse Spark's string options into a frozen config; raise ConfigError on bad input."""
-    options = {key.lower(): value for key, value in raw.items() if key.lower() != "path"}
+    options = {k.lower(): v for k, v in raw.items() if k.lower() not in opt.SPARK_WRITER_OPTIONS}
     _reject_unknown(options)
     kafka = _kafka_settings(raw)
     bootstrap = kafka.pop("bootstrap.servers", "")
@@ -125,13 +126,13 @@ def parse_options(raw: Mapping[str, str]) -> KafkaSourceOptions:
         assigned=assigned,
         starting_offsets=_starting_offsets(options.get("startingoffsets", "latest")),
         starting_timestamps=_starting_timestamps(options),
-        timestamp_strategy=_choice(
+        timestamp_strategy=opt.choice(
             options, "startingOffsetsByTimestampStrategy", ("error", "latest"), "error"
         ),  # type: ignore[arg-type]
         max_offsets_per_trigger=_positive_int(options, "maxOffsetsPerTrigger"),
         min_partitions=_positive_int(options, "minPartitions"),
-        fail_on_data_loss=_bool(options, "failOnDataLoss", True),
-        include_headers=_bool(options, "includeHeaders", False),
+        fail_on_data_loss=opt.boolean(options, "failOnDataLoss", True),
+        include_headers=opt.boolean(options, "includeHeaders", False),
         poll_timeout_ms=_positive_int(options, "kafkaConsumer.pollTimeoutMs") or 120_000,
         group_id_prefix=options.get("groupidprefix", "eos-kafka-source"),
         publish_group=options.get("publishoffsetstogroup") or None,
@@ -274,19 +275,3 @@ def _int(value: str, option: str, minimum: int) -> int:
 def _positive_int(options: Mapping[str, str], name: str) -> int | None:
     value = options.get(name.lower())
     return None if value is None else _int(value, name, minimum=1)
-
-
-def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
-    value = options.get(name.lower())
-    if value is None:
-        return default
-    if value.strip().lower() not in ("true", "false"):
-        raise ConfigError(f"Option '{name}' must be true or false, got {value!r}.")
-    return value.strip().lower() == "true"
-
-
-def _choice(options: Mapping[str, str], name: str, allowed: tuple[str, ...], default: str) -> str:
-    value = options.get(name.lower(), default).lower()
-    if value not in allowed:
-        raise ConfigError(f"Option '{name}' must be one of {', '.join(allowed)}, got {value!r}.")
-    return value

@@ -1,0 +1,1 @@
+"""The exactly-once harness: pipelines run as their own processes, crashed and checked."""

@@ -1,0 +1,126 @@
+"""A keyed word-count pipeline run as its own OS process: ``eos_kafka`` -> state -> sink.
+
+``python -m connectors.harness.pipeline --topic T --checkpoint DIR --sink postgres ...``
+
+The stateful stage is Spark's ``groupBy().count()`` (``--state count``, complete
+mode) or a ``transformWithStateInPandas`` processor (``--state processor``,
+append mode: it emits each changed word's new count) keeping a running count
+per word; both end in (word, count) rows the sink upserts. Fault points
+are armed through ``EOS_FAULT_*`` (see connectors/faults.py); the process puts
+its own process group in ``EOS_FAULT_PGID`` so a fault can crash the whole query.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m connectors.harness.pipeline")
+    parser.add_argument("--bootstrap", default=os.environ.get("EOS_KAFKA_BOOTSTRAP"))
+    parser.add_argument("--topic", required=True)
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--state", choices=["count", "processor", "none"], default="count")
+    parser.add_argument("--sink", choices=["postgres"], required=True)
+    parser.add_argument("--dsn", default=os.environ.get("EOS_POSTGRES_DSN"))
+    parser.add_argument("--table", default="word_counts")
+    parser.add_argument("--max-offsets", default="500")
+    parser.add_argument(
+        "--trigger", choices=["available-now", "continuous"], default="available-now"
+    )
+    parser.add_argument("--delivery", default="exactly-once")
+    return parser.parse_args(argv)
+
+
+def pipeline(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
+    """(word, count) from a stateful stage, or with ``--state none`` every record's
+    (word, partition, offset) for append mode."""
+    records = (
+        spark.readStream.format("eos_kafka")
+        .option("kafka.bootstrap.servers", args.bootstrap)
+        .option("subscribe", args.topic)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", args.max_offsets)
+        .load()
+    )
+    if args.state == "none":
+        return records.selectExpr("CAST(key AS STRING) AS word", "partition", "offset")
+    words = records.selectExpr("CAST(key AS STRING) AS word")
+    if args.state == "count":
+        return words.groupBy("word").count()
+    return words.groupBy("word").transformWithStateInPandas(
+        statefulProcessor=_running_count_processor(),
+        outputStructType="word string, count long",
+        outputMode="Append",
+        timeMode="None",
+    )
+
+
+def _running_count_processor() -> Any:
+    """A StatefulProcessor keeping each word's count in a ValueState."""
+    import pandas as pd
+    from pyspark.sql.streaming.stateful_processor import (
+        StatefulProcessor,
+        StatefulProcessorHandle,
+    )
+
+    class RunningCount(StatefulProcessor):  # type: ignore[misc]
+        def init(self, handle: StatefulProcessorHandle) -> None:
+            self.total = handle.getValueState("total", "total long")
+
+        def handleInputRows(
+            self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any
+        ) -> Iterator[pd.DataFrame]:
+            stored = self.total.get() if self.total.exists() else None
+            total = int(stored[0]) if stored else 0
+            total += sum(len(frame) for frame in rows)
+            self.total.update((total,))
+            yield pd.DataFrame({"word": [key[0]], "count": [total]})
+
+        def close(self) -> None:
+            pass
+
+    return RunningCount()
+
+
+def output_mode(state: str) -> str:
+    """PySpark's Python sinks take append and complete mode, not update: an aggregate
+    rewrites its whole (small) result each batch; the processor emits changed keys."""
+    return "complete" if state == "count" else "append"
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    os.environ["EOS_FAULT_PGID"] = str(os.getpgid(0))
+    from connectors.spark import local_session
+
+    spark = local_session(f"eos-pipeline-{args.sink}")
+    append = args.state == "none"
+    writer = (
+        pipeline(spark, args)
+        .writeStream.format("eos_postgres")
+        .option("dsn", args.dsn)
+        .option("table", args.table)
+        .option("mode", "append" if append else "upsert")
+        .option("createTable", "true")
+        .option("deliveryGuarantee", args.delivery)
+        .outputMode(output_mode(args.state))
+        .option("checkpointLocation", args.checkpoint)
+    )
+    if not append:
+        writer = writer.option("keyColumns", "word")
+    if args.trigger == "available-now":
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime="500 milliseconds")
+    writer.start().awaitTermination()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,114 @@
+"""Rows into PostgreSQL in bulk: Arrow batches as CSV through COPY, upserts through a stage."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from collections.abc import Iterator, Sequence
+
+import psycopg
+import pyarrow as pa
+import pyarrow.csv as pa_csv
+from psycopg import sql
+
+from sinks.postgres.schema import table_ident
+
+_CSV = pa_csv.WriteOptions(include_header=False, quoting_style="needed")
+
+
+def csv_bytes(batch: pa.RecordBatch) -> bytes:
+    """One batch as PostgreSQL CSV: NULL unquoted-empty, strings quoted, bytea as hex."""
+    columns = [_for_csv(column) for column in batch.columns]
+    buffer = io.BytesIO()
+    pa_csv.write_csv(pa.RecordBatch.from_arrays(columns, names=batch.schema.names), buffer, _CSV)
+    return buffer.getvalue()
+
+
+def _for_csv(column: pa.Array) -> pa.Array:
+    if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
+        return pa.array(
+            [None if v is None else "\\x" + v.hex() for v in column.to_pylist()], pa.string()
+        )
+    return column
+
+
+def copy_batches(
+    cur: psycopg.Cursor[tuple[object, ...]],
+    target: sql.Composable,
+    columns: Sequence[str],
+    batches: Iterator[pa.RecordBatch],
+) -> int:
+    """COPY every batch into ``target``; return the row count."""
+    rows = 0
+    statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(
+        target, sql.SQL(", ").join(map(sql.Identifier, columns))
+    )
+    with cur.copy(statement) as copy:
+        for batch in batches:
+            if batch.num_rows:
+                copy.write(csv_bytes(batch))
+                rows += batch.num_rows
+    return rows
+
+
+def append(
+    cur: psycopg.Cursor[tuple[object, ...]],
+    table: Sequence[str],
+    columns: Sequence[str],
+    batches: Iterator[pa.RecordBatch],
+) -> int:
+    return copy_batches(cur, table_ident(table), columns, batches)
+
+
+def upsert(
+    cur: psycopg.Cursor[tuple[object, ...]],
+    table: Sequence[str],
+    stage_schema: str,
+    stage_name: str,
+    columns: Sequence[str],
+    keys: Sequence[str],
+    batches: Iterator[pa.RecordBatch],
+) -> int:
+    """COPY into a stage table, then one INSERT ... ON CONFLICT; the last row per key wins.
+
+    The stage is a regular unlogged table created and dropped inside the same
+    transaction: PostgreSQL refuses to PREPARE a transaction that used a TEMP table.
+    """
+    stage = sql.Identifier(
+        stage_schema, "stage_" + hashlib.sha256(stage_name.encode()).hexdigest()[:20]
+    )
+    cols = sql.SQL(", ").join(map(sql.Identifier, columns))
+    cur.execute(
+        sql.SQL("CREATE UNLOGGED TABLE {} AS SELECT {} FROM {} WITH NO DATA").format(
+            stage, cols, table_ident(table)
+        )
+    )
+    cur.execute(
+        sql.SQL("ALTER TABLE {} ADD COLUMN eos_seq bigint GENERATED ALWAYS AS IDENTITY").format(
+            stage
+        )
+    )
+    rows = copy_batches(cur, stage, columns, batches)
+    key_cols = sql.SQL(", ").join(map(sql.Identifier, keys))
+    cur.execute(
+        sql.SQL(
+            "INSERT INTO {table} ({cols}) SELECT DISTINCT ON ({keys}) {cols} FROM {stage} "
+            "ORDER BY {keys}, eos_seq DESC ON CONFLICT ({keys}) {action}"
+        ).format(
+            table=table_ident(table),
+            cols=cols,
+            keys=key_cols,
+            stage=stage,
+            action=_conflict_action([c for c in columns if c not in keys]),
+        )
+    )
+    cur.execute(sql.SQL("DROP TABLE {}").format(stage))
+    return rows
+
+
+def _conflict_action(values: Sequence[str]) -> sql.Composable:
+    if not values:
+        return sql.SQL("DO NOTHING")
+    return sql.SQL("DO UPDATE SET {}").format(
+        sql.SQL(", ").join(sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(c)) for c in values)
+    )

@@ -1,0 +1,84 @@
+"""Options of the ``eos_postgres`` sink, parsed once into a frozen value."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from connectors import options as opt
+from connectors.errors import ConfigError
+from connectors.secrets import redact_url
+
+_KNOWN = {
+    "dsn",
+    "table",
+    "mode",
+    "keyColumns",
+    "createTable",
+    "bookkeepingSchema",
+    "sinkId",
+    "deliveryGuarantee",
+}
+
+
+@dataclass(frozen=True)
+class PostgresSinkOptions:
+    dsn: str
+    table: tuple[str, ...]  # (name,) or (schema, name)
+    mode: Literal["append", "upsert"]
+    key_columns: tuple[str, ...]
+    create_table: bool
+    bookkeeping_schema: str
+    sink_id: str | None
+    exactly_once: bool
+
+    def __repr__(self) -> str:  # the DSN's password never reaches a log line
+        return (
+            f"PostgresSinkOptions(dsn={redact_url(self.dsn)!r}, table={self.table!r}, "
+            f"mode={self.mode!r}, key_columns={self.key_columns!r})"
+        )
+
+    @property
+    def table_name(self) -> str:
+        return ".".join(self.table)
+
+
+def parse_options(raw: Mapping[str, str]) -> PostgresSinkOptions:
+    options = opt.lowered(raw, _KNOWN, "eos_postgres")
+    dsn = opt.required(options, "dsn", "a libpq connection string or postgresql:// URL")
+    table = _table(opt.required(options, "table", "the target table, as name or schema.name"))
+    mode = opt.choice(options, "mode", ("append", "upsert"), "append")
+    keys = opt.names(options, "keyColumns")
+    if mode == "upsert" and not keys:
+        raise ConfigError("Option 'keyColumns' is required with mode=upsert (e.g. 'id' or 'a,b').")
+    if mode == "append" and keys:
+        raise ConfigError("Option 'keyColumns' applies only to mode=upsert.")
+    guarantee = opt.choice(options, "deliveryGuarantee", opt.DELIVERY_GUARANTEES, "exactly-once")
+    return PostgresSinkOptions(
+        dsn=dsn,
+        table=table,
+        mode=mode,  # type: ignore[arg-type]
+        key_columns=keys,
+        create_table=opt.boolean(options, "createTable", False),
+        bookkeeping_schema=options.get("bookkeepingschema", "eos").strip() or "eos",
+        sink_id=_sink_id(options.get("sinkid")),
+        exactly_once=guarantee == "exactly-once",
+    )
+
+
+def _table(value: str) -> tuple[str, ...]:
+    parts = tuple(value.split(".", 1)) if "." in value and not value.startswith('"') else (value,)
+    if any(not p for p in parts):
+        raise ConfigError(f"Option 'table' must be name or schema.name, got {value!r}.")
+    return parts
+
+
+def _sink_id(value: str | None) -> str | None:
+    if value is None:
+        return None
+    if not value or len(value) > 64 or "|" in value:
+        raise ConfigError(
+            "Option 'sinkId' must be 1-64 characters without '|' (it names prepared transactions)."
+        )
+    return value

@@ -1,0 +1,90 @@
+"""``eos_postgres``: the data source Spark instantiates by format name."""
+
+from __future__ import annotations
+
+from psycopg import sql
+from pyspark.sql.datasource import DataSource, DataSourceStreamWriter
+from pyspark.sql.types import StructType
+
+from connectors.errors import ConfigError
+from sinks.postgres import schema as pg_schema
+from sinks.postgres.options import PostgresSinkOptions, parse_options
+from sinks.postgres.writer import Connection, PostgresPlainWriter, PostgresTwoPhaseWriter, connect
+
+MIN_PREPARED_TRANSACTIONS = 1
+
+
+class PostgresDataSource(DataSource):
+    """Streaming sink into a PostgreSQL table, exactly once through two-phase commit.
+
+    See :class:`sinks.postgres.writer.PostgresTwoPhaseWriter` for the guarantee.
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return "eos_postgres"
+
+    @property
+    def config(self) -> PostgresSinkOptions:
+        return parse_options(self.options)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        options = self.config
+        if overwrite and options.mode == "append":
+            raise ConfigError(
+                "outputMode 'complete' rewrites the whole result every batch: with mode=append "
+                "the table would collect copies. Use mode=upsert with keyColumns, or outputMode "
+                "'append' / 'update'."
+            )
+        missing = [k for k in options.key_columns if k not in schema.fieldNames()]
+        if missing:
+            raise ConfigError(f"Option 'keyColumns' names columns not in the stream: {missing}.")
+        with connect(options) as conn:
+            check_server(conn, options)
+            ensure_bookkeeping(conn, options.bookkeeping_schema)
+            ensure_table(conn, options, schema)
+        columns = tuple(schema.fieldNames())
+        if options.exactly_once:
+            return PostgresTwoPhaseWriter(options, columns)
+        return PostgresPlainWriter(options, columns)
+
+
+def check_server(conn: Connection, options: PostgresSinkOptions) -> None:
+    if not options.exactly_once:
+        return
+    row = conn.execute("SHOW max_prepared_transactions").fetchone()
+    if row is None or int(row[0]) < MIN_PREPARED_TRANSACTIONS:
+        raise ConfigError(
+            "PostgreSQL has max_prepared_transactions = 0, so it cannot prepare transactions "
+            "and eos_postgres cannot commit exactly once. Set max_prepared_transactions to at "
+            "least the number of sink tasks per batch (e.g. 64) in postgresql.conf and restart "
+            "the server, or use deliveryGuarantee=at-least-once."
+        )
+
+
+def ensure_bookkeeping(conn: Connection, bookkeeping_schema: str) -> None:
+    schema = sql.Identifier(bookkeeping_schema)
+    conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
+    conn.execute(
+        sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {} ("
+            " sink_id text NOT NULL, batch_id bigint NOT NULL, query_id text NOT NULL,"
+            " units text[] NOT NULL, decided_at timestamptz NOT NULL DEFAULT now(),"
+            " PRIMARY KEY (sink_id, batch_id))"
+        ).format(sql.Identifier(bookkeeping_schema, "decisions"))
+    )
+
+
+def ensure_table(conn: Connection, options: PostgresSinkOptions, schema: StructType) -> None:
+    columns = pg_schema.table_columns(conn, options.table)
+    if columns is None:
+        if not options.create_table:
+            raise ConfigError(
+                f"Table {options.table_name} does not exist. Create it, or set createTable=true "
+                "to create it from the stream's schema."
+            )
+        pg_schema.create_table(conn, options.table, schema, options.key_columns)
+        columns = pg_schema.table_columns(conn, options.table) or {}
+    pg_schema.check_columns(options.table_name, schema, columns)
+    if options.mode == "upsert":
+        pg_schema.check_unique_key(conn, options.table, options.key_columns)

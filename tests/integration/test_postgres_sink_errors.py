@@ -1,0 +1,154 @@
+"""eos_postgres refuses bad input with clear errors and leaves nothing half-committed."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+from pyspark.sql import DataFrame, SparkSession
+
+from connectors.demo import create_topic, produce_words
+from connectors.endpoints import Endpoints
+from connectors.stack.postgres import PostgresService
+
+pytestmark = [pytest.mark.services, pytest.mark.spark]
+
+
+def _words(spark: SparkSession, endpoints: Endpoints, topic: str) -> DataFrame:
+    return (
+        spark.readStream.format("eos_kafka")
+        .option("kafka.bootstrap.servers", endpoints.kafka_bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .load()
+        .selectExpr("CAST(key AS STRING) AS word")
+        .groupBy("word")
+        .count()
+    )
+
+
+def _run(df: DataFrame, checkpoint: Path, **options: str) -> None:
+    writer = df.writeStream.format("eos_postgres").outputMode("complete")
+    for key, value in {"mode": "upsert", "keyColumns": "word", **options}.items():
+        writer = writer.option(key, value)
+    query = writer.option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
+    query.awaitTermination(300)
+
+
+@pytest.fixture
+def topic(endpoints: Endpoints, unique: str) -> str:
+    name = f"pgerr-{unique}"
+    create_topic(endpoints.kafka_bootstrap, name, 2)
+    produce_words(endpoints.kafka_bootstrap, name, 300)
+    return name
+
+
+def _nothing_written(endpoints: Endpoints, table: str) -> None:
+    with psycopg.connect(endpoints.postgres_dsn) as conn:
+        prepared = conn.execute("SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'eos|%'")
+        assert prepared.fetchall() == []
+        exists = conn.execute("SELECT to_regclass(%s)", (table,)).fetchone()
+        if exists and exists[0] is not None:
+            count = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(table)))
+            assert count.fetchone() == (0,)
+
+
+def test_missing_table_without_create(
+    spark: SparkSession, endpoints: Endpoints, topic: str, unique: str, tmp_path: Path
+) -> None:
+    table = f"absent_{unique}"
+    with pytest.raises(Exception, match=f"Table {table} does not exist.*createTable=true"):
+        _run(_words(spark, endpoints, topic), tmp_path, dsn=endpoints.postgres_dsn, table=table)
+    _nothing_written(endpoints, table)
+
+
+def test_column_type_mismatch(
+    spark: SparkSession, endpoints: Endpoints, topic: str, unique: str, tmp_path: Path
+) -> None:
+    table = f"typed_{unique}"
+    with psycopg.connect(endpoints.postgres_dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("CREATE TABLE {} (word text PRIMARY KEY, count date)").format(
+                sql.Identifier(table)
+            )
+        )
+    with pytest.raises(Exception, match=f"Column 'count' of table {table} is date, which cannot"):
+        _run(_words(spark, endpoints, topic), tmp_path, dsn=endpoints.postgres_dsn, table=table)
+    _nothing_written(endpoints, table)
+
+
+def test_upsert_needs_a_unique_key(
+    spark: SparkSession, endpoints: Endpoints, topic: str, unique: str, tmp_path: Path
+) -> None:
+    table = f"nokey_{unique}"
+    with psycopg.connect(endpoints.postgres_dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("CREATE TABLE {} (word text, count bigint)").format(sql.Identifier(table))
+        )
+    with pytest.raises(Exception, match=r"needs a unique index or primary key on exactly \(word\)"):
+        _run(_words(spark, endpoints, topic), tmp_path, dsn=endpoints.postgres_dsn, table=table)
+    _nothing_written(endpoints, table)
+
+
+def test_unreachable_server_never_shows_the_password(
+    spark: SparkSession, endpoints: Endpoints, topic: str, tmp_path: Path
+) -> None:
+    dsn = "postgresql://eos:hunter2secret@127.0.0.1:1/eos"
+    with pytest.raises(
+        Exception, match=r"PostgreSQL at postgresql://eos:\*\*\*@127\.0\.0\.1:1/eos"
+    ) as info:
+        _run(_words(spark, endpoints, topic), tmp_path, dsn=dsn, table="t")
+    assert "hunter2secret" not in str(info.value)
+
+
+def test_hostile_identifiers_are_quoted(
+    spark: SparkSession, endpoints: Endpoints, topic: str, unique: str, tmp_path: Path
+) -> None:
+    table = f'x"; DROP TABLE victim_{unique}; --'
+    with psycopg.connect(endpoints.postgres_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE TABLE {} (v int)").format(sql.Identifier(f"victim_{unique}")))
+    _run(
+        _words(spark, endpoints, topic),
+        tmp_path,
+        dsn=endpoints.postgres_dsn,
+        table=table,
+        createTable="true",
+    )
+    with psycopg.connect(endpoints.postgres_dsn) as conn:
+        assert conn.execute("SELECT to_regclass(%s)", (f"victim_{unique}",)).fetchone() != (None,)
+        rows = conn.execute(sql.SQL("SELECT sum(count) FROM {}").format(sql.Identifier(table)))
+        assert rows.fetchone() == (300,)  # one committed transaction of 300 words
+
+
+@pytest.fixture
+def no_2pc_server() -> Iterator[str]:
+    """A second, real PostgreSQL with max_prepared_transactions = 0."""
+    base = Path("/var/lib/eos-connectors") if os.geteuid() == 0 else Path.home() / ".cache"
+    root = base / f"test-no2pc-{uuid.uuid4().hex[:8]}"
+    service = PostgresService(root, settings={"max_prepared_transactions": "0"})
+    record = service.start(None)
+    service.save(record)
+    try:
+        yield record.endpoint
+    finally:
+        service.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_server_without_prepared_transactions_is_refused_at_start(
+    spark: SparkSession, endpoints: Endpoints, topic: str, tmp_path: Path, no_2pc_server: str
+) -> None:
+    with pytest.raises(Exception, match=r"max_prepared_transactions = 0.*at least"):
+        _run(
+            _words(spark, endpoints, topic),
+            tmp_path,
+            dsn=no_2pc_server,
+            table="t",
+            createTable="true",
+        )

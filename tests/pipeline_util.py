@@ -1,0 +1,74 @@
+"""Run pipelines as their own process groups, crash them, and restart them."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def env(**extra: str) -> dict[str, str]:
+    """The test's environment without fault settings, plus ``extra``."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("EOS_FAULT")}
+    base["PYTHONPATH"] = str(ROOT)
+    base.update(extra)
+    return base
+
+
+def fault_env(point: str, batch: int, marker: Path, scope: str = "group") -> dict[str, str]:
+    return env(
+        EOS_FAULT_POINT=f"{point}@{batch}",
+        EOS_FAULT_SCOPE=scope,
+        EOS_FAULT_MARKER=str(marker),
+    )
+
+
+def run(command: list[str], environment: dict[str, str], timeout: float = 600) -> int:
+    """Run to completion (or crash); always leaves no process of the group behind."""
+    proc = subprocess.Popen(command, cwd=ROOT, env=environment, start_new_session=True)
+    try:
+        return proc.wait(timeout=timeout)
+    finally:
+        kill_group(proc)
+
+
+def kill_group(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def kill_when(
+    command: list[str],
+    environment: dict[str, str],
+    ready: Callable[[], bool],
+    delay: float,
+    timeout: float = 300,
+) -> None:
+    """Start the pipeline, wait until ``ready()``, wait ``delay`` more, then SIGKILL it."""
+    proc = subprocess.Popen(command, cwd=ROOT, env=environment, start_new_session=True)
+    try:
+        deadline = time.monotonic() + timeout
+        while not ready():
+            assert proc.poll() is None, f"pipeline exited with {proc.returncode} before the kill"
+            assert time.monotonic() < deadline, "pipeline made no progress"
+            time.sleep(0.1)
+        time.sleep(delay)
+    finally:
+        kill_group(proc)
+
+
+def committed_batches(checkpoint: Path) -> int:
+    commits = checkpoint / "commits"
+    return len(list(commits.glob("[0-9]*"))) if commits.exists() else 0
+
+
+def pipeline_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "connectors.harness.pipeline", *args]

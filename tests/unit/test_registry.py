@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from connectors.errors import ConfigError
+from connectors.registry import data_sources, register
+
+
+class _Conf:
+    def __init__(self, values: dict[str, str]) -> None:
+        self.values = values
+
+    def get(self, key: str, default: str) -> str:
+        return self.values.get(key, default)
+
+
+class _Session:
+    """Just the two attributes register() touches: its conf and dataSource.register."""
+
+    def __init__(self, conf: dict[str, str]) -> None:
+        self.conf = _Conf(conf)
+        self.registered: list[Any] = []
+        self.dataSource = self
+
+    def register(self, source: Any) -> None:
+        self.registered.append(source)
+
+
+def test_registers_every_data_source_by_name() -> None:
+    session = _Session({})
+    names = register(session)  # type: ignore[arg-type]
+    assert names == ["eos_kafka", "eos_postgres"]
+    assert session.registered == data_sources()
+
+
+def test_speculative_execution_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"spark\.speculation is true"):
+        register(_Session({"spark.speculation": "true"}))  # type: ignore[arg-type]
