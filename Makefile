@@ -26,8 +26,9 @@ lint: bootstrap ## ruff and mypy
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-bench: bootstrap ## source throughput vs a raw confluent-kafka loop (ratios from one run)
-	$(BIN)/eos bench
+bench: bootstrap ## throughput vs baselines, ratios from one run (source, postgres)
+	$(BIN)/eos bench source
+	$(BIN)/eos bench postgres
 
 stack-up: bootstrap ## start the local Kafka/PostgreSQL/Redis stack
 	$(BIN)/eos stack up

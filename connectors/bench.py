@@ -123,9 +123,21 @@ def postgres_sink(bootstrap: str, topic: str, records: int) -> list[Measurement]
                    "deliveryGuarantee": guarantee}  # fmt: skip
         rows, batch_ms = _spark_run(spark, bootstrap, topic, SinkSpec("eos_postgres", options))
         _check_rows("eos_postgres", rows, records)
+        _check_rows(f"table {table}", _table_rows(dsn, table), records)
         measured.append(Measurement(f"eos_postgres {guarantee}", rows, batch_ms / 1000))
     spark.stop()
     return measured[2:]  # the first pair warmed up the JVM, workers and the server
+
+
+def _table_rows(dsn: str, table: str) -> int:
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(table)))
+        count = row.fetchone()
+        conn.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(table)))
+    return int(count[0]) if count else 0
 
 
 @dataclass(frozen=True)
