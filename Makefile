@@ -26,9 +26,10 @@ lint: bootstrap ## ruff and mypy
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-bench: bootstrap ## throughput vs baselines, ratios from one run (source, postgres)
+bench: bootstrap ## throughput vs baselines, ratios from one run (source, postgres, kafka)
 	$(BIN)/eos bench source
 	$(BIN)/eos bench postgres
+	$(BIN)/eos bench kafka
 
 stack-up: bootstrap ## start the local Kafka/PostgreSQL/Redis stack
 	$(BIN)/eos stack up

@@ -140,10 +140,55 @@ def _table_rows(dsn: str, table: str) -> int:
     return int(count[0]) if count else 0
 
 
+def kafka_sink(bootstrap: str, topic: str, records: int) -> list[Measurement]:
+    """Every record copied to a new topic by the eos_kafka sink: an idempotent producer
+    per task (at-least-once), then one transaction per task with its progress marker
+    (exactly-once). Batch time, same run, after a warm-up pair."""
+    from connectors.demo import create_topic
+    from connectors.spark import local_session
+
+    spark = local_session("eos-bench")
+    measured = []
+    for guarantee in ("at-least-once", "exactly-once", "at-least-once", "exactly-once"):
+        out = f"{topic}-{guarantee}-{uuid.uuid4().hex[:6]}"
+        create_topic(bootstrap, out, PARTITIONS)
+        options = {"kafka.bootstrap.servers": bootstrap, "topic": out,
+                   "deliveryGuarantee": guarantee}  # fmt: skip
+        spec = SinkSpec("eos_kafka", options, ("key", "value"))
+        rows, batch_ms = _spark_run(spark, bootstrap, topic, spec)
+        _check_rows("eos_kafka sink", rows, records)
+        _check_rows(f"topic {out}", _topic_records(bootstrap, out), records)
+        measured.append(Measurement(f"eos_kafka sink {guarantee}", rows, batch_ms / 1000))
+    spark.stop()
+    return measured[2:]
+
+
+def _topic_records(bootstrap: str, topic: str) -> int:
+    """Records a read_committed reader sees, counted by reading up to the end."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-{uuid.uuid4().hex}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
+            for p in range(PARTITIONS)}  # fmt: skip
+    seen = 0
+    while any((tp.offset or 0) < ends[tp.partition]
+              for tp in consumer.position([TopicPartition(topic, p) for p in ends])):  # fmt: skip
+        seen += sum(1 for m in consumer.consume(50_000, 1.0) if m.error() is None)
+    consumer.close()
+    return seen
+
+
 @dataclass(frozen=True)
 class SinkSpec:
     format: str
     options: dict[str, str]
+    select: tuple[str, ...] = ("CAST(key AS STRING) AS word", "partition", "offset")
 
 
 def _check_rows(what: str, rows: int, records: int) -> None:
@@ -164,7 +209,7 @@ def _spark_run(spark: object, bootstrap: str, topic: str, sink: SinkSpec) -> tup
         .load()
     )
     if sink.format != "noop":
-        stream = stream.selectExpr("CAST(key AS STRING) AS word", "partition", "offset")
+        stream = stream.selectExpr(*sink.select)
     with tempfile.TemporaryDirectory(prefix="eos-bench-") as checkpoint:
         writer = stream.writeStream.format(sink.format).option("checkpointLocation", checkpoint)
         for key, value in sink.options.items():
@@ -193,6 +238,7 @@ Bench = Callable[[str, str, int], "Measurement | list[Measurement]"]
 BENCHES: dict[str, tuple[Bench, ...]] = {
     "source": (raw_consume, spark_source),
     "postgres": (postgres_sink,),
+    "kafka": (kafka_sink,),
 }
 
 

@@ -69,7 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=_demo_command)
 
     bench = commands.add_parser("bench", help="throughput against baselines, as ratios")
-    bench.add_argument("which", nargs="?", default="source", choices=["source", "postgres"])
+    bench.add_argument(
+        "which", nargs="?", default="source", choices=["source", "postgres", "kafka"]
+    )
     bench.add_argument("--records", type=int, default=1_000_000)
     bench.add_argument("--out", default="bench-results")
     bench.set_defaults(func=_bench_command)

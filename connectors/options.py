@@ -28,6 +28,20 @@ def lowered(raw: Mapping[str, str], known: Set[str], connector: str) -> dict[str
     return options
 
 
+def kafka_settings(raw: Mapping[str, str], owned: Mapping[str, str]) -> dict[str, str]:
+    """``kafka.*`` options for librdkafka, prefix removed; a key in ``owned`` is refused
+    with the reason ``owned`` gives."""
+    settings: dict[str, str] = {}
+    for key, value in raw.items():
+        name = key.lower()
+        if not name.startswith("kafka."):
+            continue
+        if name in owned:
+            raise ConfigError(f"Option '{key}' cannot be set: {owned[name]}.")
+        settings[name.removeprefix("kafka.")] = value
+    return settings
+
+
 def required(options: Mapping[str, str], name: str, what: str) -> str:
     value = options.get(name.lower(), "").strip()
     if not value:

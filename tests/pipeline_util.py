@@ -65,6 +65,12 @@ def kill_when(
         kill_group(proc)
 
 
+def progress_after(checkpoint: Path) -> Callable[[], bool]:
+    """True once the query commits a batch more than it had now."""
+    done = committed_batches(checkpoint)
+    return lambda: committed_batches(checkpoint) > done
+
+
 def committed_batches(checkpoint: Path) -> int:
     commits = checkpoint / "commits"
     return len(list(commits.glob("[0-9]*"))) if commits.exists() else 0

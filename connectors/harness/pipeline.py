@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -27,7 +28,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--topic", required=True)
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--state", choices=["count", "processor", "none"], default="count")
-    parser.add_argument("--sink", choices=["postgres"], required=True)
+    parser.add_argument("--sink", choices=["postgres", "kafka"], required=True)
+    parser.add_argument("--out-topic", default=None, help="the Kafka sink's topic")
     parser.add_argument("--dsn", default=os.environ.get("EOS_POSTGRES_DSN"))
     parser.add_argument("--table", default="word_counts")
     parser.add_argument("--max-offsets", default="500")
@@ -95,26 +97,43 @@ def output_mode(state: str) -> str:
     return "complete" if state == "count" else "append"
 
 
+def postgres_writer(result: DataFrame, args: argparse.Namespace) -> DataStreamWriter:
+    writer = (
+        result.writeStream.format("eos_postgres")
+        .option("dsn", args.dsn)
+        .option("table", args.table)
+        .option("mode", "append" if args.state == "none" else "upsert")
+        .option("createTable", "true")
+        .option("deliveryGuarantee", args.delivery)
+    )
+    return writer if args.state == "none" else writer.option("keyColumns", "word")
+
+
+def kafka_writer(result: DataFrame, args: argparse.Namespace) -> DataStreamWriter:
+    """key = word; value = the count, or "partition:offset" of the input record."""
+    value = "CAST(count AS STRING)" if args.state != "none" else "concat(partition, ':', offset)"
+    return (
+        result.selectExpr("CAST(word AS BINARY) AS key", f"CAST({value} AS BINARY) AS value")
+        .writeStream.format("eos_kafka")
+        .option("kafka.bootstrap.servers", args.bootstrap)
+        .option("topic", args.out_topic)
+        .option("deliveryGuarantee", args.delivery)
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     os.environ["EOS_FAULT_PGID"] = str(os.getpgid(0))
     from connectors.spark import local_session
 
     spark = local_session(f"eos-pipeline-{args.sink}")
-    append = args.state == "none"
+    result = pipeline(spark, args)
     writer = (
-        pipeline(spark, args)
-        .writeStream.format("eos_postgres")
-        .option("dsn", args.dsn)
-        .option("table", args.table)
-        .option("mode", "append" if append else "upsert")
-        .option("createTable", "true")
-        .option("deliveryGuarantee", args.delivery)
-        .outputMode(output_mode(args.state))
-        .option("checkpointLocation", args.checkpoint)
+        postgres_writer(result, args) if args.sink == "postgres" else kafka_writer(result, args)
     )
-    if not append:
-        writer = writer.option("keyColumns", "word")
+    writer = writer.outputMode(output_mode(args.state)).option(
+        "checkpointLocation", args.checkpoint
+    )
     if args.trigger == "available-now":
         writer = writer.trigger(availableNow=True)
     else:

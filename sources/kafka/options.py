@@ -152,14 +152,7 @@ def _reject_unknown(options: Mapping[str, str]) -> None:
 
 
 def _kafka_settings(raw: Mapping[str, str]) -> dict[str, str]:
-    settings: dict[str, str] = {}
-    for key, value in raw.items():
-        lowered = key.lower()
-        if not lowered.startswith("kafka."):
-            continue
-        if lowered in _OWNED_KAFKA:
-            raise ConfigError(f"Option '{key}' cannot be set: {_OWNED_KAFKA[lowered]}.")
-        settings[lowered.removeprefix("kafka.")] = value
+    settings = opt.kafka_settings(raw, _OWNED_KAFKA)
     level = settings.get("isolation.level", "read_committed")
     if level not in _ISOLATION_LEVELS:
         raise ConfigError(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, DataSourceStreamWriter
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -36,7 +36,9 @@ def source_schema(include_headers: bool) -> StructType:
 
 
 class KafkaDataSource(DataSource):
-    """Replayable Kafka source: per-partition offsets are the positions in Spark's checkpoint.
+    """``eos_kafka``: the replayable Kafka source, and the transactional Kafka sink.
+
+    As a source, per-partition offsets are the positions in Spark's checkpoint.
 
     Guarantee: with a checkpoint location, every record in the subscribed partitions
     (only committed ones under the default read_committed) is delivered to exactly
@@ -62,3 +64,17 @@ class KafkaDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return KafkaStreamReader(self.config)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        """``eos_kafka`` as a sink: Spark's Kafka sink columns and options, transactional."""
+        from sinks.kafka import KafkaPlainWriter, KafkaTransactionalWriter
+        from sinks.kafka import parse_options as parse_sink_options
+        from sinks.kafka.checks import check_broker
+        from sinks.kafka.records import check_schema
+
+        options = parse_sink_options(self.options)
+        check_schema(schema, has_topic_option=options.topic is not None)
+        check_broker(options)
+        if options.exactly_once:
+            return KafkaTransactionalWriter(options)
+        return KafkaPlainWriter(options)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
@@ -20,11 +19,11 @@ from psycopg import sql
 from connectors.demo import create_topic, produce_words
 from connectors.endpoints import Endpoints
 from tests.pipeline_util import (
-    committed_batches,
     env,
     fault_env,
     kill_when,
     pipeline_command,
+    progress_after,
     run,
 )
 
@@ -100,15 +99,9 @@ def test_random_kills_three_times(
     checkpoint = tmp_path / "checkpoint"
     rng = random.Random(unique)
     for _ in range(3):
-        kill_when(command, env(), _progress_after(checkpoint), rng.uniform(0, 2))
+        kill_when(command, env(), progress_after(checkpoint), rng.uniform(0, 2))
     assert run(_command(topic, tmp_path, table, "processor", "available-now"), env()) == 0
     assert _table(endpoints, table) == dict(expected)
-
-
-def _progress_after(checkpoint: Path) -> Callable[[], bool]:
-    """True once the query commits a batch more than it had now."""
-    done = committed_batches(checkpoint)
-    return lambda: committed_batches(checkpoint) > done
 
 
 def test_a_task_retried_after_prepare_neither_blocks_nor_duplicates(

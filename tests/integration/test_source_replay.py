@@ -6,20 +6,17 @@ so SIGKILL takes the driver, the JVM and the Python workers down together.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import random
 import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from connectors.endpoints import Endpoints
 from tests.kafka_util import Record, create_topic, produce_mixed, read_plain
+from tests.pipeline_util import env, fault_env, kill_when, progress_after, run
 
 pytestmark = [pytest.mark.services, pytest.mark.spark]
 
@@ -33,27 +30,6 @@ def _command(endpoints: Endpoints, topic: str, work: Path, trigger: str) -> list
         "--checkpoint", str(work / "checkpoint"), "--out", str(work / "out"),
         "--max-offsets", "60", "--trigger", trigger,
     ]  # fmt: skip
-
-
-def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("EOS_FAULT")}
-    env["PYTHONPATH"] = str(ROOT)
-    env.update(extra)
-    return env
-
-
-def _run(command: list[str], env: dict[str, str]) -> int:
-    proc = subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True)
-    try:
-        return proc.wait(timeout=600)
-    finally:
-        _kill_group(proc)
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
 
 
 def _offsets(checkpoint: Path, batch: int) -> dict[int, int]:
@@ -115,18 +91,14 @@ def test_a_crashed_batch_replays_the_same_offsets_and_records(
     command = _command(endpoints, topic, tmp_path, "available-now")
     checkpoint = tmp_path / "checkpoint"
 
-    fault = _env(
-        EOS_FAULT_POINT="source-read@2",
-        EOS_FAULT_SCOPE="group",
-        EOS_FAULT_MARKER=str(tmp_path / "fired"),
-    )
-    assert _run(command, fault) == -signal.SIGKILL
+    fault = fault_env("source-read", 2, tmp_path / "fired")
+    assert run(command, fault) == -signal.SIGKILL
     # Spark wrote offsets/2 before the tasks ran; the crash came before commits/2.
     assert (checkpoint / "offsets" / "2").exists()
     assert _committed(checkpoint) == [0, 1]
     planned = (checkpoint / "offsets" / "2").read_text()
 
-    assert _run(command, _env()) == 0
+    assert run(command, env()) == 0
     assert (checkpoint / "offsets" / "2").read_text() == planned  # replayed, not re-planned
     _check_every_batch(endpoints, topic, tmp_path, visible)
 
@@ -140,21 +112,11 @@ def test_five_restarts_in_a_row_leave_no_gap_and_no_overlap(
         endpoints.kafka_bootstrap, topic, 3, transactions=30, per_txn=60, txn_id=unique
     )
     command = _command(endpoints, topic, tmp_path, "continuous")
-    commits = tmp_path / "checkpoint" / "commits"
+    checkpoint = tmp_path / "checkpoint"
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
     print(f"kill schedule seed {seed}")
-    for _ in range(5):
-        before = len(list(commits.glob("[0-9]*"))) if commits.exists() else 0
-        proc = subprocess.Popen(command, cwd=ROOT, env=_env(), start_new_session=True)
-        try:
-            deadline = time.monotonic() + 300
-            while len(list(commits.glob("[0-9]*"))) <= before if commits.exists() else True:
-                assert proc.poll() is None, "pipeline exited on its own"
-                assert time.monotonic() < deadline, "pipeline made no progress"
-                time.sleep(0.1)
-            time.sleep(rng.uniform(0, 1.5))  # a random moment, mid-batch or between batches
-        finally:
-            _kill_group(proc)
-    assert _run(_command(endpoints, topic, tmp_path, "available-now"), _env()) == 0
+    for _ in range(5):  # each time: after one more batch, at a random moment
+        kill_when(command, env(), progress_after(checkpoint), rng.uniform(0, 1.5))
+    assert run(_command(endpoints, topic, tmp_path, "available-now"), env()) == 0
     _check_every_batch(endpoints, topic, tmp_path, visible)

@@ -1,0 +1,37 @@
+"""What to do about a transactional producer error, decided by librdkafka's flags.
+
+Never by message text: ``KafkaError`` carries ``fatal()``, ``txn_requires_abort()``
+and ``retriable()``, set by librdkafka for exactly this decision.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from confluent_kafka import KafkaError, KafkaException
+
+FENCED_CODES = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED})
+
+
+class Action(Enum):
+    RETRY = "retry the call"
+    ABORT = "abort the transaction and fail the attempt (Spark retries the task)"
+    FAIL = "fail: the producer is fenced or in a fatal state"
+
+
+def classify(error: KafkaError) -> Action:
+    """The one place that decides how a transactional error is handled."""
+    if error.fatal() or error.code() in FENCED_CODES:
+        return Action.FAIL
+    if error.txn_requires_abort():
+        return Action.ABORT
+    if error.retriable():
+        return Action.RETRY
+    return Action.FAIL
+
+
+def error_of(exc: KafkaException) -> KafkaError:
+    error = exc.args[0] if exc.args else None
+    if isinstance(error, KafkaError):
+        return error
+    return KafkaError(KafkaError._FAIL, str(exc))

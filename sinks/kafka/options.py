@@ -1,0 +1,92 @@
+"""Options of the ``eos_kafka`` sink, named as Spark's built-in Kafka sink names them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from connectors import options as opt
+from connectors.errors import ConfigError
+
+_KNOWN = {"topic", "transactionalIdPrefix", "sinkId", "deliveryGuarantee", "progressTopic"}
+_OWNED = {
+    "kafka.transactional.id": "it is derived per task; set transactionalIdPrefix instead",
+    "kafka.enable.idempotence": "transactions need the idempotent producer; it is always on",
+    "kafka.key.serializer": "write the key column as binary or string",
+    "kafka.value.serializer": "write the value column as binary or string",
+}
+MAX_TRANSACTIONAL_ID = 200
+DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
+
+
+@dataclass(frozen=True)
+class KafkaSinkOptions:
+    bootstrap_servers: str
+    topic: str | None
+    progress_topic: str | None
+    transactional_id_prefix: str
+    sink_id: str | None
+    exactly_once: bool
+    kafka: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def transaction_timeout_ms(self) -> int:
+        return int(self.kafka.get("transaction.timeout.ms", DEFAULT_TRANSACTION_TIMEOUT_MS))
+
+    @property
+    def marker_topic(self) -> str:
+        """The topic whose partition 0 holds the sink's progress marker offsets."""
+        topic = self.progress_topic or self.topic
+        assert topic is not None  # parse_options guarantees one of them
+        return topic
+
+    def producer_config(self) -> dict[str, Any]:
+        return {
+            "linger.ms": 5,
+            "batch.size": 1_000_000,
+            "log_level": 4,
+            **self.kafka,
+            "bootstrap.servers": self.bootstrap_servers,
+            "enable.idempotence": True,
+            "transaction.timeout.ms": self.transaction_timeout_ms,
+        }
+
+
+def parse_options(raw: Mapping[str, str]) -> KafkaSinkOptions:
+    plain = {k: v for k, v in raw.items() if not k.lower().startswith("kafka.")}
+    options = opt.lowered(plain, _KNOWN, "the eos_kafka sink")
+    kafka = opt.kafka_settings(raw, _OWNED)
+    bootstrap = kafka.pop("bootstrap.servers", "")
+    if not bootstrap:
+        raise ConfigError("Option 'kafka.bootstrap.servers' is required (host:port[,host:port]).")
+    topic = options.get("topic") or None
+    progress = options.get("progresstopic") or None
+    if topic is None and progress is None:
+        raise ConfigError(
+            "Set option 'topic', or with a 'topic' column set 'progressTopic': an existing topic "
+            "whose partition 0 holds the sink's progress markers."
+        )
+    prefix = options.get("transactionalidprefix", "eos").strip() or "eos"
+    sink_id = options.get("sinkid") or None
+    guarantee = opt.choice(options, "deliveryGuarantee", opt.DELIVERY_GUARANTEES, "exactly-once")
+    return KafkaSinkOptions(
+        bootstrap_servers=bootstrap,
+        topic=topic,
+        progress_topic=progress,
+        transactional_id_prefix=prefix,
+        sink_id=sink_id,
+        exactly_once=guarantee == "exactly-once",
+        kafka=kafka,
+    )
+
+
+def transactional_id(options: KafkaSinkOptions, sink_id: str, partition: int) -> str:
+    """``<prefix>-<sink id>-<task partition>``: stable, so a retry fences its predecessors."""
+    name = f"{options.transactional_id_prefix}-{sink_id}-{partition}"
+    if len(name) > MAX_TRANSACTIONAL_ID:
+        raise ConfigError(
+            f"transactional.id {name[:40]}... is {len(name)} characters; keep "
+            f"transactionalIdPrefix and sinkId under {MAX_TRANSACTIONAL_ID} together."
+        )
+    return name

@@ -1,0 +1,93 @@
+"""The sink's input columns, as Spark's built-in Kafka sink defines them, checked up front."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pyarrow as pa
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    DataType,
+    IntegerType,
+    StringType,
+    StructType,
+)
+
+from connectors.errors import ConfigError, EosError
+
+_BYTES = (BinaryType, StringType)
+
+
+class BadRecordError(EosError):
+    """A record the sink cannot write; nothing of its transaction is committed."""
+
+
+def check_schema(schema: StructType, has_topic_option: bool) -> None:
+    """value (binary|string) required; key, topic, partition, headers optional and typed."""
+    fields = {f.name: f.dataType for f in schema.fields}
+    if "value" not in fields:
+        raise ConfigError(
+            f"The eos_kafka sink needs a 'value' column; the stream has {list(fields)}."
+        )
+    _expect(fields, "value", _BYTES, "binary or string")
+    _expect(fields, "key", _BYTES, "binary or string")
+    _expect(fields, "topic", (StringType,), "string")
+    _expect(fields, "partition", (IntegerType,), "int")
+    if "headers" in fields and not _is_headers(fields["headers"]):
+        raise ConfigError(
+            "Column 'headers' must be array<struct<key: string, value: binary>>, "
+            f"got {fields['headers'].simpleString()}."
+        )
+    if "topic" not in fields and not has_topic_option:
+        raise ConfigError("Set option 'topic' or give the stream a 'topic' column.")
+
+
+def _expect(fields: dict[str, DataType], name: str, types: tuple[type, ...], what: str) -> None:
+    if name in fields and not isinstance(fields[name], types):
+        raise ConfigError(
+            f"Column '{name}' must be {what} for the eos_kafka sink, got "
+            f"{fields[name].simpleString()}; cast it first."
+        )
+
+
+def _is_headers(data_type: DataType) -> bool:
+    if not isinstance(data_type, ArrayType) or not isinstance(data_type.elementType, StructType):
+        return False
+    inner = {f.name: f.dataType for f in data_type.elementType.fields}
+    return isinstance(inner.get("key"), StringType) and isinstance(inner.get("value"), BinaryType)
+
+
+Row = tuple[
+    str, "bytes | str", "bytes | str | None", "int | None", "list[tuple[str, bytes]] | None"
+]
+
+
+def rows(batches: Iterator[pa.RecordBatch], default_topic: str | None) -> Iterator[list[Row]]:
+    """Each Arrow batch as (topic, value, key, partition, headers) tuples, built column-wise.
+
+    A null value or topic is a BadRecordError: the transaction is aborted, nothing lost.
+    """
+    for batch in batches:
+        columns = {name: batch.column(i).to_pylist() for i, name in enumerate(batch.schema.names)}
+        count = batch.num_rows
+        values = columns["value"]
+        if None in values:
+            first = values.index(None)
+            raise BadRecordError(
+                f"Record {first} of a batch has a null value ({values.count(None)} such records). "
+                "Kafka would store a tombstone; filter nulls out or give them a value."
+            )
+        topics = columns.get("topic") or [default_topic] * count
+        if None in topics:
+            raise BadRecordError("A record has a null topic and no 'topic' option is set.")
+        keys = columns.get("key") or [None] * count
+        partitions = columns.get("partition") or [None] * count
+        headers = (
+            [_headers(h) for h in columns["headers"]] if "headers" in columns else [None] * count
+        )
+        yield list(zip(topics, values, keys, partitions, headers, strict=True))
+
+
+def _headers(value: list[dict[str, object]] | None) -> list[tuple[str, bytes]] | None:
+    return [(str(h["key"]), h["value"]) for h in value] if value else None  # type: ignore[misc]

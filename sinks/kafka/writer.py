@@ -1,0 +1,219 @@
+"""The Kafka sink's task side: one transaction per task, fenced and marked with its batch.
+
+librdkafka cannot prepare a transaction in one process and commit it in another,
+so each task commits its own transaction: the records and, inside the same
+transaction, a progress marker (the committed offset ``batch + 1`` of a
+sink-owned consumer group). A retry or a replay first fences every earlier
+producer of its (sink, task partition) with ``init_transactions()`` (which also
+ends their open transactions), then reads the marker: a batch already marked is
+not written again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import pyarrow as pa
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
+
+from connectors import faults
+from connectors.errors import EosError
+from connectors.protocol import TaskIdentity
+from sinks.kafka.errors import Action, classify, error_of
+from sinks.kafka.options import KafkaSinkOptions, transactional_id
+from sinks.kafka.records import Row, rows
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+CALL_TIMEOUT = 60.0
+RETRIES = 5
+
+
+class KafkaSinkError(EosError):
+    """The Kafka sink could not complete a task's transaction."""
+
+
+class TaskReport(WriterCommitMessage):
+    """What one task did: records written, or skipped because its batch was marked."""
+
+    def __init__(self, batch_id: int, partition: int, records: int, skipped: bool) -> None:
+        self.batch_id = batch_id
+        self.partition = partition
+        self.records = records
+        self.skipped = skipped
+
+
+def sink_id(options: KafkaSinkOptions, query_id: str) -> str:
+    if options.sink_id:
+        return options.sink_id
+    digest = hashlib.sha256(f"{query_id}|{options.topic or options.progress_topic}".encode())
+    return f"k-{digest.hexdigest()[:16]}"
+
+
+class KafkaTransactionalWriter(DataSourceStreamArrowWriter):
+    """Exactly-once under deterministic replay.
+
+    Guarantee: a task's records become visible to read_committed readers when
+    its transaction commits, before Spark completes the batch; every record is
+    written exactly once, provided a replayed batch gives each task partition the
+    same records (true for eos_kafka input and deterministic stages).
+    """
+
+    def __init__(self, options: KafkaSinkOptions) -> None:
+        self.options = options
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskReport:
+        """1. fence; 2. read the marker; 3. produce; 4. mark in the transaction; 5. commit."""
+        task = TaskIdentity.current()
+        sid = sink_id(self.options, task.query_id)
+        name = transactional_id(self.options, sid, task.partition)
+        producer = _fenced_producer(self.options, name)
+        marker = _MarkerGroup(self.options, name)
+        try:
+            if marker.batches_done() > task.batch_id:
+                log.info("batch %d partition %d is marked: skipping", task.batch_id, task.partition)
+                return TaskReport(task.batch_id, task.partition, 0, skipped=True)
+            count = _transaction(producer, marker, task, rows(iterator, self.options.topic))
+        finally:
+            marker.close()
+        faults.point("after-commit", task.batch_id, role="worker")
+        return TaskReport(task.batch_id, task.partition, count, skipped=False)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Nothing to do: each task committed its own transaction."""
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Nothing to do: an unfinished task transaction is aborted by the next attempt's
+        init_transactions(), or by the broker after transaction.timeout.ms."""
+
+
+class _MarkerGroup:
+    """The sink-owned consumer group whose committed offset on the marker topic's
+    partition 0 is "the next batch to write" for one task partition."""
+
+    def __init__(self, options: KafkaSinkOptions, group: str) -> None:
+        self.topic = options.marker_topic
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": options.bootstrap_servers,
+                "group.id": group,
+                "isolation.level": "read_committed",  # only committed markers count
+                "enable.auto.commit": False,
+                "log_level": 4,
+            }
+        )
+
+    def batches_done(self) -> int:
+        committed = self.consumer.committed([TopicPartition(self.topic, 0)], timeout=CALL_TIMEOUT)
+        return max(int(committed[0].offset or 0), 0)
+
+    def offset(self, next_batch: int, query_id: str) -> TopicPartition:
+        return TopicPartition(self.topic, 0, next_batch, metadata=query_id)
+
+    def group_metadata(self) -> Any:
+        return self.consumer.consumer_group_metadata()
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def _fenced_producer(options: KafkaSinkOptions, name: str) -> Producer:
+    """A fresh producer per task and batch; init_transactions() fences every older one."""
+    producer = Producer({**options.producer_config(), "transactional.id": name})
+    _call(lambda: producer.init_transactions(CALL_TIMEOUT), "init_transactions")
+    return producer
+
+
+def _transaction(
+    producer: Producer, marker: _MarkerGroup, task: TaskIdentity, batches: Iterator[list[Row]]
+) -> int:
+    _call(producer.begin_transaction, "begin_transaction")
+    try:
+        count = _produce(producer, batches)
+        offsets = [marker.offset(task.batch_id + 1, task.query_id)]
+        metadata = marker.group_metadata()
+        _call(
+            lambda: producer.send_offsets_to_transaction(offsets, metadata, CALL_TIMEOUT),
+            "send_offsets_to_transaction",
+        )
+        faults.point("after-prepare", task.batch_id, role="worker")
+        _call(lambda: producer.commit_transaction(CALL_TIMEOUT), "commit_transaction")
+    except BaseException:
+        _abort_quietly(producer)
+        raise
+    return count
+
+
+def _produce(producer: Producer, batches: Iterator[list[Row]]) -> int:
+    """Produce every row; poll(0) keeps delivery reports flowing, a full queue waits."""
+    count = 0
+    produce = producer.produce
+    for batch in batches:
+        for topic, value, key, partition, headers in batch:
+            kwargs: dict[str, Any] = {}
+            if partition is not None:
+                kwargs["partition"] = partition
+            if headers:
+                kwargs["headers"] = headers
+            while True:
+                try:
+                    produce(topic, value, key, **kwargs)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+        count += len(batch)
+        producer.poll(0)
+    return count
+
+
+def _call(call: Callable[[], T], what: str) -> T:
+    """Run a transactional call, retrying only what librdkafka marks retriable."""
+    for attempt in range(RETRIES):
+        try:
+            return call()
+        except KafkaException as exc:
+            error = error_of(exc)
+            action = classify(error)
+            if action is Action.RETRY and attempt < RETRIES - 1:
+                log.warning("%s: %s; retrying", what, error.str())
+                time.sleep(min(2.0, 0.2 * 2**attempt))
+                continue
+            raise KafkaSinkError(f"{what} failed ({action.value}): {error.str()}") from exc
+    raise AssertionError("unreachable")
+
+
+def _abort_quietly(producer: Producer) -> None:
+    try:
+        producer.abort_transaction(CALL_TIMEOUT)
+    except KafkaException as exc:
+        log.warning("abort_transaction after a failure: %s", error_of(exc).str())
+
+
+class KafkaPlainWriter(DataSourceStreamArrowWriter):
+    """At-least-once: an idempotent (non-transactional) producer; a replay writes again."""
+
+    def __init__(self, options: KafkaSinkOptions) -> None:
+        self.options = options
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        failures: list[str] = []
+
+        def delivered(error: Any, _message: Any) -> None:
+            if error is not None:
+                failures.append(str(error))
+
+        producer = Producer({**self.options.producer_config(), "on_delivery": delivered})
+        _produce(producer, rows(iterator, self.options.topic))
+        remaining = producer.flush(CALL_TIMEOUT)
+        if remaining or failures:
+            raise KafkaSinkError(
+                f"{remaining} records undelivered after {CALL_TIMEOUT:.0f} s, "
+                f"{len(failures)} failed (first: {failures[:1]})"
+            )
+        return WriterCommitMessage()

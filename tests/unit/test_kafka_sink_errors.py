@@ -1,0 +1,30 @@
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from sinks.kafka.errors import Action, classify, error_of
+
+
+@pytest.mark.parametrize(
+    ("error", "action"),
+    [
+        (KafkaError(KafkaError._TIMED_OUT, retriable=True), Action.RETRY),
+        (KafkaError(KafkaError.COORDINATOR_NOT_AVAILABLE, retriable=True), Action.RETRY),
+        (KafkaError(KafkaError._STATE, txn_requires_abort=True), Action.ABORT),
+        # abortable wins over retriable: retrying inside a doomed transaction is useless
+        (KafkaError(KafkaError._TIMED_OUT, retriable=True, txn_requires_abort=True), Action.ABORT),
+        (KafkaError(KafkaError.PRODUCER_FENCED, fatal=True), Action.FAIL),
+        (KafkaError(KafkaError._FENCED), Action.FAIL),
+        (KafkaError(KafkaError.INVALID_PRODUCER_EPOCH, fatal=True, retriable=True), Action.FAIL),
+        (KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED), Action.FAIL),
+    ],
+)
+def test_classify_by_flags(error: KafkaError, action: Action) -> None:
+    assert classify(error) is action
+
+
+def test_error_of_unwraps_the_exception() -> None:
+    error = KafkaError(KafkaError._TIMED_OUT, retriable=True)
+    assert error_of(KafkaException(error)) is error
+    assert error_of(KafkaException("text only")).code() == KafkaError._FAIL
