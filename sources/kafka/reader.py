@@ -40,6 +40,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self._broker: BrokerView | None = None
         self._available_now: Offsets | None = None
+        self._published: Offsets | None = None
 
     @property
     def broker(self) -> BrokerView:
@@ -59,6 +60,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         begin = from_spark(start)
+        self._publish(begin)  # Spark plans the next batch only after the previous one completed
         latest = self._available_now or self._latest_now()
         latest = {tp: max(offset, begin.get(tp, offset)) for tp, offset in latest.items()}
         begin_new = self._with_new_partitions(begin, latest)
@@ -80,10 +82,21 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return read_range(self.options, partition)
 
     def commit(self, end: dict[str, Any]) -> None:
-        if self.options.publish_group:
-            from sources.kafka.lag import publish_offsets
+        self._publish(from_spark(end))
 
-            publish_offsets(self.options, from_spark(end))
+    def _publish(self, offsets: Offsets) -> None:
+        """Mirror processed offsets to ``publishOffsetsToGroup`` (for lag tools), once each.
+
+        Spark calls ``commit`` lazily (not at all for the last batch of an
+        availableNow run), so the start of every ``latestOffset`` call, which is
+        the end of a completed batch, is published too.
+        """
+        if not self.options.publish_group or not offsets or offsets == self._published:
+            return
+        from sources.kafka.lag import publish_offsets
+
+        publish_offsets(self.options, offsets)
+        self._published = dict(offsets)
 
     def stop(self) -> None:
         self._broker = None

@@ -183,11 +183,14 @@ def test_null_values_are_refused_and_nothing_is_committed(
     assert _read(endpoints, out) == []
 
 
-def test_wrong_column_types_and_missing_topic_fail_at_start(
+def test_wrong_types_missing_topic_and_long_timeouts_fail_at_start(
     spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path
 ) -> None:
     source, out, _ = _setup(endpoints, unique)
     with pytest.raises(Exception, match="Column 'value' must be binary or string"):
         _write(spark, endpoints, source, tmp_path / "a", ["key", "offset AS value"], topic=out)
+    with pytest.raises(Exception, match=r"exceeds the broker's transaction\.max\.timeout\.ms"):
+        _write(spark, endpoints, source, tmp_path / "c", ["key", "value"], topic=out,
+               **{"kafka.transaction.timeout.ms": str(24 * 3600 * 1000)})  # fmt: skip
     with pytest.raises(Exception, match=f"topic 'absent-{unique}', which does not exist"):
         _write(spark, endpoints, source, tmp_path / "b", ["key", "value"], topic=f"absent-{unique}")

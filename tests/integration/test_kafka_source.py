@@ -278,3 +278,21 @@ def _wait_for(condition: Any, what: str, timeout: float = 120) -> None:
             return
         time.sleep(0.25)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_offsets_are_published_to_a_group_for_lag(
+    spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path
+) -> None:
+    from confluent_kafka import Consumer
+
+    topic, group = f"src-lag-{unique}", f"lag-{unique}"
+    create_topic(endpoints.kafka_bootstrap, topic, partitions=2)
+    for p in (0, 1):
+        produce_plain(endpoints.kafka_bootstrap, topic, [b"x"] * (3 + p), p)
+    df = _stream(spark, endpoints, subscribe=topic, startingOffsets="earliest",
+                 publishOffsetsToGroup=group)  # fmt: skip
+    _run_available_now(df, tmp_path / "ck")
+    consumer = Consumer({"bootstrap.servers": endpoints.kafka_bootstrap, "group.id": group})
+    committed = consumer.committed([TopicPartition(topic, 0), TopicPartition(topic, 1)], 30)
+    consumer.close()
+    assert [(tp.partition, tp.offset) for tp in committed] == [(0, 3), (1, 4)]
