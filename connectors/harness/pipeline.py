@@ -91,6 +91,15 @@ def _running_count_processor() -> Any:
     return RunningCount()
 
 
+def with_trigger(
+    writer: DataStreamWriter, trigger: str, every: str = "500 milliseconds"
+) -> DataStreamWriter:
+    """``available-now``: process what is there, then stop; ``continuous``: every ``every``."""
+    if trigger == "available-now":
+        return writer.trigger(availableNow=True)
+    return writer.trigger(processingTime=every)
+
+
 def output_mode(state: str) -> str:
     """PySpark's Python sinks take append and complete mode, not update: an aggregate
     rewrites its whole (small) result each batch; the processor emits changed keys."""
@@ -134,11 +143,7 @@ def main(argv: list[str] | None = None) -> None:
     writer = writer.outputMode(output_mode(args.state)).option(
         "checkpointLocation", args.checkpoint
     )
-    if args.trigger == "available-now":
-        writer = writer.trigger(availableNow=True)
-    else:
-        writer = writer.trigger(processingTime="500 milliseconds")
-    writer.start().awaitTermination()
+    with_trigger(writer, args.trigger).start().awaitTermination()
 
 
 if __name__ == "__main__":

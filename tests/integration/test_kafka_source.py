@@ -12,6 +12,7 @@ import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
 
 from connectors.endpoints import Endpoints
 from tests.kafka_util import (
@@ -48,6 +49,17 @@ def _run_available_now(df: DataFrame, checkpoint: Path) -> tuple[list[Any], list
     assert not query.isActive, "availableNow query did not finish"
     rows = df.sparkSession.table(name).collect()
     return rows, list(query.recentProgress)
+
+
+def _start_memory(df: DataFrame, name: str, checkpoint: Path) -> StreamingQuery:
+    """A running query into the memory table ``name``, triggered every 500 ms."""
+    return (
+        df.writeStream.format("memory")
+        .queryName(name)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime="500 milliseconds")
+        .start()
+    )
 
 
 def _json_field(value: Any) -> Any:
@@ -141,14 +153,7 @@ def test_latest_reads_only_what_comes_after_the_start(
     create_topic(endpoints.kafka_bootstrap, topic)
     produce_plain(endpoints.kafka_bootstrap, topic, [b"before"])
     name = f"q_{unique}"
-    query = (
-        _stream(spark, endpoints, subscribe=topic)
-        .writeStream.format("memory")
-        .queryName(name)
-        .option("checkpointLocation", str(tmp_path / "ck"))
-        .trigger(processingTime="500 milliseconds")
-        .start()
-    )
+    query = _start_memory(_stream(spark, endpoints, subscribe=topic), name, tmp_path / "ck")
     try:
         _wait_for(lambda: query.lastProgress is not None, "the first trigger")
         produce_plain(endpoints.kafka_bootstrap, topic, [b"after"])
@@ -166,13 +171,10 @@ def test_new_partition_is_read_from_its_start(
     create_topic(endpoints.kafka_bootstrap, topic, partitions=1)
     produce_plain(endpoints.kafka_bootstrap, topic, [b"p0-a"], 0)
     name = f"q_{unique}"
-    query = (
-        _stream(spark, endpoints, subscribe=topic, startingOffsets="earliest")
-        .writeStream.format("memory")
-        .queryName(name)
-        .option("checkpointLocation", str(tmp_path / "ck"))
-        .trigger(processingTime="500 milliseconds")
-        .start()
+    query = _start_memory(
+        _stream(spark, endpoints, subscribe=topic, startingOffsets="earliest"),
+        name,
+        tmp_path / "ck",
     )
     try:
         _wait_for(lambda: spark.table(name).count() == 1, "the first record")
@@ -197,13 +199,10 @@ def test_pattern_picks_up_new_topics(
     create_topic(endpoints.kafka_bootstrap, f"pat-{unique}-a")
     produce_plain(endpoints.kafka_bootstrap, f"pat-{unique}-a", [b"a"])
     name = f"q_{unique}"
-    query = (
-        _stream(spark, endpoints, subscribePattern=f"pat-{unique}-.*", startingOffsets="earliest")
-        .writeStream.format("memory")
-        .queryName(name)
-        .option("checkpointLocation", str(tmp_path / "ck"))
-        .trigger(processingTime="500 milliseconds")
-        .start()
+    query = _start_memory(
+        _stream(spark, endpoints, subscribePattern=f"pat-{unique}-.*", startingOffsets="earliest"),
+        name,
+        tmp_path / "ck",
     )
     try:
         _wait_for(lambda: spark.table(name).count() == 1, "the first topic")
