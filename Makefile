@@ -26,10 +26,11 @@ lint: bootstrap ## ruff and mypy
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-bench: bootstrap ## throughput vs baselines, ratios from one run (source, postgres, kafka)
+bench: bootstrap ## throughput vs baselines, ratios from one run (source, postgres, kafka, redis)
 	$(BIN)/eos bench source
 	$(BIN)/eos bench postgres
 	$(BIN)/eos bench kafka
+	$(BIN)/eos bench redis
 
 stack-up: bootstrap ## start the local Kafka/PostgreSQL/Redis stack
 	$(BIN)/eos stack up

@@ -22,6 +22,7 @@ from connectors.endpoints import Endpoints
 
 PARTITIONS = 4
 VALUE_BYTES = 100
+KEYS = 100_000  # distinct record keys
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ def fill_topic(bootstrap: str, topic: str, records: int) -> None:
     )
     payload = os.urandom(VALUE_BYTES // 2).hex().encode()[:VALUE_BYTES]
     for i in range(records):
-        key = b"key-%08d" % (i % 100_000)
+        key = b"key-%08d" % (i % KEYS)
         while True:
             try:
                 producer.produce(topic, value=payload, key=key)
@@ -166,6 +167,50 @@ def kafka_sink(bootstrap: str, topic: str, records: int) -> list[Measurement]:
 
 
 GUARANTEES = ("at-least-once", "exactly-once")
+
+
+def redis_sink(bootstrap: str, topic: str, records: int) -> list[Measurement]:
+    """Every record written to Redis by the eos_redis sink, straight from each task
+    (at-least-once: the apply script fed by the task) and staged by tasks then applied
+    by the driver's script (exactly-once). Upsert: one SET per record; increment:
+    INCRBY of each task's per-key sums. Batch time, same run, after a warm-up pair."""
+    import redis
+
+    from connectors.spark import local_session
+
+    url = _endpoints().redis_url
+    client = redis.Redis.from_url(url)
+    spark = local_session("eos-bench")
+    measured = []
+    modes = (("upsert", "CAST(value AS STRING) AS v"), ("increment", "1 AS v"))
+    for mode, value in (modes[0], *modes):
+        for guarantee in GUARANTEES:
+            prefix = f"bench:{uuid.uuid4().hex[:8]}:"
+            options = {"url": url, "keyColumn": "k", "valueColumns": "v", "mode": mode,
+                       "keyPrefix": prefix, "deliveryGuarantee": guarantee}  # fmt: skip
+            spec = SinkSpec("eos_redis", options, ("CAST(key AS STRING) AS k", value))
+            rows, batch_ms = _spark_run(spark, bootstrap, topic, spec)
+            _check_rows("eos_redis sink", rows, records)
+            _check_redis(client, prefix, mode, records)
+            name = f"eos_redis {mode} {guarantee}"
+            measured.append(Measurement(name, rows, batch_ms / 1000, mode))
+    spark.stop()
+    return measured[2:]
+
+
+def _check_redis(client: object, prefix: str, mode: str, records: int) -> None:
+    """Every key is there (and in increment mode the counters add up); then drop them."""
+    import redis
+
+    assert isinstance(client, redis.Redis)
+    keys = list(client.scan_iter(f"{prefix}*", count=10_000))
+    if mode == "increment":
+        total = sum(int(v or 0) for v in client.mget(keys)) if keys else 0
+        _check_rows(f"counters under {prefix}", total, records)
+    elif len(keys) != min(records, KEYS):
+        raise AssertionError(f"{len(keys)} keys under {prefix}, expected {min(records, KEYS)}")
+    for start in range(0, len(keys), 10_000):
+        client.delete(*keys[start : start + 10_000])
 
 
 def _stateful_kafka(
@@ -288,6 +333,7 @@ BENCHES: dict[str, tuple[Bench, ...]] = {
     "source": (raw_consume, spark_source),
     "postgres": (postgres_sink,),
     "kafka": (kafka_sink,),
+    "redis": (redis_sink,),
 }
 
 

@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = commands.add_parser("bench", help="throughput against baselines, as ratios")
     bench.add_argument(
-        "which", nargs="?", default="source", choices=["source", "postgres", "kafka"]
+        "which", nargs="?", default="source", choices=["source", "postgres", "kafka", "redis"]
     )
     bench.add_argument("--records", type=int, default=1_000_000)
     bench.add_argument("--out", default="bench-results")

@@ -23,7 +23,13 @@ from connectors.endpoints import Endpoints
 WORDS = ("exactly", "once", "spark", "kafka", "postgres", "redis", "batch", "replay")
 
 
-def produce_words(bootstrap: str, topic: str, records: int, seed: int = 7) -> Counter[str]:
+def produce_words(
+    bootstrap: str,
+    topic: str,
+    records: int,
+    seed: int = 7,
+    vocabulary: tuple[str, ...] = WORDS,
+) -> Counter[str]:
     """Write ``records`` words in transactions, aborting every fourth; return committed counts."""
     rng = random.Random(seed)
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"demo-{topic}"})
@@ -31,7 +37,7 @@ def produce_words(bootstrap: str, topic: str, records: int, seed: int = 7) -> Co
     expected: Counter[str] = Counter()
     per_txn = 500
     for txn, first in enumerate(range(0, records, per_txn)):
-        words = [rng.choice(WORDS) for _ in range(min(per_txn, records - first))]
+        words = [rng.choice(vocabulary) for _ in range(min(per_txn, records - first))]
         producer.begin_transaction()
         for word in words:
             producer.produce(topic, key=word.encode(), value=word.encode())

@@ -164,6 +164,14 @@ class UnitStore(ABC):
     def prune_decisions(self, sink_id: str, below_batch: int) -> None:  # noqa: B027
         """Forget decisions of batches Spark can no longer replay (optional)."""
 
+    def applied_watermark(self, sink_id: str) -> int:
+        """The highest batch with a committed unit, when the store keeps one (optional).
+
+        A task of a batch at or below it writes nothing, even once the batch's
+        decision is pruned. -1: the store keeps none.
+        """
+        return -1
+
 
 class TwoPhaseCommitWriter(DataSourceStreamArrowWriter, UnitStore):
     """A streaming Arrow writer that runs the protocol over a :class:`UnitStore`."""
@@ -174,7 +182,8 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter, UnitStore):
     # -- prepare: in every task --------------------------------------------------
 
     def write(self, iterator: Iterator[Any]) -> PreparedUnit:
-        """1. who am I; 2. skip a decided batch; 3. discard earlier attempts; 4. prepare.
+        """1. who am I; 2. skip a decided or applied batch; 3. discard earlier attempts;
+        4. prepare.
 
         Step 2 comes before step 3: the units of a decided batch are the driver's to
         commit (a replay after a crash between decision and commit), never to discard.
@@ -184,6 +193,7 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter, UnitStore):
         decided = self.find_decision(sink_id, task.batch_id)
         if decided is not None:
             _check_same_query(decided, task.query_id)
+        if decided is not None or task.batch_id <= self.applied_watermark(sink_id):
             log.info(
                 "batch %d of sink %s is decided already: writing nothing", task.batch_id, sink_id
             )

@@ -14,9 +14,10 @@ if TYPE_CHECKING:
 def data_sources() -> list[type[DataSource]]:
     """Every data source this package provides (sources and sinks alike)."""
     from sinks.postgres import PostgresDataSource
+    from sinks.redis import RedisDataSource
     from sources.kafka import KafkaDataSource
 
-    return [KafkaDataSource, PostgresDataSource]
+    return [KafkaDataSource, PostgresDataSource, RedisDataSource]
 
 
 def register(spark: SparkSession) -> list[str]:

@@ -12,7 +12,7 @@ import os
 import shutil
 import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -69,3 +69,22 @@ def endpoints(request: pytest.FixtureRequest) -> Iterator[Endpoints]:
 def unique() -> str:
     """A short unique name for topics, tables and keys of one test."""
     return uuid.uuid4().hex[:10]
+
+
+@pytest.fixture
+def crash_service(endpoints: Endpoints) -> Callable[[str], None]:
+    """SIGKILL a service of the package's stack and start it again on the same port."""
+    from connectors.stack import Stack
+
+    stack = Stack()
+    if not stack.is_up() or stack.endpoints() != endpoints:
+        pytest.fail(
+            "This test restarts a service, which it can do only with the package's own stack "
+            "(`eos stack up`); the endpoints came from EOS_* variables or docker compose."
+        )
+
+    def crash_and_restart(name: str) -> None:
+        stack.kill(name)
+        stack.up()
+
+    return crash_and_restart

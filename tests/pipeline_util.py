@@ -30,6 +30,13 @@ def fault_env(point: str, batch: int, marker: Path, scope: str = "group") -> dic
     )
 
 
+def fault_schedule(points: list[str], times: int, first_batch: int = 1) -> str:
+    """Each point ``times`` times, one per batch from ``first_batch`` on: an
+    ``EOS_FAULT_POINT`` list such as ``after-prepare@1,after-commit@2,...``."""
+    entries = [point for _ in range(times) for point in points]
+    return ",".join(f"{p}@{first_batch + i}" for i, p in enumerate(entries))
+
+
 def run(command: list[str], environment: dict[str, str], timeout: float = 600) -> int:
     """Run to completion (or crash); always leaves no process of the group behind."""
     proc = subprocess.Popen(command, cwd=ROOT, env=environment, start_new_session=True)
@@ -51,8 +58,10 @@ def kill_when(
     ready: Callable[[], bool],
     delay: float,
     timeout: float = 300,
+    on_ready: Callable[[], None] | None = None,
 ) -> None:
-    """Start the pipeline, wait until ``ready()``, wait ``delay`` more, then SIGKILL it."""
+    """Start the pipeline, wait until ``ready()``, call ``on_ready``, wait ``delay`` more,
+    then SIGKILL it."""
     proc = subprocess.Popen(command, cwd=ROOT, env=environment, start_new_session=True)
     try:
         deadline = time.monotonic() + timeout
@@ -60,6 +69,8 @@ def kill_when(
             assert proc.poll() is None, f"pipeline exited with {proc.returncode} before the kill"
             assert time.monotonic() < deadline, "pipeline made no progress"
             time.sleep(0.1)
+        if on_ready is not None:
+            on_ready()
         time.sleep(delay)
     finally:
         kill_group(proc)

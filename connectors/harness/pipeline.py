@@ -5,7 +5,9 @@
 The stateful stage is Spark's ``groupBy().count()`` (``--state count``, complete
 mode) or a ``transformWithStateInPandas`` processor (``--state processor``,
 append mode: it emits each changed word's new count) keeping a running count
-per word; both end in (word, count) rows the sink upserts. Fault points
+per word; both end in (word, count) rows the sink upserts. The processor also
+emits ``delta``, the word's count in this batch, which the Redis sink adds to a
+counter with ``--redis-mode increment``. Fault points
 are armed through ``EOS_FAULT_*`` (see connectors/faults.py); the process puts
 its own process group in ``EOS_FAULT_PGID`` so a fault can crash the whole query.
 """
@@ -28,10 +30,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--topic", required=True)
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--state", choices=["count", "processor", "none"], default="count")
-    parser.add_argument("--sink", choices=["postgres", "kafka"], required=True)
+    parser.add_argument("--sink", choices=["postgres", "kafka", "redis"], required=True)
     parser.add_argument("--out-topic", default=None, help="the Kafka sink's topic")
     parser.add_argument("--dsn", default=os.environ.get("EOS_POSTGRES_DSN"))
     parser.add_argument("--table", default="word_counts")
+    parser.add_argument("--redis-url", default=os.environ.get("EOS_REDIS_URL"))
+    parser.add_argument("--redis-mode", choices=["upsert", "increment"], default="upsert")
+    parser.add_argument("--key-prefix", default="count:", help="the Redis sink's key prefix")
     parser.add_argument("--max-offsets", default="500")
     parser.add_argument(
         "--trigger", choices=["available-now", "continuous"], default="available-now"
@@ -58,7 +63,7 @@ def pipeline(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
         return words.groupBy("word").count()
     return words.groupBy("word").transformWithStateInPandas(
         statefulProcessor=_running_count_processor(),
-        outputStructType="word string, count long",
+        outputStructType="word string, count long, delta long",
         outputMode="Append",
         timeMode="None",
     )
@@ -80,10 +85,10 @@ def _running_count_processor() -> Any:
             self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any
         ) -> Iterator[pd.DataFrame]:
             stored = self.total.get() if self.total.exists() else None
-            total = int(stored[0]) if stored else 0
-            total += sum(len(frame) for frame in rows)
+            delta = sum(len(frame) for frame in rows)
+            total = (int(stored[0]) if stored else 0) + delta
             self.total.update((total,))
-            yield pd.DataFrame({"word": [key[0]], "count": [total]})
+            yield pd.DataFrame({"word": [key[0]], "count": [total], "delta": [delta]})
 
         def close(self) -> None:
             pass
@@ -107,6 +112,8 @@ def output_mode(state: str) -> str:
 
 
 def postgres_writer(result: DataFrame, args: argparse.Namespace) -> DataStreamWriter:
+    if args.state != "none":
+        result = result.select("word", "count")
     writer = (
         result.writeStream.format("eos_postgres")
         .option("dsn", args.dsn)
@@ -130,6 +137,26 @@ def kafka_writer(result: DataFrame, args: argparse.Namespace) -> DataStreamWrite
     )
 
 
+def redis_writer(result: DataFrame, args: argparse.Namespace) -> DataStreamWriter:
+    """key = prefix + word; upsert the running count, or add each batch's delta."""
+    if args.redis_mode == "increment" and args.state != "processor":
+        raise SystemExit("--redis-mode increment needs --state processor (per-batch deltas)")
+    value = "delta" if args.redis_mode == "increment" else "count"
+    return (
+        result.select("word", value)
+        .writeStream.format("eos_redis")
+        .option("url", args.redis_url)
+        .option("keyColumn", "word")
+        .option("valueColumns", value)
+        .option("keyPrefix", args.key_prefix)
+        .option("mode", args.redis_mode)
+        .option("deliveryGuarantee", args.delivery)
+    )
+
+
+WRITERS = {"postgres": postgres_writer, "kafka": kafka_writer, "redis": redis_writer}
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     os.environ["EOS_FAULT_PGID"] = str(os.getpgid(0))
@@ -138,10 +165,9 @@ def main(argv: list[str] | None = None) -> None:
     spark = local_session(f"eos-pipeline-{args.sink}")
     result = pipeline(spark, args)
     writer = (
-        postgres_writer(result, args) if args.sink == "postgres" else kafka_writer(result, args)
-    )
-    writer = writer.outputMode(output_mode(args.state)).option(
-        "checkpointLocation", args.checkpoint
+        WRITERS[args.sink](result, args)
+        .outputMode(output_mode(args.state))
+        .option("checkpointLocation", args.checkpoint)
     )
     with_trigger(writer, args.trigger).start().awaitTermination()
 

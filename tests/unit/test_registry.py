@@ -31,7 +31,7 @@ class _Session:
 def test_registers_every_data_source_by_name() -> None:
     session = _Session({})
     names = register(session)  # type: ignore[arg-type]
-    assert names == ["eos_kafka", "eos_postgres"]
+    assert names == ["eos_kafka", "eos_postgres", "eos_redis"]
     assert session.registered == data_sources()
 
 

@@ -1,0 +1,89 @@
+"""Options of the ``eos_redis`` sink, parsed once into a frozen value."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from connectors import options as opt
+from connectors.errors import ConfigError
+from connectors.secrets import redact_url
+
+_KNOWN = {
+    "url",
+    "keyColumn",
+    "valueColumns",
+    "keyPrefix",
+    "mode",
+    "ttlSeconds",
+    "sinkId",
+    "bookkeepingPrefix",
+    "deliveryGuarantee",
+}
+MAX_SINK_ID = 64
+
+
+@dataclass(frozen=True)
+class RedisSinkOptions:
+    url: str
+    key_column: str
+    value_columns: tuple[str, ...]
+    key_prefix: str
+    mode: Literal["upsert", "increment"]
+    ttl_seconds: int | None
+    sink_id: str | None
+    bookkeeping_prefix: str
+    exactly_once: bool
+
+    def __repr__(self) -> str:  # the URL's password never reaches a log line
+        return (
+            f"RedisSinkOptions(url={redact_url(self.url)!r}, key_column={self.key_column!r}, "
+            f"value_columns={self.value_columns!r}, mode={self.mode!r})"
+        )
+
+
+def parse_options(raw: Mapping[str, str]) -> RedisSinkOptions:
+    options = opt.lowered(raw, _KNOWN, "eos_redis")
+    url = opt.required(options, "url", "a redis:// or rediss:// URL, e.g. redis://host:6379/0")
+    if not url.startswith(("redis://", "rediss://", "unix://")):
+        raise ConfigError(
+            f"Option 'url' must start with redis://, rediss:// or unix://, got {redact_url(url)!r}."
+        )
+    values = opt.names(options, "valueColumns")
+    if not values:
+        raise ConfigError(
+            "Option 'valueColumns' is required: one column (a string value, or a hash for a "
+            "struct column) or several (a hash with one field per column)."
+        )
+    guarantee = opt.choice(options, "deliveryGuarantee", opt.DELIVERY_GUARANTEES, "exactly-once")
+    return RedisSinkOptions(
+        url=url,
+        key_column=opt.required(options, "keyColumn", "the column whose value names the key"),
+        value_columns=values,
+        key_prefix=options.get("keyprefix", ""),
+        mode=opt.choice(options, "mode", ("upsert", "increment"), "upsert"),  # type: ignore[arg-type]
+        ttl_seconds=_ttl(options.get("ttlseconds")),
+        sink_id=_sink_id(options.get("sinkid")),
+        bookkeeping_prefix=options.get("bookkeepingprefix", "eos").strip() or "eos",
+        exactly_once=guarantee == "exactly-once",
+    )
+
+
+def _ttl(value: str | None) -> int | None:
+    if value is None or not value.strip():
+        return None
+    if not value.strip().isdigit() or int(value) <= 0:
+        raise ConfigError(f"Option 'ttlSeconds' must be a positive whole number, got {value!r}.")
+    return int(value)
+
+
+def _sink_id(value: str | None) -> str | None:
+    if value is None:
+        return None
+    if not value or len(value) > MAX_SINK_ID or any(c in value for c in "|{}"):
+        raise ConfigError(
+            f"Option 'sinkId' must be 1-{MAX_SINK_ID} characters without '|', '{{' or '}}' "
+            "(it names the sink's bookkeeping keys)."
+        )
+    return value

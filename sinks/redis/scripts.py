@@ -1,0 +1,106 @@
+"""The Lua scripts that write entries to their targets, each in one atomic step.
+
+``APPLY_STAGE`` (exactly-once, on the driver): if the unit's stage still exists,
+write every entry, delete the stage, drop the unit from the sink's unit set and
+move the sink's applied watermark up to the batch, all in one script, so Redis
+(and its AOF) sees either all of it or none. A stage that is gone was applied
+before: the script returns ``{-1, 0}`` and writes nothing.
+
+``APPLY_ENTRIES`` (at-least-once, in tasks): the same writes from the script's
+arguments, with no stage and no bookkeeping.
+
+A write Redis refuses (``INCRBY`` on a key holding text, ``HSET`` on a string)
+must not stop the script half-way, because Redis does not roll back a script's
+earlier writes: it is recorded in the sink's ``rejected`` list (unit, key, error)
+and the script goes on. The driver logs how many were rejected and where.
+"""
+
+from __future__ import annotations
+
+_WRITE = """
+local mode, number, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local nfields = tonumber(ARGV[4])
+local fields = {}
+for f = 1, nfields do fields[f] = ARGV[4 + f] end
+local first_entry = 5 + nfields
+local stride = 1 + math.max(1, nfields)
+local increment = mode == 'increment'
+local incr = number == 'float' and 'INCRBYFLOAT' or 'INCRBY'
+local hincr = number == 'float' and 'HINCRBYFLOAT' or 'HINCRBY'
+local applied, failed = 0, 0
+
+local function failed_write(result)
+  return type(result) == 'table' and result.err ~= nil
+end
+
+local function write_one(items, i)
+  local key = items[i]
+  if nfields == 0 then
+    if increment then return redis.pcall(incr, key, items[i + 1]) end
+    if ttl > 0 then return redis.pcall('SET', key, items[i + 1], 'EX', ttl) end
+    return redis.pcall('SET', key, items[i + 1])
+  end
+  if increment then
+    local result
+    for f = 1, nfields do
+      result = redis.pcall(hincr, key, fields[f], items[i + f])
+      if failed_write(result) then return result end
+    end
+    return result
+  end
+  local args = {}
+  for f = 1, nfields do
+    args[2 * f - 1] = fields[f]
+    args[2 * f] = items[i + f]
+  end
+  return redis.pcall('HSET', key, unpack(args))
+end
+
+local function write_all(items, from, rejected, unit)
+  for i = from, #items, stride do
+    local result = write_one(items, i)
+    if failed_write(result) then
+      failed = failed + 1
+      if rejected then
+        redis.call('RPUSH', rejected, unit .. ' ' .. items[i] .. ' ' .. result.err)
+      end
+    else
+      applied = applied + 1
+      if ttl > 0 and (increment or nfields > 0) then redis.call('EXPIRE', items[i], ttl) end
+    end
+  end
+end
+"""
+
+#: KEYS: stage, units, watermark, rejected.
+#: ARGV: mode, number, ttl, nfields, fields..., unit, batch.
+APPLY_STAGE = (
+    _WRITE
+    + """
+local stage, units, watermark, rejected = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local unit, batch = ARGV[first_entry], tonumber(ARGV[first_entry + 1])
+if redis.call('EXISTS', stage) == 0 then
+  redis.call('SREM', units, unit)
+  return {-1, 0}
+end
+local total = redis.call('LLEN', stage)
+local chunk = stride * 2000
+for start = 0, total - 1, chunk do
+  write_all(redis.call('LRANGE', stage, start, start + chunk - 1), 1, rejected, unit)
+end
+redis.call('DEL', stage)
+redis.call('SREM', units, unit)
+local mark = tonumber(redis.call('GET', watermark) or '-1')
+if batch > mark then redis.call('SET', watermark, batch) end
+return {applied, failed}
+"""
+)
+
+#: KEYS: none. ARGV: mode, number, ttl, nfields, fields..., then the entries.
+APPLY_ENTRIES = (
+    _WRITE
+    + """
+write_all(ARGV, first_entry, nil, nil)
+return {applied, failed}
+"""
+)
