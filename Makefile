@@ -4,7 +4,7 @@ BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help bootstrap demo test unit lint stack-up stack-down stack-status bench
+.PHONY: help bootstrap demo verify soak test unit lint stack-up stack-down stack-status bench
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -12,8 +12,15 @@ help: ## list the targets
 bootstrap: ## install OS packages, the .venv and the package (idempotent)
 	@bash scripts/bootstrap.sh
 
-demo: bootstrap ## the main job: start the stack and run the demo pipeline end to end
+demo: bootstrap ## the main job: word count into Kafka, PostgreSQL, Redis; crashed 4 times; counted
 	$(BIN)/eos demo
+
+verify: bootstrap ## the harness: every fault point, random kills, all three sinks (eos verify)
+	$(BIN)/eos verify
+
+SOAK_ARGS ?= --records 1000000 --fault-rounds 10 --kills 3 --restart kafka --restart postgres --restart redis
+soak: bootstrap ## long harness run: 1M records, 56 crashes, each service restarted once
+	$(BIN)/eos verify $(SOAK_ARGS) --report soak-report.json
 
 test: bootstrap lint ## lint, then every test against real Kafka, PostgreSQL and Redis
 	$(BIN)/python -m pytest -v $(PYTEST_ARGS)

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from connectors.demo import create_topic
 from connectors.endpoints import Endpoints
+from connectors.harness.data import create_topic
 
 PARTITIONS = 4
 VALUE_BYTES = 100
@@ -146,7 +146,7 @@ def kafka_sink(bootstrap: str, topic: str, records: int) -> list[Measurement]:
     """Every record copied to a new topic by the eos_kafka sink: an idempotent producer
     per task (at-least-once), then one transaction per task with its progress marker
     (exactly-once). Batch time, same run, after a warm-up pair."""
-    from connectors.demo import create_topic
+    from connectors.harness.data import create_topic
     from connectors.spark import local_session
 
     spark = local_session("eos-bench")
@@ -221,7 +221,7 @@ def _stateful_kafka(
     input is processed, start included."""
     from pyspark.sql import SparkSession
 
-    from connectors.demo import create_topic
+    from connectors.harness.data import create_topic
 
     assert isinstance(spark, SparkSession)
     out = f"{topic}-counts-{guarantee}-{uuid.uuid4().hex[:6]}"

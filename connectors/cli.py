@@ -34,9 +34,15 @@ def _stack_command(args: argparse.Namespace) -> int:
 
 
 def _demo_command(args: argparse.Namespace) -> int:
-    from connectors.demo import run_demo
+    from connectors.harness.command import run_demo
 
-    return run_demo(records=args.records)
+    return run_demo(args)
+
+
+def _verify_command(args: argparse.Namespace) -> int:
+    from connectors.harness.command import run_verify
+
+    return run_verify(args)
 
 
 def _bench_command(args: argparse.Namespace) -> int:
@@ -64,9 +70,19 @@ def build_parser() -> argparse.ArgumentParser:
     restart.add_argument("service", choices=["kafka", "postgres", "redis"])
     stack.set_defaults(func=_stack_command)
 
-    demo = commands.add_parser("demo", help="run the demo pipeline against the local stack")
+    demo = commands.add_parser(
+        "demo", help="word count into Kafka, PostgreSQL and Redis, crashed 4 times, verified"
+    )
     demo.add_argument("--records", type=int, default=10_000)
     demo.set_defaults(func=_demo_command)
+
+    from connectors.harness.command import add_verify_arguments
+
+    verify = commands.add_parser(
+        "verify", help="crash a pipeline at every fault point, then count what each sink holds"
+    )
+    add_verify_arguments(verify)
+    verify.set_defaults(func=_verify_command)
 
     bench = commands.add_parser("bench", help="throughput against baselines, as ratios")
     bench.add_argument(

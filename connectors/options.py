@@ -9,8 +9,9 @@ from connectors.errors import ConfigError
 DELIVERY_GUARANTEES = ("exactly-once", "at-least-once")
 
 
-# Options Spark itself sets on a writeStream, which it also hands to the sink.
-SPARK_WRITER_OPTIONS = frozenset({"path", "checkpointlocation"})
+# Options Spark itself sets on a writeStream (checkpointLocation, queryName, a path), which
+# it also hands to the sink.
+SPARK_WRITER_OPTIONS = frozenset({"path", "checkpointlocation", "queryname"})
 
 
 def lowered(raw: Mapping[str, str], known: Set[str], connector: str) -> dict[str, str]:

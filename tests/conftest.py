@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from connectors.endpoints import Endpoints
+from connectors.harness.pytest_plugin import eos_verify  # noqa: F401  (the harness as a fixture)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -74,17 +75,12 @@ def unique() -> str:
 @pytest.fixture
 def crash_service(endpoints: Endpoints) -> Callable[[str], None]:
     """SIGKILL a service of the package's stack and start it again on the same port."""
-    from connectors.stack import Stack
+    from connectors.harness.services import crash_function
 
-    stack = Stack()
-    if not stack.is_up() or stack.endpoints() != endpoints:
+    crash = crash_function(endpoints)
+    if crash is None:
         pytest.fail(
             "This test restarts a service, which it can do only with the package's own stack "
             "(`eos stack up`); the endpoints came from EOS_* variables or docker compose."
         )
-
-    def crash_and_restart(name: str) -> None:
-        stack.kill(name)
-        stack.up()
-
-    return crash_and_restart
+    return crash

@@ -30,7 +30,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--topic", required=True)
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--state", choices=["count", "processor", "none"], default="count")
-    parser.add_argument("--sink", choices=["postgres", "kafka", "redis"], required=True)
+    parser.add_argument(
+        "--sink", action="append", default=[], choices=["postgres", "kafka", "redis"],
+        help="a built-in sink; repeat for several (one query and checkpoint each)",
+    )  # fmt: skip
+    parser.add_argument("--custom-format", default=None, help="another sink, by format name")
+    parser.add_argument(
+        "--custom-option", action="append", default=[], metavar="KEY=VALUE",
+        help="an option of the --custom-format sink; repeat for several",
+    )  # fmt: skip
+    parser.add_argument(
+        "--register", action="append", default=[], metavar="MODULE:CLASS",
+        help="a DataSource to register before starting (a connector author's sink)",
+    )  # fmt: skip
     parser.add_argument("--out-topic", default=None, help="the Kafka sink's topic")
     parser.add_argument("--dsn", default=os.environ.get("EOS_POSTGRES_DSN"))
     parser.add_argument("--table", default="word_counts")
@@ -154,22 +166,58 @@ def redis_writer(result: DataFrame, args: argparse.Namespace) -> DataStreamWrite
     )
 
 
-WRITERS = {"postgres": postgres_writer, "kafka": kafka_writer, "redis": redis_writer}
+def custom_writer(result: DataFrame, args: argparse.Namespace) -> DataStreamWriter:
+    """(word, count) rows to the sink named by ``--custom-format`` and ``--custom-option``."""
+    if args.state != "none":
+        result = result.select("word", "count")
+    writer = result.writeStream.format(args.custom_format)
+    for option in args.custom_option:
+        key, sep, value = option.partition("=")
+        if not sep:
+            raise SystemExit(f"--custom-option {option!r}: expected KEY=VALUE")
+        writer = writer.option(key, value)
+    return writer
+
+
+WRITERS = {
+    "postgres": postgres_writer,
+    "kafka": kafka_writer,
+    "redis": redis_writer,
+    "custom": custom_writer,
+}
+
+
+def register_sources(spark: SparkSession, references: list[str]) -> None:
+    import importlib
+
+    for reference in references:
+        module, _, name = reference.partition(":")
+        spark.dataSource.register(getattr(importlib.import_module(module), name))
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    sinks = args.sink + (["custom"] if args.custom_format else [])
+    if not sinks:
+        raise SystemExit("name at least one --sink or a --custom-format")
     os.environ["EOS_FAULT_PGID"] = str(os.getpgid(0))
     from connectors.spark import local_session
 
-    spark = local_session(f"eos-pipeline-{args.sink}")
-    result = pipeline(spark, args)
-    writer = (
-        WRITERS[args.sink](result, args)
-        .outputMode(output_mode(args.state))
-        .option("checkpointLocation", args.checkpoint)
-    )
-    with_trigger(writer, args.trigger).start().awaitTermination()
+    spark = local_session(f"eos-pipeline-{'-'.join(sinks)}")
+    register_sources(spark, args.register)
+    queries = []
+    for sink in sinks:
+        # A DataFrame of its own per query: queries starting together must not share
+        # plan objects (a shared plan made a task fail to deserialize in Spark 4.3).
+        result = pipeline(spark, args)
+        checkpoint = args.checkpoint if len(sinks) == 1 else f"{args.checkpoint}/{sink}"
+        writer = WRITERS[sink](result, args).outputMode(output_mode(args.state))
+        writer = writer.option("checkpointLocation", checkpoint).queryName(f"to_{sink}")
+        queries.append(with_trigger(writer, args.trigger).start())
+    if args.trigger == "continuous":
+        spark.streams.awaitAnyTermination()
+    for query in queries:
+        query.awaitTermination()
 
 
 if __name__ == "__main__":

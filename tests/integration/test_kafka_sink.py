@@ -16,8 +16,8 @@ import pytest
 from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
-from connectors.demo import create_topic, produce_words
 from connectors.endpoints import Endpoints
+from connectors.harness.data import create_topic, produce_words
 from connectors.protocol import TaskIdentity
 from sinks.kafka.options import parse_options as sink_options
 from sinks.kafka.writer import _fenced_producer, _MarkerGroup, _transaction

@@ -16,8 +16,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from connectors.demo import create_topic, produce_words
 from connectors.endpoints import Endpoints
+from connectors.harness.data import create_topic, produce_words
 from tests.pipeline_util import (
     env,
     fault_env,

@@ -13,8 +13,8 @@ import pytest
 from psycopg import sql
 from pyspark.sql import DataFrame, SparkSession
 
-from connectors.demo import create_topic, produce_words
 from connectors.endpoints import Endpoints
+from connectors.harness.data import create_topic, produce_words
 from connectors.stack.postgres import PostgresService
 
 pytestmark = [pytest.mark.services, pytest.mark.spark]

@@ -18,9 +18,9 @@ import pytest
 import redis
 from pyspark.sql import SparkSession
 
-from connectors.demo import create_topic, produce_words
 from connectors.endpoints import Endpoints
 from connectors.faults import POINTS
+from connectors.harness.data import create_topic, produce_words
 from tests.pipeline_util import (
     env,
     fault_schedule,

@@ -1,0 +1,36 @@
+"""The harness as a pytest fixture, for this package's tests and a connector author's.
+
+Enable it with ``pytest_plugins = ["connectors.harness.pytest_plugin"]`` in a
+conftest, then::
+
+    def test_my_sink_is_exactly_once(eos_verify):
+        report = eos_verify(sinks=(), custom=CustomSink("my_sink", "my_pkg.check:counts",
+                            (("url", "..."),), "my_pkg.sink:MySinkSource"))
+        assert report.ok, report.problems or report.table()
+
+The services come from the ``EOS_*`` variables, else the package's stack.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from connectors.harness.services import endpoints_and_crash
+from connectors.harness.verify import Plan, Report, verify
+
+
+@pytest.fixture
+def eos_verify(tmp_path: Path) -> Callable[..., Report]:
+    """``eos_verify(**plan fields)`` runs the harness and returns its report."""
+
+    def run(**fields: Any) -> Report:
+        endpoints, crash = endpoints_and_crash()
+        plan = Plan(**{"work_dir": tmp_path / "verify", **fields})
+        return verify(plan, endpoints, sys.stderr, crash)
+
+    return run

@@ -1,0 +1,41 @@
+"""The services a harness run uses, and crashing one of them when they are the stack's."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+from connectors.endpoints import Endpoints
+
+CrashService = Callable[[str], None]
+
+
+def endpoints_and_crash() -> tuple[Endpoints, CrashService | None]:
+    """Endpoints from ``EOS_*`` variables, else the package's stack (started when down).
+
+    The second value SIGKILLs a service and starts it again on its port; it is None
+    when the endpoints are not the stack's, because then the harness cannot restart them.
+    """
+    from connectors.stack import Stack
+
+    from_env = Endpoints.from_env()
+    if from_env is None:
+        print("Starting the local stack (Kafka, PostgreSQL, Redis)...", file=sys.stderr)
+        return Stack().up(), crash_function(Stack().endpoints())
+    return from_env, crash_function(from_env)
+
+
+def crash_function(endpoints: Endpoints) -> CrashService | None:
+    """A function that crashes and restarts a service of the running stack, if
+    ``endpoints`` are that stack's."""
+    from connectors.stack import Stack
+
+    stack = Stack()
+    if not stack.is_up() or stack.endpoints() != endpoints:
+        return None
+
+    def crash_and_restart(name: str) -> None:
+        stack.kill(name)
+        stack.up()
+
+    return crash_and_restart
