@@ -90,8 +90,9 @@ def run_verify(args: argparse.Namespace) -> int:
 
 def print_report(report: Report, plan: Plan) -> int:
     print()
-    print(f"{len(report.runs)} runs, {report.crashes} crashes: "
-          + ", ".join(r.ended_by for r in report.runs))  # fmt: skip
+    ends = [r.ended_by + (f" ({r.service_crashed} crashed)" if r.service_crashed else "")
+            for r in report.runs]  # fmt: skip
+    print(f"{len(report.runs)} runs, {report.crashes} crashes: " + ", ".join(ends))
     if report.sinks:
         print(report.table())
     for sink in report.sinks:

@@ -21,7 +21,7 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -81,6 +81,14 @@ class Run:
     exit_code: int
     ended_by: str  # "finished", "fault <point>@<batch>", "kill", "<service> restart", "failed"
     seconds: float
+    service_crashed: str | None = None  # a service SIGKILLed and restarted during the run
+
+    @property
+    def crashes(self) -> int:
+        """Pipeline crashes plus service crashes in this run."""
+        pipeline = self.ended_by not in ("finished", "failed", "stalled")
+        service = self.service_crashed is not None and not self.ended_by.endswith("restart")
+        return int(pipeline) + int(service)
 
 
 @dataclass
@@ -92,7 +100,7 @@ class Report:
 
     @property
     def crashes(self) -> int:
-        return sum(1 for r in self.runs if r.ended_by not in ("finished", "failed"))
+        return sum(r.crashes for r in self.runs)
 
     @property
     def ok(self) -> bool:
@@ -232,6 +240,7 @@ class _Runner:
         self.rng.shuffle(disruptions)
         self.disruptions = disruptions
         self._disrupted = False
+        self._service_crashed: str | None = None
         self._committed_at_failure = -1
         # Room for every crash: a fault fires in its batch, a disruption needs one more.
         self.per_batch = max(10, plan.records // (plan.batches_needed() + len(disruptions)))
@@ -264,6 +273,7 @@ class _Runner:
     def _one_run(self, number: int, disruption: str | None) -> Run:
         fired_before = self._fired()
         self._disrupted = False
+        self._service_crashed = None
         began = time.monotonic()
         with open(self._log(number), "wb") as log:
             proc = subprocess.Popen(
@@ -281,7 +291,8 @@ class _Runner:
             ended_by = f"fault {new[0]}"
         elif ended_by == "exited":
             ended_by = "finished" if proc.returncode == 0 else "failed"
-        return Run(number, proc.returncode, ended_by, round(time.monotonic() - began, 1))
+        seconds = round(time.monotonic() - began, 1)
+        return Run(number, proc.returncode, ended_by, seconds, self._service_crashed)
 
     def _watch(self, proc: subprocess.Popen[bytes], disruption: str | None) -> str:
         """Wait for the process; disrupt it once it has progressed; kill it when it stalls."""
@@ -316,6 +327,7 @@ class _Runner:
         service = disruption.removeprefix("restart ")
         assert self.crash_service is not None
         self.crash_service(service)
+        self._service_crashed = service
         return f"{service} restart"
 
     # -- the pipeline --------------------------------------------------------------
@@ -407,11 +419,7 @@ class _Runner:
 
     def _progress(self, runs: list[Run]) -> None:
         run = runs[-1]
-        crashes = sum(1 for r in runs if r.ended_by not in ("finished", "failed", "stalled"))
-        print(f"\nrun {run.number}: {run.ended_by} after {run.seconds:.0f} s "
+        crashes = sum(r.crashes for r in runs)
+        service = f", {run.service_crashed} crashed and restarted" if run.service_crashed else ""
+        print(f"\nrun {run.number}: {run.ended_by}{service} after {run.seconds:.0f} s "
               f"(crashes so far: {crashes})", file=self.out, flush=True)  # fmt: skip
-
-
-def iter_runs(report: Report) -> Iterator[str]:
-    for run in report.runs:
-        yield f"run {run.number}: {run.ended_by} (exit {run.exit_code}, {run.seconds} s)"

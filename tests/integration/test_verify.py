@@ -24,7 +24,8 @@ def test_all_sinks_through_every_fault_point_kills_and_a_redis_crash(
     report = eos_verify(records=20_000, fault_rounds=1, kills=1, restarts=("redis",))
     assert report.ok, (report.problems, report.table(), [s.leftovers for s in report.sinks])
     assert {s.sink for s in report.sinks} == {"kafka", "postgres", "redis"}
-    assert report.crashes >= 6
+    assert report.crashes >= 7
+    assert [r.service_crashed for r in report.runs if r.service_crashed] == ["redis"]
     fired = {r.ended_by.removeprefix("fault ").split("@")[0] for r in report.runs}
     assert set(POINTS) <= fired
     assert all(s.expected > 10_000 and s.lost == s.duplicated == 0 for s in report.sinks)

@@ -51,6 +51,8 @@ def test_options_are_checked_and_the_password_never_shows() -> None:
     with pytest.raises(ConfigError, match="Option 'url' must start with") as info:
         parse_options({"url": "http://:s3cret@h", "keyColumn": "w", "valueColumns": "n"})
     assert "s3cret" not in str(info.value)
+    spark_set = {"checkpointLocation": "/c", "queryName": "q", "path": "p"}  # Spark's own
+    assert parse_options({"url": URL, "keyColumn": "w", "valueColumns": "n", **spark_set})
     with pytest.raises(ConfigError, match="Unknown option 'keycolum'"):
         parse_options({"url": URL, "keyColum": "w", "valueColumns": "n"})
 
