@@ -164,11 +164,13 @@ class UnitStore(ABC):
     def prune_decisions(self, sink_id: str, below_batch: int) -> None:  # noqa: B027
         """Forget decisions of batches Spark can no longer replay (optional)."""
 
-    def applied_watermark(self, sink_id: str) -> int:
-        """The highest batch with a committed unit, when the store keeps one (optional).
+    def applied_watermark(self, sink_id: str, query_id: str) -> int:
+        """The highest batch of this query with a committed unit, when the store keeps
+        one (optional).
 
         A task of a batch at or below it writes nothing, even once the batch's
-        decision is pruned. -1: the store keeps none.
+        decision is pruned. Kept per query, so a new checkpoint with the same sink id
+        starts from nothing instead of skipping its first batches. -1: none kept.
         """
         return -1
 
@@ -193,7 +195,7 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter, UnitStore):
         decided = self.find_decision(sink_id, task.batch_id)
         if decided is not None:
             _check_same_query(decided, task.query_id)
-        if decided is not None or task.batch_id <= self.applied_watermark(sink_id):
+        if decided is not None or task.batch_id <= self.applied_watermark(sink_id, task.query_id):
             log.info(
                 "batch %d of sink %s is decided already: writing nothing", task.batch_id, sink_id
             )

@@ -58,7 +58,9 @@ def endpoints(request: pytest.FixtureRequest) -> Iterator[Endpoints]:
     from connectors.stack import Stack
 
     stack = Stack()
-    was_up = stack.is_up()
+    # Stop it afterwards only if none of it ran before: a service found down (say, one
+    # a harness run is restarting) does not make the rest of the stack ours to stop.
+    was_up = any(s.running for s in stack.status())
     found = stack.up()
     os.environ.update(found.as_env())  # subprocesses (pipelines under test) see the same stack
     yield found

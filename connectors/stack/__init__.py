@@ -19,6 +19,7 @@ from connectors.endpoints import Endpoints
 from connectors.errors import StackError
 from connectors.stack.kafka import KAFKA_SETTINGS, KAFKA_VERSION, KafkaService
 from connectors.stack.postgres import POSTGRES_SETTINGS, PostgresService
+from connectors.stack.process import crash
 from connectors.stack.redis import REDIS_SETTINGS, RedisService
 from connectors.stack.service import Service, ServiceRecord
 
@@ -83,11 +84,12 @@ class Stack:
             return self._ensure_running(service)
 
     def kill(self, name: str) -> None:
-        """SIGKILL one service, the way a crash would stop it."""
+        """SIGKILL one service and its worker processes, the way a crash would stop
+        them; returns once they are gone, so ``up`` can start it again."""
         service = self._service(name)
         record = service.running()
         if record is not None:
-            os.kill(record.pid, 9)
+            crash(record.pid)
 
     def status(self) -> list[ServiceStatus]:
         result = []

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from connectors.errors import StackError
-from connectors.stack.process import LOOPBACK, free_port, owned_pid, run, wait_until
+from connectors.stack.process import LOOPBACK, free_port, owned_pid, pid_alive, run, wait_until
 from connectors.stack.service import Service, ServiceRecord
 
 # Server settings shared with docker-compose.yml (a test checks that they match).
@@ -74,6 +74,7 @@ class PostgresService(Service):
         password = self._init_cluster(bindir)
         port = free_port(previous.ports[0] if previous else None)
         self._write_config(port)
+        self._remove_stale_lock()
         self._as_server_user(
             [
                 str(bindir / "pg_ctl"),
@@ -111,6 +112,15 @@ class PostgresService(Service):
         return True
 
     # -- steps -----------------------------------------------------------------
+
+    def _remove_stale_lock(self) -> None:
+        """After a crash the lock files (data directory, socket) name a dead postmaster,
+        or one still a zombie (PID 1 may reap late), which PostgreSQL takes for a
+        running server."""
+        for lock in [self.data / "postmaster.pid", *self.dir.glob("run/.s.PGSQL.*.lock")]:
+            first = lock.read_text().split() if lock.exists() else []
+            if first and first[0].isdigit() and not pid_alive(int(first[0])):
+                lock.unlink()
 
     def _prepare_dir(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)

@@ -104,6 +104,34 @@ def terminate(pid: int, timeout: float = 30.0, sig: int = signal.SIGTERM) -> Non
     _reap(pid)
 
 
+def crash(pid: int, timeout: float = 30.0) -> None:
+    """SIGKILL ``pid`` and its children (a server's workers) at once, as a machine crash
+    would stop them, and wait until all are gone so the server can start again."""
+    victims = [pid, *children(pid)]
+    for victim in victims:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(victim, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    for victim in victims:
+        _reap(victim)
+        while pid_alive(victim) and time.monotonic() < deadline:
+            time.sleep(0.05)
+            _reap(victim)
+
+
+def children(pid: int) -> list[int]:
+    """Pids whose parent is ``pid`` (from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[-1].split()
+        except OSError:
+            continue
+        if len(fields) > 1 and fields[1] == str(pid):
+            found.append(int(stat.parent.name))
+    return found
+
+
 def _reap(pid: int) -> None:
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)

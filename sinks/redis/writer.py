@@ -61,9 +61,8 @@ class _Keys:
     def decisions(self) -> str:
         return f"{self.base}:decisions"
 
-    @property
-    def watermark(self) -> str:
-        return f"{self.base}:watermark"
+    def watermark(self, query_id: str) -> str:
+        return f"{self.base}:watermark:{query_id}"
 
     @property
     def rejected(self) -> str:
@@ -110,8 +109,8 @@ class RedisStagedWriter(TwoPhaseCommitWriter):
         digest = hashlib.sha256(f"{query_id}|{target}".encode()).hexdigest()
         return f"rd-{digest[:16]}"
 
-    def applied_watermark(self, sink_id: str) -> int:
-        value = self.client.get(self.keys(sink_id).watermark)
+    def applied_watermark(self, sink_id: str, query_id: str) -> int:
+        value = self.client.get(self.keys(sink_id).watermark(query_id))
         return int(value) if value is not None else -1
 
     def discard_attempts(self, sink_id: str, batch_id: int, partition: int) -> None:
@@ -154,13 +153,15 @@ class RedisStagedWriter(TwoPhaseCommitWriter):
 
     def commit_unit(self, unit: UnitId) -> Outcome:
         keys = self.keys(unit.sink_id)
-        apply = self.client.register_script(scripts.APPLY_STAGE)
         args = [*_script_args(self.spec, self.options.ttl_seconds), str(unit), str(unit.batch_id)]
         try:
+            decision = self.find_decision(unit.sink_id, unit.batch_id)  # decided units only
+            watermark = keys.watermark(decision.query_id if decision else "")
+            apply = self.client.register_script(scripts.APPLY_STAGE)
             applied, failed = apply(
-                keys=[keys.stage(unit), keys.units, keys.watermark, keys.rejected], args=args
+                keys=[keys.stage(unit), keys.units, watermark, keys.rejected], args=args
             )
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
+        except (redis.ConnectionError, redis.TimeoutError, ServiceUnavailableError) as exc:
             log.warning("applying %s: %s; retrying", unit, redact_url(str(exc)))
             self._client = None
             return Outcome.RETRY

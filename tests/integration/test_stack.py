@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from connectors.stack import Stack
@@ -47,6 +48,14 @@ def test_stack_up_twice_down_once(tmp_path_factory: pytest.TempPathFactory) -> N
         redis_port = Stack(root).services["redis"].load().ports  # type: ignore[union-attr]
         Stack(root).restart("redis")
         assert Stack(root).services["redis"].load().ports == redis_port  # type: ignore[union-attr]
+        # A crash (SIGKILL of the server and its workers) leaves lock files naming dead
+        # or zombie pids; `up` must start the server again on its port all the same.
+        for name in ("postgres", "redis"):
+            Stack(root).kill(name)
+            assert not Stack(root).is_up()
+            Stack(root).up()
+        with psycopg.connect(Stack(root).endpoints().postgres_dsn) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
         pids = {s.name: s.pid for s in Stack(root).status()}
 
         down = _eos("stack", "down", root=root)

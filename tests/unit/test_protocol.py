@@ -175,6 +175,22 @@ def test_task_discards_earlier_attempts_and_skips_decided_batches(
     assert message.unit in writer.prepared, "a decided unit must be left for the driver to commit"
 
 
+def test_a_batch_at_or_below_the_querys_watermark_writes_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Decisions of old batches are pruned; the watermark still stops a rewrite."""
+
+    class WatermarkWriter(MemoryWriter):
+        def applied_watermark(self, sink_id: str, query_id: str) -> int:
+            return {"q": 9}.get(query_id, -1)
+
+    writer = WatermarkWriter()
+    _in_task(monkeypatch, batch=9, partition=0, attempt=0)
+    assert writer.write(iter([1])).skipped_decided
+    _in_task(monkeypatch, batch=10, partition=0, attempt=0)
+    assert writer.write(iter([1])).unit == _unit(10, 0)
+
+
 def test_a_decision_by_another_query_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     writer = MemoryWriter()
     writer.record_decision(Decision("s", 0, "old-query", ()))

@@ -1,0 +1,75 @@
+"""eos_redis's start checks against real Redis servers configured the ways it must
+refuse (Cluster) or warn about (no AOF): each started here on a free port."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from connectors.errors import ConfigError
+from connectors.stack.process import free_port
+from sinks.redis.source import check_server
+
+pytestmark = pytest.mark.services
+
+
+def _server(tmp_path: Path, *settings: str) -> Iterator[redis.Redis]:
+    binary = shutil.which("redis-server")
+    assert binary, "redis-server is not installed (scripts/bootstrap.sh installs it)"
+    port = free_port()
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(tmp_path),
+         "--save", "", *settings],
+        stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    client = redis.Redis(port=port)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                assert time.monotonic() < deadline, "redis-server did not start"
+                time.sleep(0.1)
+        yield client
+    finally:
+        client.close()
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture
+def cluster_node(tmp_path: Path) -> Iterator[redis.Redis]:
+    yield from _server(tmp_path, "--cluster-enabled", "yes", "--appendonly", "yes")
+
+
+@pytest.fixture
+def no_aof(tmp_path: Path) -> Iterator[redis.Redis]:
+    yield from _server(tmp_path, "--appendonly", "no")
+
+
+def test_redis_cluster_is_refused(cluster_node: redis.Redis) -> None:
+    with pytest.raises(ConfigError, match="does not support Redis Cluster"):
+        check_server(cluster_node)
+
+
+def test_a_server_without_aof_gets_a_warning(no_aof: redis.Redis) -> None:
+    with pytest.warns(UserWarning, match="appendonly no"):
+        check_server(no_aof)
+
+
+def test_the_stack_server_passes_quietly(
+    endpoints: object, recwarn: pytest.WarningsRecorder
+) -> None:
+    from connectors.endpoints import Endpoints
+
+    assert isinstance(endpoints, Endpoints)
+    check_server(redis.Redis.from_url(endpoints.redis_url))
+    assert not [w for w in recwarn if "appendonly" in str(w.message)]
