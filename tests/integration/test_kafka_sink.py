@@ -25,6 +25,7 @@ from sources.kafka.broker import BrokerView
 from sources.kafka.options import parse_options as source_options
 from tests.kafka_util import Record, read_plain
 from tests.pipeline_util import env, fault_env, kill_when, pipeline_command, progress_after, run
+from tests.sink_util import stream_into
 
 pytestmark = [pytest.mark.services, pytest.mark.spark]
 
@@ -157,20 +158,8 @@ def test_a_zombie_attempt_cannot_commit(endpoints: Endpoints, unique: str) -> No
 
 def _write(spark: SparkSession, endpoints: Endpoints, source: str, tmp_path: Path,
            select: list[str], **options: str) -> None:  # fmt: skip
-    writer = (
-        spark.readStream.format("eos_kafka")
-        .option("kafka.bootstrap.servers", endpoints.kafka_bootstrap)
-        .option("subscribe", source)
-        .option("startingOffsets", "earliest")
-        .load()
-        .selectExpr(*select)
-        .writeStream.format("eos_kafka")
-        .option("kafka.bootstrap.servers", endpoints.kafka_bootstrap)
-    )
-    for key, value in options.items():
-        writer = writer.option(key, value)
-    query = writer.option("checkpointLocation", str(tmp_path)).trigger(availableNow=True).start()
-    query.awaitTermination(300)
+    sink = {"kafka.bootstrap.servers": endpoints.kafka_bootstrap, **options}
+    stream_into(spark, endpoints, source, tmp_path, select, "eos_kafka", **sink)
 
 
 def test_null_values_are_refused_and_nothing_is_committed(

@@ -29,6 +29,7 @@ from tests.pipeline_util import (
     progress_after,
     run,
 )
+from tests.sink_util import stream_into
 
 pytestmark = [pytest.mark.services, pytest.mark.spark]
 
@@ -77,21 +78,21 @@ def _run_through(command: list[str], schedule: str, markers: Path, crashes: int)
     assert run(command, env()) == 0  # nothing left to do, and it still succeeds
 
 
-def test_increment_through_every_fault_point_three_times(
-    client: redis.Redis, endpoints: Endpoints, unique: str, tmp_path: Path
-) -> None:
+@pytest.mark.parametrize(
+    ("mode", "rounds", "first_batch"),
+    [("increment", 3, 1), ("upsert", 1, 2)],
+    ids=["increment-every-point-3-times", "upsert-every-point-once"],
+)
+def test_through_every_fault_point(
+    client: redis.Redis, endpoints: Endpoints, unique: str, tmp_path: Path,
+    mode: str, rounds: int, first_batch: int,
+) -> None:  # fmt: skip
+    """Increment mode is where a replayed batch would show (a counter above the input's
+    count): every point three times. Upsert rewrites the same values: once each."""
     topic, expected = _setup(endpoints, unique)
-    schedule = fault_schedule(list(POINTS), times=3)
-    _run_through(_command(topic, tmp_path, "increment"), schedule, tmp_path / "fired", 15)
-    _check(client, topic, expected)
-
-
-def test_upsert_through_every_fault_point(
-    client: redis.Redis, endpoints: Endpoints, unique: str, tmp_path: Path
-) -> None:
-    topic, expected = _setup(endpoints, unique)
-    schedule = fault_schedule(list(POINTS), times=1, first_batch=2)
-    _run_through(_command(topic, tmp_path, "upsert"), schedule, tmp_path / "fired", 5)
+    schedule = fault_schedule(list(POINTS), times=rounds, first_batch=first_batch)
+    crashes = len(POINTS) * rounds
+    _run_through(_command(topic, tmp_path, mode), schedule, tmp_path / "fired", crashes)
     _check(client, topic, expected)
 
 
@@ -128,21 +129,8 @@ def test_a_redis_crash_mid_stream_loses_nothing(
 
 def _write(spark: SparkSession, endpoints: Endpoints, topic: str, tmp_path: Path,
            select: list[str], **options: str) -> None:  # fmt: skip
-    writer = (
-        spark.readStream.format("eos_kafka")
-        .option("kafka.bootstrap.servers", endpoints.kafka_bootstrap)
-        .option("subscribe", topic)
-        .option("startingOffsets", "earliest")
-        .load()
-        .selectExpr(*select)
-        .writeStream.format("eos_redis")
-        .option("url", endpoints.redis_url)
-        .option("keyPrefix", f"{topic}:")
-    )
-    for key, value in options.items():
-        writer = writer.option(key, value)
-    query = writer.option("checkpointLocation", str(tmp_path)).trigger(availableNow=True).start()
-    query.awaitTermination(300)
+    sink = {"url": endpoints.redis_url, "keyPrefix": f"{topic}:", **options}
+    stream_into(spark, endpoints, topic, tmp_path, select, "eos_redis", **sink)
 
 
 def test_bad_input_gets_clear_errors_and_writes_nothing(

@@ -1,0 +1,28 @@
+"""Run one availableNow query from an eos_kafka topic into a sink, in the test's session."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from connectors.endpoints import Endpoints
+
+
+def stream_into(spark: SparkSession, endpoints: Endpoints, topic: str, checkpoint: Path,
+                select: list[str], sink: str, **options: str) -> None:  # fmt: skip
+    """``topic`` from the earliest offset, ``select``ed, into format ``sink`` with
+    ``options``; a failing query raises."""
+    writer = (
+        spark.readStream.format("eos_kafka")
+        .option("kafka.bootstrap.servers", endpoints.kafka_bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .load()
+        .selectExpr(*select)
+        .writeStream.format(sink)
+    )
+    for key, value in options.items():
+        writer = writer.option(key, value)
+    query = writer.option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
+    query.awaitTermination(300)
