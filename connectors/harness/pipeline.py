@@ -195,6 +195,16 @@ def register_sources(spark: SparkSession, references: list[str]) -> None:
         spark.dataSource.register(getattr(importlib.import_module(module), name))
 
 
+def _wait_first_batch(query: Any, timeout: float = 60.0) -> None:
+    """Start queries one after the other: tasks of queries that started together
+    sometimes failed to deserialize (java.io.OptionalDataException, Spark 4.3)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while query.isActive and not query.recentProgress and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     sinks = args.sink + (["custom"] if args.custom_format else [])
@@ -214,6 +224,7 @@ def main(argv: list[str] | None = None) -> None:
         writer = WRITERS[sink](result, args).outputMode(output_mode(args.state))
         writer = writer.option("checkpointLocation", checkpoint).queryName(f"to_{sink}")
         queries.append(with_trigger(writer, args.trigger).start())
+        _wait_first_batch(queries[-1])
     if args.trigger == "continuous":
         spark.streams.awaitAnyTermination()
     for query in queries:

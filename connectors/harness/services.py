@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable
 
 from connectors.endpoints import Endpoints
+from connectors.errors import StackError
 
 CrashService = Callable[[str], None]
 
@@ -36,6 +38,11 @@ def crash_function(endpoints: Endpoints) -> CrashService | None:
 
     def crash_and_restart(name: str) -> None:
         stack.kill(name)
-        stack.up()
+        try:
+            stack.up()
+        except StackError as exc:  # one more try: a crashed server may need a moment
+            print(f"restarting {name} failed once ({exc}); trying again", file=sys.stderr)
+            time.sleep(3)
+            stack.up()
 
     return crash_and_restart

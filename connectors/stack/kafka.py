@@ -11,7 +11,7 @@ from connectors.errors import StackError
 from connectors.stack.process import (
     LOOPBACK,
     free_port,
-    owned_pid,
+    pid_alive,
     require_binary,
     run,
     spawn,
@@ -162,7 +162,7 @@ class KafkaService(Service):
             lambda: self.answers(record),
             timeout=120,
             what=f"Kafka on {record.endpoint}",
-            alive=lambda: owned_pid(pid, self.marker),
+            alive=lambda: pid_alive(pid),  # ours: just spawned (its title may be mid-rewrite)
             log_path=self.log_path,
         )
         return record

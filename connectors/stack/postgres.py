@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from connectors.errors import StackError
-from connectors.stack.process import LOOPBACK, free_port, owned_pid, pid_alive, run, wait_until
+from connectors.stack.process import LOOPBACK, free_port, pid_alive, run, wait_until
 from connectors.stack.service import Service, ServiceRecord
 
 # Server settings shared with docker-compose.yml (a test checks that they match).
@@ -96,7 +96,7 @@ class PostgresService(Service):
             lambda: self.answers(record),
             timeout=60,
             what=f"PostgreSQL on port {port}",
-            alive=lambda: owned_pid(pid, self.marker),
+            alive=lambda: pid_alive(pid),  # ours: just spawned (its title may be mid-rewrite)
             log_path=self.log_path,
         )
         return record

@@ -7,7 +7,7 @@ from pathlib import Path
 from connectors.stack.process import (
     LOOPBACK,
     free_port,
-    owned_pid,
+    pid_alive,
     require_binary,
     spawn,
     wait_until,
@@ -46,7 +46,7 @@ class RedisService(Service):
             lambda: self.answers(record),
             timeout=30,
             what=f"Redis on port {port}",
-            alive=lambda: owned_pid(pid, self.marker),
+            alive=lambda: pid_alive(pid),  # ours: just spawned (its title may be mid-rewrite)
             log_path=self.log_path,
         )
         return record
