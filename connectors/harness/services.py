@@ -44,5 +44,10 @@ def crash_function(endpoints: Endpoints) -> CrashService | None:
             print(f"restarting {name} failed once ({exc}); trying again", file=sys.stderr)
             time.sleep(3)
             stack.up()
+        if stack.endpoints() != endpoints:
+            raise StackError(
+                f"{name} came back on another port ({stack.endpoints().describe()}), so the "
+                "pipeline under test cannot reach it: the run cannot go on."
+            )
 
     return crash_and_restart

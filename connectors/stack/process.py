@@ -17,10 +17,21 @@ from connectors.errors import StackError
 LOOPBACK = "127.0.0.1"
 
 
-def free_port(preferred: int | None = None) -> int:
-    """Return ``preferred`` when it is free on loopback, else a free port the OS picks."""
-    if preferred and port_is_free(preferred):
-        return preferred
+#: How long a restart waits for its old port: connections a crashed server left in
+#: FIN_WAIT2 hold it for up to net.ipv4.tcp_fin_timeout (60 s by default).
+PORT_WAIT = 65.0
+
+
+def free_port(preferred: int | None = None, wait: float = PORT_WAIT) -> int:
+    """Return ``preferred`` once it is free on loopback (waiting up to ``wait`` seconds:
+    clients keep the endpoint they know), else a free port the OS picks."""
+    deadline = time.monotonic() + wait
+    while preferred:
+        if port_is_free(preferred):
+            return preferred
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(0.5)
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((LOOPBACK, 0))
         return int(sock.getsockname()[1])
