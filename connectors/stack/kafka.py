@@ -131,7 +131,13 @@ def kafka_answers(bootstrap: str, timeout: float = 2.0) -> bool:
 
 
 def _cluster_id() -> str:
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A random Kafka cluster id (22 characters of URL-safe base64). Like Kafka's own
+    Uuid.randomUuid, never one starting with '-', which the storage tool would take for
+    an option (1 id in 64 did: a CI run failed on it)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 class KafkaService(Service):
