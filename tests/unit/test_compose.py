@@ -43,3 +43,10 @@ def test_redis_settings_match_the_local_stack() -> None:
     flags = {command[i][2:]: command[i + 1] for i in range(1, len(command), 2)}
     assert flags == REDIS_SETTINGS
     assert flags["appendonly"] == "yes"
+
+
+def test_kafka_cluster_ids_never_look_like_an_option() -> None:
+    from connectors.stack.kafka import _cluster_id
+
+    ids = [_cluster_id() for _ in range(2000)]
+    assert all(len(i) == 22 and not i.startswith("-") for i in ids)
