@@ -48,7 +48,11 @@ def compare(
     return SinkResult(sink, sum(expected.values()), lost, extra + repeated, wrong, leftovers)
 
 
-def postgres_counts(dsn: str, table: str) -> tuple[dict[str, int], tuple[str, ...]]:
+def postgres_counts(
+    dsn: str, table: str, sink_id: str = ""
+) -> tuple[dict[str, int], tuple[str, ...]]:
+    """The table's counts, and the sink's prepared transactions (every sink's when
+    ``sink_id`` is empty)."""
     import psycopg
     from psycopg import sql
 
@@ -57,13 +61,17 @@ def postgres_counts(dsn: str, table: str) -> tuple[dict[str, int], tuple[str, ..
             sql.SQL("SELECT word, count FROM {}").format(sql.Identifier(table))
         ).fetchall()
         prepared = conn.execute(
-            "SELECT gid FROM pg_prepared_xacts WHERE starts_with(gid, 'eos|')"
+            "SELECT gid FROM pg_prepared_xacts WHERE starts_with(gid, %s)",
+            (f"eos|{sink_id}|" if sink_id else "eos|",),
         ).fetchall()
     leftovers = tuple(f"prepared transaction {gid}" for (gid,) in prepared)
     return {str(w): int(c) for w, c in rows}, leftovers
 
 
-def redis_counts(url: str, prefix: str) -> tuple[dict[str, int], tuple[str, ...]]:
+def redis_counts(
+    url: str, prefix: str, sink_id: str = "*"
+) -> tuple[dict[str, int], tuple[str, ...]]:
+    """Counters under ``prefix``, and the sink's stages and registered units."""
     import redis
 
     client = redis.Redis.from_url(url)
@@ -71,8 +79,8 @@ def redis_counts(url: str, prefix: str) -> tuple[dict[str, int], tuple[str, ...]
         key.decode().removeprefix(prefix): int(client.get(key) or 0)
         for key in client.scan_iter(f"{prefix}*", count=1000)
     }
-    stages = [k.decode() for k in client.scan_iter("eos:{*}:stage:*", count=1000)]
-    units = [k.decode() for k in client.scan_iter("eos:{*}:units") if client.scard(k)]
+    stages = [k.decode() for k in client.scan_iter(f"eos:{{{sink_id}}}:stage:*", count=1000)]
+    units = [k.decode() for k in client.scan_iter(f"eos:{{{sink_id}}}:units") if client.scard(k)]
     client.close()
     return counts, tuple(f"Redis stage {k}" for k in stages + units)
 

@@ -54,6 +54,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--trigger", choices=["available-now", "continuous"], default="available-now"
     )
     parser.add_argument("--delivery", default="exactly-once")
+    parser.add_argument(
+        "--sink-id", default=None,
+        help="sinkId of each built-in sink is <this>-<sink> (default: derived from the query)",
+    )  # fmt: skip
     return parser.parse_args(argv)
 
 
@@ -179,6 +183,10 @@ def custom_writer(result: DataFrame, args: argparse.Namespace) -> DataStreamWrit
     return writer
 
 
+def with_sink_id(writer: DataStreamWriter, args: argparse.Namespace, sink: str) -> DataStreamWriter:
+    return writer.option("sinkId", f"{args.sink_id}-{sink}") if args.sink_id else writer
+
+
 WRITERS = {
     "postgres": postgres_writer,
     "kafka": kafka_writer,
@@ -222,6 +230,8 @@ def main(argv: list[str] | None = None) -> None:
         result = pipeline(spark, args)
         checkpoint = args.checkpoint if len(sinks) == 1 else f"{args.checkpoint}/{sink}"
         writer = WRITERS[sink](result, args).outputMode(output_mode(args.state))
+        if sink != "custom":
+            writer = with_sink_id(writer, args, sink)
         writer = writer.option("checkpointLocation", checkpoint).queryName(f"to_{sink}")
         queries.append(with_trigger(writer, args.trigger).start())
         _wait_first_batch(queries[-1])

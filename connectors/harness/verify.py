@@ -131,6 +131,7 @@ class Names:
         self.output = f"verify-out-{tag}"
         self.table = f"verify_{tag}"
         self.prefix = f"verify:{tag}:"
+        self.sink_id = f"verify-{tag}"  # each built-in sink's sinkId: <this>-<sink>
 
 
 def verify(
@@ -202,10 +203,14 @@ def _check_sinks(
         words, repeated, leftovers = checks.kafka_counts(endpoints.kafka_bootstrap, names.output)
         results.append(checks.compare("kafka", expected, words, repeated, leftovers))
     if "postgres" in plan.sinks:
-        counts, leftovers = checks.postgres_counts(endpoints.postgres_dsn, names.table)
+        counts, leftovers = checks.postgres_counts(
+            endpoints.postgres_dsn, names.table, f"{names.sink_id}-postgres"
+        )
         results.append(checks.compare("postgres", expected, counts, 0, leftovers))
     if "redis" in plan.sinks:
-        counts, leftovers = checks.redis_counts(endpoints.redis_url, names.prefix)
+        counts, leftovers = checks.redis_counts(
+            endpoints.redis_url, names.prefix, f"{names.sink_id}-redis"
+        )
         results.append(checks.compare("redis", expected, counts, 0, leftovers))
     if plan.custom is not None:
         reader = checks.load(plan.custom.reader)
@@ -341,6 +346,7 @@ class _Runner:
             "--max-offsets", str(self.per_batch),
             "--out-topic", names.output, "--table", names.table,
             "--key-prefix", names.prefix, "--redis-mode", "increment",
+            "--sink-id", names.sink_id,
         ]  # fmt: skip
         for sink in plan.sinks:
             command += ["--sink", sink]
