@@ -10,9 +10,10 @@ from connectors.endpoints import Endpoints
 
 
 def stream_into(spark: SparkSession, endpoints: Endpoints, topic: str, checkpoint: Path,
-                select: list[str], sink: str, **options: str) -> None:  # fmt: skip
+                select: list[str], sink: str, /, **options: str) -> None:  # fmt: skip
     """``topic`` from the earliest offset, ``select``ed, into format ``sink`` with
-    ``options``; a failing query raises."""
+    ``options`` (positional-only parameters: an option may be called ``topic``); a
+    failing query raises."""
     writer = (
         spark.readStream.format("eos_kafka")
         .option("kafka.bootstrap.servers", endpoints.kafka_bootstrap)
