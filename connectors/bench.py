@@ -146,7 +146,6 @@ def kafka_sink(bootstrap: str, topic: str, records: int) -> list[Measurement]:
     """Every record copied to a new topic by the eos_kafka sink: an idempotent producer
     per task (at-least-once), then one transaction per task with its progress marker
     (exactly-once). Batch time, same run, after a warm-up pair."""
-    from connectors.harness.data import create_topic
     from connectors.spark import local_session
 
     spark = local_session("eos-bench")
@@ -220,8 +219,6 @@ def _stateful_kafka(
     250,000 offsets per batch: input records per second of wall time until all
     input is processed, start included."""
     from pyspark.sql import SparkSession
-
-    from connectors.harness.data import create_topic
 
     assert isinstance(spark, SparkSession)
     out = f"{topic}-counts-{guarantee}-{uuid.uuid4().hex[:6]}"

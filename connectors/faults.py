@@ -46,6 +46,13 @@ def point(name: str, batch: int | None = None, role: str | None = None) -> None:
             _crash()
 
 
+def schedule(points: list[str] | tuple[str, ...], times: int, first_batch: int = 1) -> list[str]:
+    """Each point ``times`` times, one per batch from ``first_batch`` on:
+    ``["after-prepare@1", "after-commit@2", ...]``, the entries of an ``EOS_FAULT_POINT`` list."""
+    entries = [point for _ in range(times) for point in points]
+    return [f"{p}@{first_batch + i}" for i, p in enumerate(entries)]
+
+
 def armed() -> list[str]:
     """The ``name[@batch]`` entries ``EOS_FAULT_POINT`` enables."""
     return [e.strip() for e in os.environ.get("EOS_FAULT_POINT", "").split(",") if e.strip()]

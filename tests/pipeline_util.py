@@ -11,6 +11,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from connectors import faults
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -33,8 +35,7 @@ def fault_env(point: str, batch: int, marker: Path, scope: str = "group") -> dic
 def fault_schedule(points: list[str], times: int, first_batch: int = 1) -> str:
     """Each point ``times`` times, one per batch from ``first_batch`` on: an
     ``EOS_FAULT_POINT`` list such as ``after-prepare@1,after-commit@2,...``."""
-    entries = [point for _ in range(times) for point in points]
-    return ",".join(f"{p}@{first_batch + i}" for i, p in enumerate(entries))
+    return ",".join(faults.schedule(points, times, first_batch))
 
 
 def run(command: list[str], environment: dict[str, str], timeout: float = 600) -> int:

@@ -8,7 +8,6 @@ Redis stages) that a clean run must not leave.
 
 from __future__ import annotations
 
-import importlib
 import time
 import uuid
 from collections import Counter
@@ -148,9 +147,3 @@ def _read_committed(
                     left.discard(message.partition() or 0)
     consumer.close()
     return records, left
-
-
-def load(reference: str) -> object:
-    """``module:attribute``, imported."""
-    module, _, attribute = reference.partition(":")
-    return getattr(importlib.import_module(module), attribute)

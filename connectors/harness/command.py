@@ -63,8 +63,9 @@ def plan_from(args: argparse.Namespace) -> Plan:
     if args.sink_format:
         if not args.sink_reader:
             raise SystemExit("eos verify: --sink-format needs --sink-reader MODULE:FUNCTION")
-        options = tuple(tuple(o.split("=", 1)) for o in args.sink_option if "=" in o)
-        custom = CustomSink(args.sink_format, args.sink_reader, options, args.sink_register)  # type: ignore[arg-type]
+        pairs = (o.partition("=") for o in args.sink_option)
+        options = tuple((key, value) for key, sep, value in pairs if sep)
+        custom = CustomSink(args.sink_format, args.sink_reader, options, args.sink_register)
     return Plan(
         records=args.records,
         sinks=tuple(s.strip() for s in args.sinks.split(",") if s.strip()),

@@ -196,11 +196,15 @@ WRITERS = {
 
 
 def register_sources(spark: SparkSession, references: list[str]) -> None:
-    import importlib
+    from pyspark.sql.datasource import DataSource
+
+    from connectors.harness import load
 
     for reference in references:
-        module, _, name = reference.partition(":")
-        spark.dataSource.register(getattr(importlib.import_module(module), name))
+        source = load(reference)
+        if not (isinstance(source, type) and issubclass(source, DataSource)):
+            raise SystemExit(f"--register {reference}: not a pyspark DataSource class")
+        spark.dataSource.register(source)
 
 
 def _wait_first_batch(query: Any, timeout: float = 60.0) -> None:

@@ -23,7 +23,8 @@ def endpoints_and_crash() -> tuple[Endpoints, CrashService | None]:
     from_env = Endpoints.from_env()
     if from_env is None:
         print("Starting the local stack (Kafka, PostgreSQL, Redis)...", file=sys.stderr)
-        return Stack().up(), crash_function(Stack().endpoints())
+        started = Stack().up()
+        return started, crash_function(started)
     return from_env, crash_function(from_env)
 
 

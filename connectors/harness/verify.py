@@ -28,8 +28,8 @@ from typing import Any, TextIO
 
 from connectors.endpoints import Endpoints
 from connectors.errors import EosError
-from connectors.faults import POINTS
-from connectors.harness import checks
+from connectors.faults import POINTS, schedule
+from connectors.harness import checks, load
 from connectors.harness.data import create_topic, produce_words
 
 BUILT_IN_SINKS = ("kafka", "postgres", "redis")
@@ -157,7 +157,7 @@ def verify(
     runner = _Runner(plan, endpoints, names, out, crash_service)
     runs, problems = runner.run_to_the_end()
     results = _check_sinks(plan, endpoints, names, expected) if not problems else []
-    report = Report(_plan_json(plan), runs, results, problems)
+    report = Report(asdict(plan), runs, results, problems)
     (plan.work_dir / "report.json").write_text(report.to_json())
     return report
 
@@ -191,10 +191,6 @@ def _check_plan(plan: Plan, crash_service: Callable[[str], None] | None) -> None
         )
 
 
-def _plan_json(plan: Plan) -> dict[str, Any]:
-    return {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(plan).items()}
-
-
 def _check_sinks(
     plan: Plan, endpoints: Endpoints, names: Names, expected: Counter[str]
 ) -> list[checks.SinkResult]:
@@ -213,7 +209,7 @@ def _check_sinks(
         )
         results.append(checks.compare("redis", expected, counts, 0, leftovers))
     if plan.custom is not None:
-        reader = checks.load(plan.custom.reader)
+        reader = load(plan.custom.reader)
         assert callable(reader), f"{plan.custom.reader} is not callable"
         got = dict(reader())
         results.append(checks.compare(plan.custom.format, expected, got))
@@ -239,8 +235,7 @@ class _Runner:
         self.rng = random.Random(plan.seed)
         self.markers = plan.work_dir / "fired"
         self.checkpoint = plan.work_dir / "checkpoint"
-        entries = [p for _ in range(plan.fault_rounds) for p in plan.fault_points]
-        self.schedule = [f"{p}@{batch}" for batch, p in enumerate(entries, start=1)]
+        self.schedule = schedule(plan.fault_points, plan.fault_rounds)
         disruptions = ["kill"] * plan.kills + [f"restart {s}" for s in plan.restarts]
         self.rng.shuffle(disruptions)
         self.disruptions = disruptions
