@@ -30,7 +30,7 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
-from connectors import faults
+from connectors import faults, timing
 from connectors.errors import EosError
 
 log = logging.getLogger(__name__)
@@ -216,6 +216,7 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter, UnitStore):
         sink_id = _sink_of(prepared)
         if sink_id is None:
             return
+        began = time.perf_counter()
         decision = self._decide(sink_id, batchId, prepared)
         faults.point("after-decision", batchId, role="driver")
         for index, unit in enumerate(decision.units):
@@ -225,6 +226,7 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter, UnitStore):
         self.recover(sink_id, batchId, decision)
         faults.point("after-commit", batchId, role="driver")
         self.prune_decisions(sink_id, batchId - self.keep_decisions)
+        timing.record_commit(sink_id, batchId, len(decision.units), time.perf_counter() - began)
 
     def abort(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
         """Roll back the batch's prepared units, unless the batch was decided."""

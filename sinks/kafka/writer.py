@@ -21,7 +21,7 @@ import pyarrow as pa
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
-from connectors import faults
+from connectors import faults, timing
 from connectors.errors import EosError
 from connectors.protocol import TaskIdentity
 from sinks.kafka.errors import Action, classify, error_of
@@ -79,7 +79,7 @@ class KafkaTransactionalWriter(DataSourceStreamArrowWriter):
             if marker.batches_done() > task.batch_id:
                 log.info("batch %d partition %d is marked: skipping", task.batch_id, task.partition)
                 return TaskReport(task.batch_id, task.partition, 0, skipped=True)
-            count = _transaction(producer, marker, task, rows(iterator, self.options.topic))
+            count = _transaction(producer, marker, task, rows(iterator, self.options.topic), sid)
         finally:
             marker.close()
         faults.point("after-commit", task.batch_id, role="worker")
@@ -126,12 +126,20 @@ class _MarkerGroup:
 def _fenced_producer(options: KafkaSinkOptions, name: str) -> Producer:
     """A fresh producer per task and batch; init_transactions() fences every older one."""
     producer = Producer({**options.producer_config(), "transactional.id": name})
+    # A metadata request first: init_transactions() on a producer with no broker
+    # connection up yet waited ~500 ms (librdkafka's coordinator query timer) one time
+    # in three, in every task of every batch; connected first it takes a few ms.
+    _call(lambda: producer.list_topics(timeout=CALL_TIMEOUT), "metadata")
     _call(lambda: producer.init_transactions(CALL_TIMEOUT), "init_transactions")
     return producer
 
 
 def _transaction(
-    producer: Producer, marker: _MarkerGroup, task: TaskIdentity, batches: Iterator[list[Row]]
+    producer: Producer,
+    marker: _MarkerGroup,
+    task: TaskIdentity,
+    batches: Iterator[list[Row]],
+    sid: str,
 ) -> int:
     _call(producer.begin_transaction, "begin_transaction")
     try:
@@ -143,7 +151,9 @@ def _transaction(
             "send_offsets_to_transaction",
         )
         faults.point("after-prepare", task.batch_id, role="worker")
+        began = time.perf_counter()
         _call(lambda: producer.commit_transaction(CALL_TIMEOUT), "commit_transaction")
+        timing.record_commit(sid, task.batch_id, 1, time.perf_counter() - began)
     except BaseException:
         _abort_quietly(producer)
         raise

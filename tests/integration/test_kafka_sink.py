@@ -140,7 +140,7 @@ def test_a_zombie_attempt_cannot_commit(endpoints: Endpoints, unique: str) -> No
     marker = _MarkerGroup(options, name)
     retry = _fenced_producer(options, name)
     assert marker.batches_done() == 0
-    _transaction(retry, marker, task, iter([[(out, b"retry", b"k", None, None)]]))
+    _transaction(retry, marker, task, iter([[(out, b"retry", b"k", None, None)]]), name)
     assert marker.batches_done() == 8
     marker.close()
     with pytest.raises(Exception, match=r"(?i)fenced|epoch"):
