@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -14,8 +15,11 @@ if TYPE_CHECKING:
 TASK_ATTEMPTS = 4
 
 
-def local_session(app: str = "eos", cores: int = 2, **conf: str) -> SparkSession:
-    """A ``local[cores]`` session with the package's data sources registered."""
+def local_session(
+    app: str = "eos", cores: int = 2, conf: Mapping[str, str] | None = None
+) -> SparkSession:
+    """A ``local[cores]`` session with the package's data sources registered; ``conf``
+    adds or overrides Spark settings (``spark.jars`` for Spark's own Kafka connector)."""
     from pyspark.sql import SparkSession
 
     from connectors.registry import register
@@ -41,7 +45,7 @@ def local_session(app: str = "eos", cores: int = 2, **conf: str) -> SparkSession
         .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
         .config("spark.driver.memory", os.environ.get("EOS_SPARK_DRIVER_MEMORY", "2g"))
     )
-    for key, value in conf.items():
+    for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("EOS_SPARK_LOG_LEVEL", "WARN"))

@@ -53,7 +53,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--trigger", choices=["available-now", "continuous"], default="available-now"
     )
+    parser.add_argument(
+        "--every", default="500 milliseconds", help="--trigger continuous's interval"
+    )
     parser.add_argument("--delivery", default="exactly-once")
+    parser.add_argument(
+        "--connector", choices=["eos", "spark"], default="eos",
+        help="eos: this package's eos_kafka source and sink; spark: Spark's JVM kafka ones",
+    )  # fmt: skip
+    parser.add_argument(
+        "--events", action="store_true", help="print a JSON line per batch (eos bench reads them)"
+    )
     parser.add_argument(
         "--sink-id", default=None,
         help="sinkId of each built-in sink is <this>-<sink> (default: derived from the query)",
@@ -65,7 +75,7 @@ def pipeline(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
     """(word, count) from a stateful stage, or with ``--state none`` every record's
     (word, partition, offset) for append mode."""
     records = (
-        spark.readStream.format("eos_kafka")
+        spark.readStream.format("eos_kafka" if args.connector == "eos" else "kafka")
         .option("kafka.bootstrap.servers", args.bootstrap)
         .option("subscribe", args.topic)
         .option("startingOffsets", "earliest")
@@ -112,9 +122,7 @@ def _running_count_processor() -> Any:
     return RunningCount()
 
 
-def with_trigger(
-    writer: DataStreamWriter, trigger: str, every: str = "500 milliseconds"
-) -> DataStreamWriter:
+def with_trigger(writer: DataStreamWriter, trigger: str, every: str) -> DataStreamWriter:
     """``available-now``: process what is there, then stop; ``continuous``: every ``every``."""
     if trigger == "available-now":
         return writer.trigger(availableNow=True)
@@ -144,13 +152,12 @@ def postgres_writer(result: DataFrame, args: argparse.Namespace) -> DataStreamWr
 def kafka_writer(result: DataFrame, args: argparse.Namespace) -> DataStreamWriter:
     """key = word; value = the count, or "partition:offset" of the input record."""
     value = "CAST(count AS STRING)" if args.state != "none" else "concat(partition, ':', offset)"
-    return (
-        result.selectExpr("CAST(word AS BINARY) AS key", f"CAST({value} AS BINARY) AS value")
-        .writeStream.format("eos_kafka")
-        .option("kafka.bootstrap.servers", args.bootstrap)
-        .option("topic", args.out_topic)
-        .option("deliveryGuarantee", args.delivery)
-    )
+    rows = result.selectExpr("CAST(word AS BINARY) AS key", f"CAST({value} AS BINARY) AS value")
+    if args.connector == "spark":  # Spark's own sink: at-least-once, no sinkId
+        writer = rows.writeStream.format("kafka")
+    else:
+        writer = rows.writeStream.format("eos_kafka").option("deliveryGuarantee", args.delivery)
+    return writer.option("kafka.bootstrap.servers", args.bootstrap).option("topic", args.out_topic)
 
 
 def redis_writer(result: DataFrame, args: argparse.Namespace) -> DataStreamWriter:
@@ -217,6 +224,49 @@ def _wait_first_batch(query: Any, timeout: float = 60.0) -> None:
         time.sleep(0.2)
 
 
+def _connector_conf(connector: str) -> dict[str, str]:
+    if connector == "eos":
+        return {}
+    from connectors.compare.jars import spark_kafka_jars
+
+    return {"spark.jars": ",".join(str(jar) for jar in spark_kafka_jars())}
+
+
+EVENT_PREFIX = "EOS-EVENT "
+
+
+def print_event(event: str, **fields: Any) -> None:
+    """One JSON line on stdout, stamped with the wall clock (``eos bench`` reads them)."""
+    import json
+    import time
+
+    print(EVENT_PREFIX + json.dumps({"event": event, "t": time.time(), **fields}), flush=True)
+
+
+def _batch_events() -> Any:
+    """A listener printing each batch's rows and Spark's own timings once it is committed."""
+    from pyspark.sql.streaming.listener import StreamingQueryListener
+
+    class BatchEvents(StreamingQueryListener):  # type: ignore[misc]
+        def onQueryStarted(self, event: Any) -> None:
+            pass
+
+        def onQueryProgress(self, event: Any) -> None:
+            progress = event.progress
+            print_event(
+                "batch", batch=progress.batchId, records=progress.numInputRows,
+                durations=dict(progress.durationMs),
+            )  # fmt: skip
+
+        def onQueryIdle(self, event: Any) -> None:
+            pass
+
+        def onQueryTerminated(self, event: Any) -> None:
+            pass
+
+    return BatchEvents()
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     sinks = args.sink + (["custom"] if args.custom_format else [])
@@ -225,8 +275,10 @@ def main(argv: list[str] | None = None) -> None:
     os.environ["EOS_FAULT_PGID"] = str(os.getpgid(0))
     from connectors.spark import local_session
 
-    spark = local_session(f"eos-pipeline-{'-'.join(sinks)}")
+    spark = local_session(f"eos-pipeline-{'-'.join(sinks)}", conf=_connector_conf(args.connector))
     register_sources(spark, args.register)
+    if args.events:
+        spark.streams.addListener(_batch_events())
     queries = []
     for sink in sinks:
         # A DataFrame of its own per query: queries starting together must not share
@@ -234,10 +286,12 @@ def main(argv: list[str] | None = None) -> None:
         result = pipeline(spark, args)
         checkpoint = args.checkpoint if len(sinks) == 1 else f"{args.checkpoint}/{sink}"
         writer = WRITERS[sink](result, args).outputMode(output_mode(args.state))
-        if sink != "custom":
+        if sink != "custom" and args.connector == "eos":
             writer = with_sink_id(writer, args, sink)
         writer = writer.option("checkpointLocation", checkpoint).queryName(f"to_{sink}")
-        queries.append(with_trigger(writer, args.trigger).start())
+        queries.append(with_trigger(writer, args.trigger, args.every).start())
+        if args.events:
+            print_event("ready", query=queries[-1].name)
         _wait_first_batch(queries[-1])
     if args.trigger == "continuous":
         spark.streams.awaitAnyTermination()

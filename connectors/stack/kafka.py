@@ -91,30 +91,24 @@ def jar_cache_dir() -> Path:
 
 def ensure_jars() -> Path:
     """Resolve the broker and its runtime dependencies with Maven (once); return the jar dir."""
-    cache = jar_cache_dir()
+    pom = _POM.format(
+        scala=SCALA_VERSION, kafka=KAFKA_VERSION, slf4j=SLF4J_VERSION, log4j=LOG4J_VERSION
+    )
+    return maven_jars(jar_cache_dir(), pom, f"Resolving Apache Kafka {KAFKA_VERSION}")
+
+
+def maven_jars(cache: Path, pom: str, what: str) -> Path:
+    """The runtime jars of ``pom``'s dependencies, copied once into ``cache``/libs by Maven."""
     libs = cache / "libs"
     done = cache / ".resolved"
     if done.exists():
         return libs
     require_binary("mvn", INSTALL_HINT)
     cache.mkdir(parents=True, exist_ok=True)
-    pom = _POM.format(
-        scala=SCALA_VERSION, kafka=KAFKA_VERSION, slf4j=SLF4J_VERSION, log4j=LOG4J_VERSION
-    )
     (cache / "pom.xml").write_text(pom)
-    run(
-        [
-            "mvn",
-            "-q",
-            "-B",
-            "dependency:copy-dependencies",
-            "-DincludeScope=runtime",
-            f"-DoutputDirectory={libs}",
-        ],
-        what=f"Resolving Apache Kafka {KAFKA_VERSION} from Maven Central",
-        cwd=cache,
-    )
-    done.write_text(KAFKA_VERSION)
+    command = ["mvn", "-q", "-B", "dependency:copy-dependencies", "-DincludeScope=runtime"]
+    run([*command, f"-DoutputDirectory={libs}"], what=f"{what} from Maven Central", cwd=cache)
+    done.write_text(pom)
     return libs
 
 
