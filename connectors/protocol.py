@@ -202,9 +202,11 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter, UnitStore):
             return PreparedUnit(
                 sink_id, task.query_id, task.batch_id, None, 0, skipped_decided=True
             )
+        began = time.perf_counter()
         self.discard_attempts(sink_id, task.batch_id, task.partition)
         unit = UnitId(sink_id, task.batch_id, task.partition, task.attempt)
         rows = self.prepare(unit, iterator)
+        timing.record_task("sink write", task.batch_id, time.perf_counter() - began)
         faults.point("after-prepare", task.batch_id, role="worker")
         return PreparedUnit(sink_id, task.query_id, task.batch_id, unit if rows else None, rows)
 

@@ -70,6 +70,7 @@ class KafkaTransactionalWriter(DataSourceStreamArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskReport:
         """1. fence; 2. read the marker; 3. produce; 4. mark in the transaction; 5. commit."""
+        began = time.perf_counter()
         task = TaskIdentity.current()
         sid = sink_id(self.options, task.query_id)
         name = transactional_id(self.options, sid, task.partition)
@@ -82,6 +83,7 @@ class KafkaTransactionalWriter(DataSourceStreamArrowWriter):
             count = _transaction(producer, marker, task, rows(iterator, self.options.topic), sid)
         finally:
             marker.close()
+            timing.record_task("sink write", task.batch_id, time.perf_counter() - began)
         faults.point("after-commit", task.batch_id, role="worker")
         return TaskReport(task.batch_id, task.partition, count, skipped=False)
 

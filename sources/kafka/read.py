@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
-from connectors import faults
+from connectors import faults, timing
 from connectors.errors import DataLossError, ServiceUnavailableError
 from sources.kafka.offsets import KafkaRange
 from sources.kafka.options import KafkaSourceOptions
@@ -51,6 +51,7 @@ def arrow_schema(include_headers: bool) -> pa.Schema:
 
 def read_range(options: KafkaSourceOptions, work: KafkaRange) -> Iterator[pa.RecordBatch]:
     """Yield the records of ``work`` as Arrow batches, stopping on the consumer's position."""
+    began = time.perf_counter()
     consumer = Consumer(_consumer_config(options))
     try:
         start = _checked_start(consumer, options, work)
@@ -61,6 +62,7 @@ def read_range(options: KafkaSourceOptions, work: KafkaRange) -> Iterator[pa.Rec
         yield from _consume(consumer, options, work, start, schema)
     finally:
         consumer.close()
+        timing.record_task("source read", faults.current_batch(), time.perf_counter() - began)
 
 
 # A task reads one known range start to end: large fetches halve the time per record
