@@ -4,7 +4,8 @@ BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help bootstrap demo verify soak test unit lint stack-up stack-down stack-status bench
+.PHONY: help bootstrap demo verify soak test unit lint stack-up stack-down stack-status bench \
+	bench-connectors
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -33,7 +34,10 @@ lint: bootstrap ## ruff and mypy
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-bench: bootstrap ## throughput vs baselines, ratios from one run (source, postgres, kafka, redis)
+bench: bootstrap ## the keyed count here vs Spark's JVM connector, Quix Streams, a raw loop (~20 min)
+	$(BIN)/eos bench compare
+
+bench-connectors: bootstrap ## each connector vs its own baseline (source, postgres, kafka, redis)
 	$(BIN)/eos bench source
 	$(BIN)/eos bench postgres
 	$(BIN)/eos bench kafka

@@ -37,8 +37,8 @@ class Measurement:
         return self.records / self.seconds
 
 
-def fill_topic(bootstrap: str, topic: str, records: int) -> None:
-    """``records`` keyed records of about 100 bytes, spread over the partitions."""
+def fill_topic(bootstrap: str, topic: str, records: int, keys: int = KEYS) -> None:
+    """``records`` records of about 100 bytes over ``keys`` keys, spread over the partitions."""
     create_topic(bootstrap, topic, PARTITIONS)
     producer = Producer(
         {
@@ -51,7 +51,7 @@ def fill_topic(bootstrap: str, topic: str, records: int) -> None:
     )
     payload = os.urandom(VALUE_BYTES // 2).hex().encode()[:VALUE_BYTES]
     for i in range(records):
-        key = b"key-%08d" % (i % KEYS)
+        key = b"key-%08d" % (i % keys)
         while True:
             try:
                 producer.produce(topic, value=payload, key=key)

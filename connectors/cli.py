@@ -53,6 +53,12 @@ def _bench_command(args: argparse.Namespace) -> int:
     return run_bench(args.which, records=args.records, out_dir=Path(args.out))
 
 
+def _compare_command(args: argparse.Namespace) -> int:
+    from connectors.compare.command import run_compare
+
+    return run_compare(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="eos", description="Exactly-once connectors for PySpark")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -84,13 +90,25 @@ def build_parser() -> argparse.ArgumentParser:
     add_verify_arguments(verify)
     verify.set_defaults(func=_verify_command)
 
-    bench = commands.add_parser("bench", help="throughput against baselines, as ratios")
-    bench.add_argument(
-        "which", nargs="?", default="source", choices=["source", "postgres", "kafka", "redis"]
+    from connectors.compare.command import add_arguments
+
+    bench = commands.add_parser("bench", help="benchmarks; ratios from one run")
+    benches = bench.add_subparsers(dest="which", required=True)
+    compare = benches.add_parser(
+        "compare", help="the keyed count here and in Spark's JVM connector, Quix, a raw loop"
     )
-    bench.add_argument("--records", type=int, default=1_000_000)
-    bench.add_argument("--out", default="bench-results")
-    bench.set_defaults(func=_bench_command)
+    add_arguments(compare)
+    compare.set_defaults(func=_compare_command)
+    for which, text in [
+        ("source", "eos_kafka source vs a raw confluent-kafka consume loop"),
+        ("postgres", "eos_postgres exactly-once vs at-least-once"),
+        ("kafka", "eos_kafka sink exactly-once vs at-least-once"),
+        ("redis", "eos_redis exactly-once vs at-least-once"),
+    ]:
+        one = benches.add_parser(which, help=text)
+        one.add_argument("--records", type=int, default=1_000_000)
+        one.add_argument("--out", default="bench-results")
+        one.set_defaults(func=_bench_command)
     return parser
 
 

@@ -1,0 +1,239 @@
+"""The comparison's report: a markdown table, the targets, a profile, a PNG chart."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from connectors.compare.pipelines import QUIX_PYTHON
+from connectors.compare.runner import Result, Settings
+from connectors.endpoints import Endpoints
+
+
+@dataclass(frozen=True)
+class Target:
+    """``pipeline`` must reach ``at_least`` times ``baseline``'s records/s."""
+
+    label: str
+    pipeline: str
+    baseline: str
+    at_least: float
+
+
+TARGETS = (
+    Target("(1) >= 0.9x (2): Kafka", "eos-kafka", "eos-kafka-alo", 0.9),
+    Target("(1) >= 0.9x (2): PostgreSQL", "eos-postgres", "eos-postgres-alo", 0.9),
+    Target("(1) >= 0.9x (2): Redis", "eos-redis", "eos-redis-alo", 0.9),
+    Target("(1) >= 1.0x (3): Spark's JVM Kafka connector", "eos-kafka", "spark-kafka", 1.0),
+    Target("(1) >= 2x (4): Quix Streams", "eos-kafka", "quix", 2.0),
+)
+GROUPS = {"eos": "(1)", "spark": "(3)", "quix": "(4)", "raw": "(5)"}
+
+
+def _group(result: Result) -> str:
+    p = result.pipeline
+    return "(2)" if p.engine == "eos" and p.guarantee == "at-least-once" else GROUPS[p.engine]
+
+
+def _num(value: float | None, digits: int = 0) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def results_table(results: list[Result]) -> list[str]:
+    base = next((r for r in results if r.pipeline.key == "eos-kafka" and r.rate), None)
+    lines = [
+        "| | pipeline | guarantee | records/s | vs eos-kafka | start-up s | latency p50 ms "
+        "| latency p99 ms | commit ms p50 | recovery s | driver MB | workers MB |",
+        "|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+    ]
+    for r in results:
+        ratio = f"{r.rate / base.rate:.2f}x" if base and r.rate else "-"
+        if r.error:
+            lines.append(f"| {_group(r)} | {r.pipeline.label} | {r.pipeline.guarantee} | "
+                         f"failed: {r.error.splitlines()[0]} |" + " |" * 8)  # fmt: skip
+            continue
+        lines.append(
+            f"| {_group(r)} | {r.pipeline.label} | {r.pipeline.guarantee} | {r.rate:,.0f} | "
+            f"{ratio} | {r.startup_s:.1f} | {_num(r.latency(0.5))} | {_num(r.latency(0.99))} | "
+            f"{_num(r.commit_p50())} | {_num(r.recovery_s, 1)} | {r.driver_mb:,.0f} | "
+            f"{r.workers_mb:,.0f} |"
+        )
+    return lines
+
+
+def targets_table(results: list[Result]) -> list[str]:
+    by_key = {r.pipeline.key: r for r in results}
+    lines = ["| target | measured | met |", "|---|--:|---|"]
+    for target in TARGETS:
+        mine, other = by_key.get(target.pipeline), by_key.get(target.baseline)
+        if not (mine and other and mine.rate and other.rate):
+            lines.append(f"| {target.label} | not measured | - |")
+            continue
+        ratio = mine.rate / other.rate
+        met = "yes" if ratio >= target.at_least else f"**no**: {_slowest(mine)}"
+        lines.append(f"| {target.label} | {ratio:.2f}x | {met} |")
+    return lines
+
+
+def _slowest(result: Result) -> str:
+    stages = {k: v for k, v in result.stages_ms.items()
+              if k != "triggerExecution" and "task ms" not in k}  # fmt: skip
+    if not stages:
+        return "see the profile below"
+    name, ms = max(stages.items(), key=lambda item: item[1])
+    total = result.stages_ms.get("triggerExecution", sum(stages.values()))
+    tasks = [f"{k} {v:,.0f}" for k, v in result.stages_ms.items() if "task ms" in k]
+    inside = f" ({', '.join(tasks)}, summed over tasks on 2 cores)" if tasks else ""
+    return f"{result.pipeline.key} spends {ms:,.0f} of {total:,.0f} ms a batch in {name}{inside}"
+
+
+STAGES = ("addBatch", "source read (task ms)", "sink write (task ms)",
+          "sink commit (part of addBatch)", "queryPlanning", "latestOffset", "getBatch",
+          "walCommit", "commitOffsets", "triggerExecution")  # fmt: skip
+
+
+def profile_table(results: list[Result]) -> list[str]:
+    lines = ["| pipeline | guarantee | " + " | ".join(STAGES) + " |",
+             "|---|---|" + "--:|" * len(STAGES)]  # fmt: skip
+    for r in results:
+        if r.stages_ms:
+            cells = " | ".join(_num(r.stages_ms.get(stage)) for stage in STAGES)
+            lines.append(f"| {r.pipeline.label} | {r.pipeline.guarantee} | {cells} |")
+    return lines
+
+
+def machine_facts(endpoints: Endpoints) -> list[str]:
+    import confluent_kafka
+    import psycopg
+    import pyspark
+    import redis
+
+    from connectors.compare.jars import CONNECTOR_VERSION
+    from connectors.stack.kafka import KAFKA_VERSION
+
+    with psycopg.connect(endpoints.postgres_dsn) as conn:
+        row = conn.execute("SHOW server_version").fetchone()
+    client = redis.Redis.from_url(endpoints.redis_url)
+    redis_version = client.info("server")["redis_version"]
+    client.close()
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return [
+        f"- CPU: {_cpu_model()}, {os.cpu_count()} cores; memory {memory:.0f} GiB; "
+        f"{platform.system()} {platform.release()}",
+        f"- Python {platform.python_version()}, PySpark {pyspark.__version__} (local[2], "
+        f"RocksDB state store), Java {_java_version()}",
+        f"- Kafka broker {KAFKA_VERSION} (one broker, loopback); confluent-kafka "
+        f"{confluent_kafka.__version__}, librdkafka {confluent_kafka.libversion()[0]}",
+        f"- PostgreSQL {row[0] if row else '?'}; Redis {redis_version} (appendonly, fsync always)",
+        f"- Spark's Kafka connector spark-sql-kafka-0-10 {CONNECTOR_VERSION}; "
+        f"Quix Streams {_quix_version()}",
+    ]
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def _version_of(argv: list[str]) -> str:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    except OSError:
+        return "?"
+    lines = (done.stdout + done.stderr).strip().splitlines()
+    return lines[0] if lines else "?"
+
+
+def _java_version() -> str:
+    return _version_of(["java", "-version"]).replace('"', "")
+
+
+def _quix_version() -> str:
+    return _version_of(
+        [str(QUIX_PYTHON), "-c", "import quixstreams; print(quixstreams.__version__)"]
+    )
+
+
+def markdown(results: list[Result], settings: Settings, facts: list[str], command: str) -> str:
+    workload = (
+        f"{settings.records:,} records of ~100 bytes over {settings.keys:,} keys in 4 "
+        f"partitions; every pipeline keeps a running count per key and publishes each "
+        f"changed key's count. Latency: {settings.rate:,} records/s onto 1,000 keys for "
+        f"{settings.latency_seconds:.0f} s of steady state, then a SIGKILL and a restart."
+    )
+    return "\n".join([
+        "# The keyed count, side by side", "",
+        f"Reproduce with `{command}` (about 20 minutes). One run; the ratios are what to "
+        "compare, the absolute figures depend on the machine.", "",
+        "## Machine", "", *facts, "",
+        "## Workload", "", workload, "",
+        "## Results", "", *results_table(results), "",
+        "(1) this package, exactly-once; (2) the same with `deliveryGuarantee=at-least-once`; "
+        "(3) Spark's JVM Kafka source and sink; (4) Quix Streams, exactly-once; (5) a "
+        "hand-written confluent-kafka transactional loop.", "",
+        "![throughput, latency and recovery](compare.png)", "",
+        "## Targets", "", *targets_table(results), "",
+        "## Where the time goes", "",
+        "Mean milliseconds per batch of the throughput phase: Spark's own progress "
+        "reports (`durationMs`); inside `addBatch`, the time this package's source and "
+        "sink tasks spend (summed over a batch's tasks, which share 2 cores; "
+        "exactly-once sinks only) and the sink's commit, measured in the connectors "
+        "(`EOS_COMMIT_TIMES`). The rest of `addBatch` is Spark: the shuffle, the "
+        "stateful count (RocksDB), moving rows between the JVM and Python workers.", "",
+        *profile_table(results), "",
+        _definitions(), "",
+    ])  # fmt: skip
+
+
+def _definitions() -> str:
+    return "\n".join([
+        "## What is measured", "",
+        "- records/s: records of the throughput phase after the first batch (or first "
+        "commit), divided by the time from that batch's commit to the last one's.",
+        "- start-up: from the start call returning to the first batch's commit (JVM, "
+        "Python workers, first plans).",
+        "- latency: a record's produce timestamp to the moment a reader sees its key's "
+        "count include it (Kafka read_committed; PostgreSQL and Redis read every 50 ms).",
+        "- commit: Spark pipelines, the sink's commit (the driver's two-phase commit, or "
+        "the slowest task transaction of the Kafka sink) plus Spark's commit-log write; "
+        "Quix, its checkpoint commit; the raw loop, its transaction commit.",
+        "- recovery: SIGKILL of the whole process group to the restarted pipeline's first "
+        "committed batch.",
+        "- memory: peak resident set of the driver (the Python process and its JVM) and "
+        "of the workers (Spark's Python workers), sampled every 0.25 s.",
+    ])  # fmt: skip
+
+
+def chart(results: list[Result], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    done = [r for r in results if not r.error]
+    labels = [f"{_group(r)} {r.pipeline.key}" for r in done]
+    figure, axes = plt.subplots(1, 3, figsize=(15, 5.5))
+    panels = [
+        ("records/s (higher is better)", [r.rate for r in done]),
+        ("latency p99, ms (lower is better)", [r.latency(0.99) or 0 for r in done]),
+        ("recovery after SIGKILL, s (lower is better)", [r.recovery_s or 0 for r in done]),
+    ]
+    colors = ["#1f77b4" if r.pipeline.engine == "eos" else "#999999" for r in done]
+    for axis, (title, values) in zip(axes, panels, strict=True):
+        axis.barh(labels, values, color=colors)
+        axis.set_title(title, fontsize=10)
+        axis.invert_yaxis()
+        axis.tick_params(labelsize=8)
+    figure.suptitle("Kafka -> keyed count -> sink, one run on one machine (blue: this package)")
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)

@@ -1,0 +1,310 @@
+"""The two phases each pipeline runs through, on the same broker, data and machine.
+
+* **throughput**: ``records`` keyed records (~100 bytes, 10,000 keys) are in the
+  input topic before the pipeline starts, and Spark reads a tenth of them per
+  batch. The first batch (or Quix's and the raw loop's first commit) carries the
+  start-up (JVM, Python workers, first plans) and is reported apart as start-up
+  time; records/s is the records of the later batches divided by the time from
+  the first batch's commit to the last one's. The same phase gives the commit
+  time per batch and the peak memory; at its end every key's count in the sink
+  is checked against the input.
+* **latency and recovery**: records are produced at a steady ``rate`` onto 1,000
+  keys, each stamped with its produce time. A watcher reads the sink (Kafka
+  under read_committed, PostgreSQL and Redis by polling) and notes when each
+  key's count grows; a record is visible when its key's count reaches it, and
+  its latency is that moment minus its timestamp. After ``latency_seconds`` the
+  pipeline is SIGKILLed and started again: recovery is the time from the kill to
+  the new process's first committed batch. Production goes on, and the phase
+  ends when every record is counted in the sink.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer
+
+from connectors.compare import pipelines as pl
+from connectors.compare.process import PipelineProcess
+from connectors.endpoints import Endpoints
+from connectors.harness.data import create_topic
+
+LATENCY_KEYS = 1_000
+LATENCY_MAX_OFFSETS = 1_000_000  # no cap: each batch takes what arrived meanwhile
+WARM_UP_SECONDS = 5.0  # after the sink first shows a count: steady state from here
+AFTER_KILL_SECONDS = 8.0
+START_TIMEOUT = 180.0
+
+
+@dataclass
+class Result:
+    pipeline: pl.Pipeline
+    records: int = 0
+    seconds: float = 0.0
+    startup_s: float = 0.0
+    commit_ms: list[float] = field(default_factory=list)
+    latencies_ms: list[float] = field(default_factory=list)
+    recovery_s: float | None = None
+    driver_mb: float = 0.0
+    workers_mb: float = 0.0
+    stages_ms: dict[str, float] = field(default_factory=dict)  # Spark's per-batch split
+    error: str | None = None
+
+    @property
+    def rate(self) -> float:
+        return self.records / self.seconds if self.seconds else 0.0
+
+    def latency(self, quantile: float) -> float | None:
+        if len(self.latencies_ms) < 2:
+            return None
+        return statistics.quantiles(self.latencies_ms, n=100, method="inclusive")[
+            round(quantile * 100) - 1
+        ]
+
+    def commit_p50(self) -> float | None:
+        return statistics.median(self.commit_ms) if self.commit_ms else None
+
+
+@dataclass(frozen=True)
+class Settings:
+    records: int
+    keys: int
+    rate: int
+    latency_seconds: float
+    work_dir: Path
+
+
+def start(target: pl.Target, endpoints: Endpoints, max_offsets: int) -> PipelineProcess:
+    env = {"EOS_COMMIT_TIMES": str(target.commit_times), "EOS_SPARK_LOG_LEVEL": "ERROR"}
+    log = target.state_dir / "pipeline.log"
+    return PipelineProcess(pl.command(target, endpoints, max_offsets), log, env).start()
+
+
+# -- throughput -------------------------------------------------------------------------
+
+
+def throughput(
+    pipeline: pl.Pipeline, topic: str, endpoints: Endpoints, s: Settings, result: Result
+) -> None:
+    target = pl.new_target(pipeline, topic, endpoints, s.work_dir)
+    process = start(target, endpoints, max(1_000, s.records // 10))
+    try:
+        process.wait_for("start", lambda: process.ready_at() is not None, START_TIMEOUT)
+        process.wait_for(f"{s.records:,} records", lambda: process.records() >= s.records,
+                         START_TIMEOUT + s.records / 2_000)  # fmt: skip
+    finally:
+        process.kill()
+    first, *batches = process.batches()
+    if not batches:
+        raise AssertionError(f"{pipeline.key}: one batch only; give it more records")
+    result.startup_s = first["t"] - (process.ready_at() or first["t"])
+    result.records = sum(int(b["records"]) for b in batches)
+    result.seconds = batches[-1]["t"] - first["t"]
+    result.commit_ms = _commit_times(batches, target)
+    result.stages_ms = _stages(batches, target) if pipeline.spark else {}
+    result.driver_mb, result.workers_mb = process.memory.driver_mb, process.memory.workers_mb
+    _check_counts(target, endpoints, s.records)
+    pl.clean_up(target, endpoints)
+
+
+def _sink_commits(target: pl.Target) -> dict[int, float]:
+    """The eos sinks' commit of each batch: the driver's (PostgreSQL, Redis), or the
+    slowest of the tasks' transactions, which commit in parallel (Kafka)."""
+    commits: dict[int, float] = {}
+    for entry in _timings(target):
+        if "stage" not in entry:
+            commits[int(entry["batch"])] = max(commits.get(int(entry["batch"]), 0.0), entry["ms"])
+    return commits
+
+
+def _timings(target: pl.Target) -> list[dict[str, Any]]:
+    if not target.commit_times.exists():
+        return []
+    return [json.loads(line) for line in target.commit_times.read_text().splitlines()]
+
+
+def _task_stages(target: pl.Target) -> dict[str, float]:
+    """Our tasks' time per batch in each stage ("source read", "sink write"), summed
+    over the batch's tasks (they share the cores), averaged over batches."""
+    per_batch: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
+    for entry in _timings(target):
+        if "stage" in entry:
+            per_batch[entry["stage"]][int(entry["batch"])] += float(entry["ms"])
+    return {f"{stage} (task ms)": statistics.mean(batches.values())
+            for stage, batches in per_batch.items()}  # fmt: skip
+
+
+def _commit_times(batches: list[dict[str, Any]], target: pl.Target) -> list[float]:
+    """Spark: the sink's commit plus Spark's commit-log write; Quix and the raw loop:
+    the transaction's commit (with Quix's flushes) as they report it."""
+    if not target.pipeline.spark:
+        return [float(b["commit_ms"]) for b in batches]
+    sink = _sink_commits(target)
+    return [sink.get(b["batch"], 0.0) + b["durations"].get("commitOffsets", 0) for b in batches]
+
+
+def _stages(batches: list[dict[str, Any]], target: pl.Target) -> dict[str, float]:
+    """Mean ms per batch of each part of Spark's batch, and of the sink's commit."""
+    parts: dict[str, list[float]] = defaultdict(list)
+    for batch in batches:
+        for name, ms in batch["durations"].items():
+            parts[name].append(float(ms))
+    stages = {name: statistics.mean(values) for name, values in parts.items()}
+    sink = _sink_commits(target)
+    if sink:
+        stages["sink commit (part of addBatch)"] = statistics.mean(sink.values())
+    return stages | _task_stages(target)
+
+
+def _check_counts(target: pl.Target, endpoints: Endpoints, records: int) -> None:
+    counts = pl.visible_counts(target, endpoints)
+    total = sum(counts.values())
+    if total != records:
+        raise AssertionError(
+            f"{target.pipeline.key}: the sink's counts add up to {total:,}, not {records:,} "
+            f"(output {target.output})"
+        )
+
+
+# -- latency and recovery ------------------------------------------------------------------
+
+
+@dataclass
+class Visibility:
+    """When each key's count was seen to reach each value."""
+
+    seen: dict[str, list[tuple[int, float]]] = field(default_factory=lambda: defaultdict(list))
+    latest: dict[str, int] = field(default_factory=dict)
+
+    def note(self, counts: dict[str, int], at: float) -> None:
+        for key, count in counts.items():
+            if count > self.latest.get(key, 0):
+                self.latest[key] = count
+                self.seen[key].append((count, at))
+
+    def total(self) -> int:
+        return sum(self.latest.values())
+
+
+def _watch(watcher: Any, visibility: Visibility, stop: threading.Event) -> None:
+    while not stop.is_set():
+        visibility.note(watcher.poll(), time.time())
+        time.sleep(watcher.interval)
+    watcher.close()
+
+
+@dataclass
+class PacedInput:
+    """Records produced at ``rate`` per second, round-robin over the keys; the produce
+    time of each key's n-th record."""
+
+    bootstrap: str
+    topic: str
+    rate: int
+    stamps: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    produced: int = 0
+
+    def run_while(self, going: Callable[[], bool]) -> None:
+        producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 2})
+        keys = [f"key-{k:08d}" for k in range(LATENCY_KEYS)]
+        tick = 0.01
+        per_tick = max(1, round(self.rate * tick))
+        next_tick = time.time()
+        while going():
+            now = time.time()
+            for _ in range(per_tick):
+                key = keys[self.produced % LATENCY_KEYS]
+                producer.produce(self.topic, key=key.encode(), value=b"x" * 100,
+                                 timestamp=int(now * 1000))  # fmt: skip
+                self.stamps[key].append(now)
+                self.produced += 1
+            producer.poll(0)
+            next_tick += tick
+            time.sleep(max(0.0, next_tick - time.time()))
+        producer.flush(30)
+
+
+def latency_and_recovery(
+    pipeline: pl.Pipeline, endpoints: Endpoints, s: Settings, result: Result
+) -> None:
+    topic = f"eos-bench-paced-{pipeline.key}-{int(time.time())}"
+    create_topic(endpoints.kafka_bootstrap, topic, pl.PARTITIONS)
+    target = pl.new_target(pipeline, topic, endpoints, s.work_dir)
+    keys = [f"key-{k:08d}" for k in range(LATENCY_KEYS)]
+    visibility = Visibility()
+    stop = threading.Event()
+    process = start(target, endpoints, LATENCY_MAX_OFFSETS)
+    try:
+        process.wait_for("start", lambda: process.ready_at() is not None, START_TIMEOUT)
+        watcher = pl.watcher(target, endpoints, keys)
+        threading.Thread(target=_watch, args=(watcher, visibility, stop), daemon=True).start()
+        paced = PacedInput(endpoints.kafka_bootstrap, topic, s.rate)
+        paced.run_while(lambda: visibility.total() == 0 and process.alive())
+        since = time.time() + WARM_UP_SECONDS
+        paced.run_while(lambda: time.time() < since + s.latency_seconds)
+        killed_at = process.kill()
+        process = start(target, endpoints, LATENCY_MAX_OFFSETS)
+        resume_until = time.time() + AFTER_KILL_SECONDS
+        producing = threading.Thread(target=paced.run_while,
+                                     args=(lambda: time.time() < resume_until,))  # fmt: skip
+        producing.start()
+        process.wait_for(
+            "a batch after the restart", lambda: bool(process.batches()), START_TIMEOUT
+        )
+        result.recovery_s = process.batches()[0]["t"] - killed_at
+        producing.join()
+        process.wait_for("every record in the sink",
+                         lambda: visibility.total() >= paced.produced, START_TIMEOUT)  # fmt: skip
+    finally:
+        stop.set()
+        process.kill()
+    if visibility.total() != paced.produced:
+        raise AssertionError(f"{pipeline.key}: {visibility.total():,} counted in the sink, "
+                             f"{paced.produced:,} produced")  # fmt: skip
+    result.latencies_ms = _latencies(paced.stamps, visibility, since, killed_at)
+    pl.clean_up(target, endpoints)
+
+
+def _latencies(
+    stamps: dict[str, list[float]], visibility: Visibility, since: float, until: float
+) -> list[float]:
+    """Each record produced in [since, until) and visible before ``until``: visible - stamp."""
+    latencies = []
+    for key, seen in visibility.seen.items():
+        produced = stamps[key]
+        shown = 0
+        for count, at in seen:
+            if at >= until:
+                break
+            for stamp in produced[shown:count]:
+                if stamp >= since:
+                    latencies.append((at - stamp) * 1000)
+            shown = count
+    return latencies
+
+
+def run(pipeline: pl.Pipeline, topic: str, endpoints: Endpoints, s: Settings) -> Result:
+    """Both phases; a pipeline that fails is reported with its error, not hidden."""
+    result = Result(pipeline)
+    try:
+        print(f"  {pipeline.key}: throughput...", flush=True)
+        throughput(pipeline, topic, endpoints, s, result)
+        print(f"  {pipeline.key}: {result.rate:,.0f} records/s; latency, recovery...", flush=True)
+        latency_and_recovery(pipeline, endpoints, s, result)
+    except (RuntimeError, TimeoutError, AssertionError) as exc:
+        print(f"  {pipeline.key}: FAILED: {exc}", flush=True)
+        result.error = str(exc)
+    return result
+
+
+def work_dir() -> Path:
+    return Path(tempfile.mkdtemp(prefix="eos-bench-"))

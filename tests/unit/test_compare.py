@@ -1,0 +1,119 @@
+"""The comparison's arithmetic: per-record latency from what a reader saw, commit times,
+the targets' verdicts, and the choice of pipelines."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from connectors.compare import pipelines as pl
+from connectors.compare import report, runner
+from connectors.compare.command import _chosen
+from connectors.errors import ConfigError
+
+
+def test_a_record_is_visible_when_its_keys_count_reaches_it() -> None:
+    stamps = {"a": [10.0, 10.1, 10.2], "b": [10.0]}
+    seen = runner.Visibility()
+    seen.note({"a": 2}, 11.0)  # a's first two records
+    seen.note({"a": 2, "b": 1}, 11.5)  # a unchanged: nothing new for a
+    seen.note({"a": 3}, 12.0)
+    assert seen.total() == 4
+    latencies = runner._latencies(stamps, seen, since=0.0, until=100.0)
+    assert sorted(round(x) for x in latencies) == [900, 1000, 1500, 1800]
+
+
+def test_latency_window_drops_warm_up_records_and_anything_seen_after_the_kill() -> None:
+    stamps = {"a": [1.0, 5.0, 6.0]}
+    seen = runner.Visibility()
+    seen.note({"a": 2}, 5.5)
+    seen.note({"a": 3}, 9.0)  # after the kill at 8.0: recovery, not steady state
+    assert [round(x) for x in runner._latencies(stamps, seen, since=4.0, until=8.0)] == [500]
+
+
+def test_a_count_that_goes_back_is_not_a_new_visibility() -> None:
+    seen = runner.Visibility()
+    seen.note({"a": 3}, 1.0)
+    seen.note({"a": 2}, 2.0)  # an at-least-once replay re-publishing an older count
+    assert seen.seen["a"] == [(3, 1.0)] and seen.total() == 3
+
+
+def _target(tmp_path: Path, key: str) -> pl.Target:
+    target = pl.Target(pl.BY_KEY[key], "in", "r1", tmp_path)
+    return target
+
+
+def test_spark_commit_time_is_the_slowest_task_commit_plus_the_commit_log(tmp_path: Path) -> None:
+    target = _target(tmp_path, "eos-kafka")
+    lines = [{"batch": 1, "ms": 5.0}, {"batch": 1, "ms": 9.0}, {"batch": 2, "ms": 4.0}]
+    target.commit_times.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    batches = [
+        {"batch": 1, "durations": {"commitOffsets": 50, "addBatch": 900}},
+        {"batch": 2, "durations": {"commitOffsets": 40, "addBatch": 700}},
+    ]
+    assert runner._commit_times(batches, target) == [59.0, 44.0]
+    stages = runner._stages(batches, target)
+    assert stages["addBatch"] == 800 and stages["sink commit (part of addBatch)"] == 6.5
+
+
+def test_other_engines_report_their_own_commit_time(tmp_path: Path) -> None:
+    batches = [{"commit_ms": 3.5, "records": 10}, {"commit_ms": 4.5, "records": 10}]
+    assert runner._commit_times(batches, _target(tmp_path, "raw")) == [3.5, 4.5]
+
+
+def _result(key: str, records: int, seconds: float, **stages: float) -> runner.Result:
+    result = runner.Result(pl.BY_KEY[key], records=records, seconds=seconds)
+    result.stages_ms = dict(stages)
+    return result
+
+
+def test_targets_say_met_or_where_the_time_goes() -> None:
+    results = [
+        _result("eos-kafka", 1000, 1.0, addBatch=800.0, walCommit=50.0, triggerExecution=900.0),
+        _result("eos-kafka-alo", 1000, 1.0),
+        _result("spark-kafka", 2000, 1.0),
+    ]
+    rows = "\n".join(report.targets_table(results))
+    assert "(1) >= 0.9x (2): Kafka | 1.00x | yes |" in rows
+    assert "JVM Kafka connector | 0.50x | **no**: eos-kafka spends 800 of 900 ms" in rows
+    assert "addBatch" in rows
+    assert "Quix Streams | not measured | - |" in rows
+
+
+def test_the_results_table_has_a_row_per_pipeline_with_ratios_to_eos_kafka() -> None:
+    failed = runner.Result(pl.BY_KEY["quix"], error="the pipeline exited (1) before start")
+    rows = report.results_table(
+        [_result("eos-kafka", 1000, 2.0), _result("raw", 3000, 2.0), failed]
+    )
+    assert len(rows) == 5
+    assert "| (1) | eos_kafka -> count -> eos_kafka | exactly-once | 500 | 1.00x |" in rows[2]
+    assert "| 1,500 | 3.00x |" in rows[3]
+    assert "failed: the pipeline exited (1) before start" in rows[4]
+
+
+def test_latency_quantiles() -> None:
+    result = runner.Result(pl.BY_KEY["raw"], latencies_ms=[float(x) for x in range(1, 101)])
+    assert result.latency(0.5) == pytest.approx(50.5, abs=0.6)
+    assert result.latency(0.99) == pytest.approx(99, abs=1.1)
+    assert runner.Result(pl.BY_KEY["raw"]).latency(0.5) is None
+
+
+def test_unknown_pipelines_are_named_with_the_choices() -> None:
+    assert [p.key for p in _chosen("raw, quix")] == ["raw", "quix"]
+    with pytest.raises(ConfigError, match=r"unknown flink.*choose from eos-kafka"):
+        _chosen("raw,flink")
+
+
+def test_every_pipeline_has_a_command(tmp_path: Path) -> None:
+    from connectors.endpoints import Endpoints
+
+    endpoints = Endpoints("127.0.0.1:9092", "postgresql://u:p@h/db", "redis://h/0")
+    for pipeline in pl.PIPELINES:
+        argv = pl.command(_target(tmp_path, pipeline.key), endpoints, 5000)
+        assert argv and all(isinstance(a, str) for a in argv)
+        if pipeline.spark:
+            assert argv[argv.index("--connector") + 1] == pipeline.engine
+            assert argv[argv.index("--delivery") + 1] == pipeline.guarantee
+            assert argv[argv.index("--max-offsets") + 1] == "5000"
