@@ -289,6 +289,11 @@ class _Runner:
         new = sorted(self._fired() - fired_before)
         if new:
             ended_by = f"fault {new[0]}"
+            # A fault that fires in the same run as a planned kill (a Python worker outside
+            # the killed group can reach its point a moment later) makes one crash, not
+            # two: the kill stays planned for a later run, so every planned crash happens.
+            if disruption == "kill":
+                self._disrupted = False
         elif ended_by == "exited":
             ended_by = "finished" if proc.returncode == 0 else "failed"
         seconds = round(time.monotonic() - began, 1)
