@@ -15,7 +15,8 @@ from typing import Any
 
 import psutil  # type: ignore[import-untyped]
 
-EVENT_PREFIX = "EOS-EVENT "
+from connectors.harness.pipeline import EVENT_PREFIX
+
 SAMPLE_SECONDS = 0.25
 
 

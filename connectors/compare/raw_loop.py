@@ -31,7 +31,7 @@ def run(bootstrap: str, source: str, output: str, transactional_id: str) -> None
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": transactional_id,
                          "isolation.level": "read_committed", "enable.auto.commit": False,
                          "auto.offset.reset": "earliest"})  # fmt: skip
-    committed = consumer.committed(partitions(bootstrap, source), timeout=30)
+    committed = consumer.committed(partitions(consumer, source), timeout=30)
     consumer.assign([TopicPartition(source, tp.partition, tp.offset if tp.offset >= 0
                                     else OFFSET_BEGINNING) for tp in committed])  # fmt: skip
     print_event("ready")

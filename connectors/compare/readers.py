@@ -20,17 +20,16 @@ def _reader(bootstrap: str) -> Consumer:
                      "isolation.level": "read_committed", "enable.auto.commit": False})  # fmt: skip
 
 
-def partitions(bootstrap: str, topic: str) -> list[TopicPartition]:
-    consumer = _reader(bootstrap)
-    found = consumer.list_topics(topic, timeout=30).topics[topic].partitions
-    consumer.close()
+def partitions(client: Consumer, topic: str) -> list[TopicPartition]:
+    """``topic``'s partitions, asked through a client the caller already has."""
+    found = client.list_topics(topic, timeout=30).topics[topic].partitions
     return [TopicPartition(topic, p) for p in sorted(found)]
 
 
 def kafka_counts(bootstrap: str, topic: str) -> dict[bytes, int]:
     """Each key's last committed count in ``topic``, read up to the end."""
     reader = _reader(bootstrap)
-    assigned = [TopicPartition(topic, tp.partition, 0) for tp in partitions(bootstrap, topic)]
+    assigned = [TopicPartition(topic, tp.partition, 0) for tp in partitions(reader, topic)]
     ends = {tp.partition: reader.get_watermark_offsets(tp, timeout=30)[1] for tp in assigned}
     reader.assign(assigned)
     counts: dict[bytes, int] = {}
@@ -69,7 +68,7 @@ class KafkaWatcher(Watcher):
     def __init__(self, bootstrap: str, topic: str) -> None:
         self.consumer = _reader(bootstrap)
         self.consumer.assign(
-            [TopicPartition(topic, tp.partition, 0) for tp in partitions(bootstrap, topic)]
+            [TopicPartition(topic, tp.partition, 0) for tp in partitions(self.consumer, topic)]
         )
 
     def poll(self) -> dict[str, int]:
