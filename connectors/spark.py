@@ -1,11 +1,29 @@
-"""A local SparkSession set up for this package's pipelines, demos and tests."""
+"""A SparkSession set up for this package's pipelines, demos and tests.
+
+``local_session()`` gives a ``local[N]`` session (or one on ``master``) with the
+package's data sources registered. Starting one costs a fresh JVM about 12 s on
+a 2-core machine, most of it loading and verifying Spark's classes; with a
+class-data-sharing archive of those classes (``ensure_class_archive()``, built
+once per machine into the package's cache) it takes about 6 s. The harness and
+the tests restart Spark for every crash they inject, so they build it first.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import os
+import shutil
+import subprocess
 import sys
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+import tempfile
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from connectors.cache import cache_root
+from connectors.errors import EosError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -14,40 +32,247 @@ if TYPE_CHECKING:
 # local[N,F]: let a task fail F-1 times (a killed Python worker) before the query fails.
 TASK_ATTEMPTS = 4
 
+#: Settings every session of this package gets (loopback only, RocksDB state with
+#: changelog checkpointing, no speculation, Arrow transfers, reused Python workers).
+BASE_CONF: dict[str, str] = {
+    "spark.ui.enabled": "false",
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.speculation": "false",
+    "spark.python.worker.reuse": "true",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.sql.streaming.stateStore.providerClass": (
+        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+    ),
+    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+}
+
+#: Settings that change the JVM's class path: a session with one of them cannot use
+#: the class archive (the JVM would ignore it anyway, since the paths differ).
+_CLASS_PATH_CONF = ("spark.jars", "spark.jars.packages", "spark.driver.extraClassPath")
+
 
 def local_session(
-    app: str = "eos", cores: int = 2, conf: Mapping[str, str] | None = None
+    app: str = "eos",
+    cores: int = 2,
+    conf: Mapping[str, str] | None = None,
+    master: str | None = None,
 ) -> SparkSession:
-    """A ``local[cores]`` session with the package's data sources registered; ``conf``
-    adds or overrides Spark settings (``spark.jars`` for Spark's own Kafka connector)."""
-    from pyspark.sql import SparkSession
+    """A session with the package's data sources registered.
 
+    ``master`` defaults to ``local[cores, 4]`` (a task may fail three times, as a
+    killed Python worker makes it); give ``spark://host:port`` for a standalone
+    cluster. ``conf`` adds or overrides Spark settings.
+    """
     from connectors.registry import register
+
+    settings = {
+        **BASE_CONF,
+        "spark.driver.memory": os.environ.get("EOS_SPARK_DRIVER_MEMORY", "2g"),
+        **(conf or {}),
+    }
+    spark = _start(app, master or f"local[{cores},{TASK_ATTEMPTS}]", with_class_archive(settings))
+    spark.sparkContext.setLogLevel(os.environ.get("EOS_SPARK_LOG_LEVEL", "WARN"))
+    register(spark)
+    return spark
+
+
+def _start(app: str, master: str, settings: Mapping[str, str]) -> SparkSession:
+    from pyspark.sql import SparkSession
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # listen on loopback only
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    builder = (
-        SparkSession.builder.master(f"local[{cores},{TASK_ATTEMPTS}]")
-        .appName(app)
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.speculation", "false")
-        .config("spark.python.worker.reuse", "true")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config(
-            "spark.sql.streaming.stateStore.providerClass",
-            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
-        )
-        .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
-        .config("spark.driver.memory", os.environ.get("EOS_SPARK_DRIVER_MEMORY", "2g"))
-    )
-    for key, value in (conf or {}).items():
+    builder = SparkSession.builder.master(master).appName(app)
+    for key, value in settings.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(os.environ.get("EOS_SPARK_LOG_LEVEL", "WARN"))
+    return builder.getOrCreate()
+
+
+# -- the class-data-sharing archive ------------------------------------------------------
+
+_QUIET_CDS = "-Xlog:cds=off -Xlog:cds+dynamic=off"
+
+
+def class_archive_path() -> Path:
+    """The archive for this PySpark and this ``java``: another JDK or Spark gets its own."""
+    import pyspark
+
+    java = shutil.which("java") or "java"
+    stat = Path(java).resolve().stat() if shutil.which("java") else None
+    key = f"{pyspark.__version__}|{Path(java).resolve()}|{stat.st_mtime_ns if stat else 0}"
+    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+    return cache_root() / "spark-cds" / f"pyspark-{pyspark.__version__}-{digest}.jsa"
+
+
+def with_class_archive(settings: dict[str, str]) -> dict[str, str]:
+    """``settings`` plus the driver JVM option that maps the archive, when one is built,
+    wanted (``EOS_SPARK_CLASS_ARCHIVE`` is not ``0``) and the class path is Spark's own."""
+    archive = class_archive_path()
+    wanted = os.environ.get("EOS_SPARK_CLASS_ARCHIVE", "1") != "0"
+    if not wanted or not archive.exists() or any(k in settings for k in _CLASS_PATH_CONF):
+        return settings
+    return _with_java_option(settings, f"-XX:SharedArchiveFile={archive} {_QUIET_CDS}")
+
+
+def _with_java_option(settings: dict[str, str], option: str) -> dict[str, str]:
+    key = "spark.driver.extraJavaOptions"
+    current = settings.get(key, "")
+    return {**settings, key: f"{current} {option}".strip()}
+
+
+def ensure_class_archive(timeout: float = 300.0) -> Path | None:
+    """Build the archive once (about 25 s); None when building it failed (Spark then
+    starts without it: slower, never wrong). Safe to call from concurrent processes."""
+    archive = class_archive_path()
+    if archive.exists() or os.environ.get("EOS_SPARK_CLASS_ARCHIVE") == "0":
+        return archive if archive.exists() else None
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(archive.with_suffix(".lock")):
+        if archive.exists():
+            return archive
+        with tempfile.TemporaryDirectory(dir=archive.parent) as work:
+            partial = Path(work) / archive.name
+            command = [sys.executable, "-m", "connectors.spark", str(partial)]
+            env = {**os.environ, "EOS_SPARK_CLASS_ARCHIVE": "0"}
+            try:
+                subprocess.run(command, env=env, timeout=timeout, check=True,
+                               capture_output=True)  # fmt: skip
+            except (subprocess.SubprocessError, OSError) as exc:
+                print(f"eos: building Spark's class archive failed ({exc}); Spark starts "
+                      "without it", file=sys.stderr)  # fmt: skip
+                return None
+            if not partial.exists():
+                return None
+            partial.replace(archive)
+    return archive
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _archive_workload(out: Path) -> None:
+    """Run what the package's pipelines run (Python data sources, a stateful stage on
+    RocksDB, a Python streaming writer), then exit: the JVM writes the classes it
+    loaded to ``out`` as it exits."""
+    settings = _with_java_option(dict(BASE_CONF), f"-XX:ArchiveClassesAtExit={out} {_QUIET_CDS}")
+    spark = _start("eos-cds", f"local[2,{TASK_ATTEMPTS}]", settings)
+    spark.sparkContext.setLogLevel("ERROR")
+    from connectors.registry import register
+
     register(spark)
-    return spark
+    warm_up(spark, stateful_processor=True)
+    spark.stop()
+    _wait_for_jvm_exit()
+
+
+def warm_up(spark: SparkSession, stateful_processor: bool = False) -> None:
+    """Run a small streaming query through a Python source, an aggregation and a Python
+    sink (and a ``transformWithStateInPandas`` one), so the JVM has loaded their classes
+    and started PySpark's worker daemons before a real query needs them (about 12 s
+    on a 2-core machine)."""
+    from connectors.harness.pipeline import running_count_processor
+
+    spark.dataSource.register(_warm_up_source())
+    with tempfile.TemporaryDirectory() as work:
+        words = spark.readStream.format("eos_warm_up").load()
+        frames = [("count", words.groupBy("word").count(), "complete")]
+        if stateful_processor:
+            processed = words.groupBy("word").transformWithStateInPandas(
+                statefulProcessor=running_count_processor(),
+                outputStructType="word string, count long, delta long",
+                outputMode="Append",
+                timeMode="None",
+            )
+            frames.append(("state", processed, "append"))
+        for name, frame, mode in frames:
+            query = (
+                frame.writeStream.format("eos_warm_up").outputMode(mode)
+                .option("checkpointLocation", f"{work}/{name}").trigger(availableNow=True)
+                .queryName(f"eos-warm-up-{name}").start()
+            )  # fmt: skip
+            query.awaitTermination(120)
+
+
+def _wait_for_jvm_exit(timeout: float = 120.0) -> None:
+    """Close the gateway JVM's stdin (it exits on that) and wait: the archive is written
+    while the JVM exits, after this Python process would otherwise be gone."""
+    from pyspark import SparkContext
+
+    process = getattr(SparkContext._gateway, "proc", None)
+    if process is None:
+        return
+    with contextlib.suppress(OSError):
+        process.stdin.close()
+    process.wait(timeout)
+
+
+class _WarmUpReader:  # the methods PySpark's DataSourceStreamReader calls
+    def initialOffset(self) -> dict[str, int]:
+        return {"offset": 0}
+
+    def latestOffset(self) -> dict[str, int]:
+        return {"offset": 2}
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[Any]:
+        from pyspark.sql.datasource import InputPartition
+
+        return [InputPartition(i) for i in range(start["offset"], end["offset"])]
+
+    def read(self, partition: Any) -> Iterator[tuple[str]]:
+        yield from ((f"w{i % 7}",) for i in range(100))
+
+    def commit(self, end: dict[str, int]) -> None:
+        pass
+
+
+def _warm_up_source() -> Any:
+    from pyspark.sql.datasource import (
+        DataSource,
+        DataSourceStreamReader,
+        DataSourceStreamWriter,
+        WriterCommitMessage,
+    )
+
+    class Reader(_WarmUpReader, DataSourceStreamReader):  # type: ignore[misc]
+        pass
+
+    class Writer(DataSourceStreamWriter):  # type: ignore[misc]
+        def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+            for _ in iterator:
+                pass
+            return WriterCommitMessage()
+
+        def commit(self, messages: list[Any], batchId: int) -> None:
+            pass
+
+    class Source(DataSource):  # type: ignore[misc]
+        @classmethod
+        def name(cls) -> str:
+            return "eos_warm_up"
+
+        def schema(self) -> str:
+            return "word string"
+
+        def streamReader(self, schema: Any) -> Any:
+            return Reader()
+
+        def streamWriter(self, schema: Any, overwrite: bool) -> Any:
+            return Writer()
+
+    return Source
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        raise SystemExit(EosError("usage: python -m connectors.spark ARCHIVE_PATH"))
+    _archive_workload(Path(sys.argv[1]))

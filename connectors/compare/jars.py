@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from connectors.stack.kafka import jar_cache_dir, maven_jars
+from connectors.cache import cache_root
+from connectors.stack.kafka import maven_jars
 
 CONNECTOR_VERSION = "4.2.0"
 TOKEN_PROVIDER_VERSION = "4.0.0"  # noqa: S105 (a version, not a secret)
@@ -49,7 +50,7 @@ _POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
 
 def spark_kafka_jars() -> list[Path]:
     """The connector's jars (resolved with Maven once, then cached next to Kafka's)."""
-    cache = jar_cache_dir().parent / f"spark-sql-kafka-{CONNECTOR_VERSION}"
+    cache = cache_root() / f"spark-sql-kafka-{CONNECTOR_VERSION}"
     pom = _POM.format(connector=CONNECTOR_VERSION, token=TOKEN_PROVIDER_VERSION)
     libs = maven_jars(cache, pom, f"Resolving spark-sql-kafka {CONNECTOR_VERSION}")
     return sorted(jar for jar in libs.glob("*.jar") if jar.name.startswith(_ARTIFACTS))

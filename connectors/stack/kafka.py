@@ -7,6 +7,7 @@ import os
 import uuid
 from pathlib import Path
 
+from connectors.cache import cache_root
 from connectors.errors import StackError
 from connectors.stack.process import (
     LOOPBACK,
@@ -82,11 +83,7 @@ _LOG4J2 = """Configuration:
 
 def jar_cache_dir() -> Path:
     """Where the broker's jars are resolved once, shared by every stack of this user."""
-    base = os.environ.get("EOS_CACHE_DIR") or os.environ.get("XDG_CACHE_HOME")
-    root = Path(base) if base else Path.home() / ".cache"
-    if not os.environ.get("EOS_CACHE_DIR"):
-        root = root / "eos-connectors"
-    return root / f"kafka_{SCALA_VERSION}-{KAFKA_VERSION}"
+    return cache_root() / f"kafka_{SCALA_VERSION}-{KAFKA_VERSION}"
 
 
 def ensure_jars() -> Path:
