@@ -18,7 +18,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from connectors.endpoints import Endpoints
-from connectors.harness.data import create_topic
+from connectors.topics import create_topic
 
 PARTITIONS = 4
 VALUE_BYTES = 100

@@ -6,12 +6,9 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-
-from connectors import faults
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -30,12 +27,6 @@ def fault_env(point: str, batch: int, marker: Path, scope: str = "group") -> dic
         EOS_FAULT_SCOPE=scope,
         EOS_FAULT_MARKER=str(marker),
     )
-
-
-def fault_schedule(points: list[str], times: int, first_batch: int = 1) -> str:
-    """Each point ``times`` times, one per batch from ``first_batch`` on: an
-    ``EOS_FAULT_POINT`` list such as ``after-prepare@1,after-commit@2,...``."""
-    return ",".join(faults.schedule(points, times, first_batch))
 
 
 def run(command: list[str], environment: dict[str, str], timeout: float = 600) -> int:
@@ -86,7 +77,3 @@ def progress_after(checkpoint: Path) -> Callable[[], bool]:
 def committed_batches(checkpoint: Path) -> int:
     commits = checkpoint / "commits"
     return len(list(commits.glob("[0-9]*"))) if commits.exists() else 0
-
-
-def pipeline_command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "connectors.harness.pipeline", *args]

@@ -12,6 +12,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
+from connectors.topics import read_to_end
+
 POLL_RECORDS = 10_000
 
 
@@ -28,20 +30,10 @@ def partitions(client: Consumer, topic: str) -> list[TopicPartition]:
 
 def kafka_counts(bootstrap: str, topic: str) -> dict[bytes, int]:
     """Each key's last committed count in ``topic``, read up to the end."""
-    reader = _reader(bootstrap)
-    assigned = [TopicPartition(topic, tp.partition, 0) for tp in partitions(reader, topic)]
-    ends = {tp.partition: reader.get_watermark_offsets(tp, timeout=30)[1] for tp in assigned}
-    reader.assign(assigned)
     counts: dict[bytes, int] = {}
-    remaining = {p for p, end in ends.items() if end > 0}
-    while remaining:
-        for message in reader.consume(POLL_RECORDS, 1.0):
-            key, value = message.key(), message.value()
-            if message.error() is None and key is not None and value is not None:
-                counts[key] = int(value)
-        positions = reader.position([TopicPartition(topic, p) for p in remaining])
-        remaining = {tp.partition for tp in positions if tp.offset < ends[tp.partition]}
-    reader.close()
+    for record in read_to_end(bootstrap, topic):  # offset order within each partition
+        if record.key is not None:
+            counts[record.key] = int(record.value)
     return counts
 
 

@@ -36,7 +36,7 @@ from confluent_kafka import Producer
 from connectors.compare import pipelines as pl
 from connectors.compare.process import PipelineProcess
 from connectors.endpoints import Endpoints
-from connectors.harness.data import create_topic
+from connectors.topics import create_topic
 
 LATENCY_KEYS = 1_000
 LATENCY_MAX_OFFSETS = 1_000_000  # no cap: each batch takes what arrived meanwhile

@@ -15,14 +15,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from connectors.endpoints import Endpoints
-from tests.kafka_util import (
-    Record,
-    add_partitions,
-    create_topic,
-    produce_mixed,
-    produce_plain,
-    read_plain,
-)
+from connectors.topics import Record, create_topic, read_to_end
+from tests.kafka_util import add_partitions, produce_mixed, produce_plain
 
 pytestmark = [pytest.mark.services, pytest.mark.spark]
 
@@ -90,7 +84,7 @@ def test_reads_exactly_the_committed_records(
     # The same rows as a plain read_committed confluent-kafka consumer over the same ranges.
     end = _json_field(progress[-1]["sources"][0]["endOffset"])[topic]
     ranges = {int(p): (0, int(o)) for p, o in end.items()}
-    assert _records(rows) == sorted(read_plain(endpoints.kafka_bootstrap, topic, ranges))
+    assert _records(rows) == read_to_end(endpoints.kafka_bootstrap, topic, ranges=ranges)
 
 
 def test_read_limit_bounds_every_batch(

@@ -5,55 +5,17 @@ from __future__ import annotations
 import psycopg
 import pytest
 import redis
-from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient
-from confluent_kafka.cimpl import NewTopic
+from confluent_kafka import Producer
 
 from connectors.endpoints import Endpoints
+from connectors.topics import create_topic, end_offsets, read_to_end
 
 pytestmark = pytest.mark.services
 
 
-def _create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(topic, partitions, 1)])
-    futures[topic].result(timeout=30)
-
-
-def _read_all(bootstrap: str, topic: str, isolation: str, expected_end: int) -> list[bytes]:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"smoke-{isolation}-{topic}",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-            "isolation.level": isolation,
-        }
-    )
-    consumer.subscribe([topic])
-    values: list[bytes] = []
-    try:
-        for _ in range(200):
-            message = consumer.poll(0.25)
-            if message is not None and message.error() is None:
-                values.append(message.value() or b"")
-            if message is None and _position(consumer) >= expected_end:
-                break
-    finally:
-        consumer.close()
-    return values
-
-
-def _position(consumer: Consumer) -> int:
-    assigned = consumer.assignment()
-    if not assigned:
-        return -1
-    return int(consumer.position(assigned)[0].offset)
-
-
 def test_kafka_transactions_commit_and_abort(endpoints: Endpoints, unique: str) -> None:
     topic = f"smoke-{unique}"
-    _create_topic(endpoints.kafka_bootstrap, topic)
+    create_topic(endpoints.kafka_bootstrap, topic)
     producer = Producer(
         {"bootstrap.servers": endpoints.kafka_bootstrap, "transactional.id": f"smoke-{unique}"}
     )
@@ -66,10 +28,11 @@ def test_kafka_transactions_commit_and_abort(endpoints: Endpoints, unique: str) 
     producer.flush(30)
     producer.abort_transaction(30)
     # Two records and two transaction markers: the log ends at offset 4.
-    committed = _read_all(endpoints.kafka_bootstrap, topic, "read_committed", 4)
-    uncommitted = _read_all(endpoints.kafka_bootstrap, topic, "read_uncommitted", 4)
-    assert committed == [b"committed"]
-    assert sorted(uncommitted) == [b"aborted", b"committed"]
+    assert end_offsets(endpoints.kafka_bootstrap, topic) == {0: 4}
+    committed = read_to_end(endpoints.kafka_bootstrap, topic, "read_committed")
+    uncommitted = read_to_end(endpoints.kafka_bootstrap, topic, "read_uncommitted")
+    assert [r.value for r in committed] == [b"committed"]
+    assert sorted(r.value for r in uncommitted) == [b"aborted", b"committed"]
 
 
 def _prepared_ids(conn: psycopg.Connection[tuple[object, ...]], prefix: str) -> list[str]:

@@ -27,7 +27,6 @@ def main() -> None:
     args = parser.parse_args()
     os.environ["EOS_FAULT_PGID"] = str(os.getpgid(0))
 
-    from connectors.harness.pipeline import with_trigger
     from connectors.spark import local_session
 
     spark = local_session("source-to-files")
@@ -52,7 +51,11 @@ def main() -> None:
     writer = stream.writeStream.foreachBatch(write_batch).option(
         "checkpointLocation", args.checkpoint
     )
-    with_trigger(writer, args.trigger, every="200 milliseconds").start().awaitTermination()
+    if args.trigger == "available-now":
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime="200 milliseconds")
+    writer.start().awaitTermination()
 
 
 if __name__ == "__main__":

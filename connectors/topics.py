@@ -1,0 +1,92 @@
+"""Kafka topics for the harness, benchmarks and tests: create one, read one to its end.
+
+``read_to_end`` is the one reader every check uses: it reads each partition from
+its start (or a given range) until the consumer's *position* reaches the end
+offset asked for at call time: the last stable offset under read_committed, so a
+transaction left open shows up as records never reached, never as a hang.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from confluent_kafka import Consumer, IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
+from confluent_kafka.cimpl import NewTopic
+
+from connectors.errors import ServiceUnavailableError
+
+TIMEOUT = 30.0
+
+
+@dataclass(frozen=True, order=True)
+class Record:
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes
+    timestamp: int = field(default=0, compare=False)  # milliseconds, as the broker has it
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int = 1, **config: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1, config=config)])[topic].result(TIMEOUT)
+
+
+def end_offsets(bootstrap: str, topic: str, isolation: str = "read_committed") -> dict[int, int]:
+    """Partition -> end offset now: the last stable offset under read_committed, else the
+    high watermark."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    metadata = admin.list_topics(topic, timeout=TIMEOUT).topics[topic]
+    level = (
+        IsolationLevel.READ_COMMITTED
+        if isolation == "read_committed"
+        else IsolationLevel.READ_UNCOMMITTED
+    )
+    request = {TopicPartition(topic, p): OffsetSpec.latest() for p in metadata.partitions}
+    futures = admin.list_offsets(request, isolation_level=level, request_timeout=TIMEOUT)
+    return {tp.partition: int(f.result(timeout=TIMEOUT).offset) for tp, f in futures.items()}
+
+
+def read_to_end(
+    bootstrap: str,
+    topic: str,
+    isolation: str = "read_committed",
+    ranges: Mapping[int, tuple[int, int]] | None = None,
+    timeout: float = 120.0,
+) -> list[Record]:
+    """Every record of ``topic`` (or of ``ranges``: partition -> [start, end)) as a plain
+    confluent-kafka consumer under ``isolation`` returns it, in partition and offset order."""
+    if ranges is None:
+        ranges = {p: (0, end) for p, end in end_offsets(bootstrap, topic, isolation).items()}
+    wanted = {p: r for p, r in ranges.items() if r[1] > r[0]}
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"eos-read-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False, "isolation.level": isolation})  # fmt: skip
+    consumer.assign([TopicPartition(topic, p, lo) for p, (lo, _hi) in wanted.items()])
+    records: list[Record] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while wanted:
+            if time.monotonic() > deadline:
+                raise ServiceUnavailableError(
+                    f"Reading {topic} under {isolation} did not reach the end of partitions "
+                    f"{sorted(wanted)} within {timeout:.0f} s."
+                )
+            for message in consumer.consume(10_000, 0.5):
+                partition, offset = int(message.partition() or 0), int(message.offset() or 0)
+                if message.error() is None and offset < wanted.get(partition, (0, 0))[1]:
+                    stamp = int(message.timestamp()[1])
+                    records.append(
+                        Record(partition, offset, message.key(), message.value() or b"", stamp)
+                    )
+            for tp in consumer.position([TopicPartition(topic, p) for p in wanted]):
+                if tp.offset >= wanted[tp.partition][1]:
+                    del wanted[tp.partition]
+    except KafkaException as exc:
+        raise ServiceUnavailableError(f"Reading {topic} failed: {exc}") from exc
+    finally:
+        consumer.close()
+    return sorted(records)
