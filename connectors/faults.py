@@ -1,97 +1,264 @@
 """Named fault points: no-ops unless a test enables one through the environment.
 
-``EOS_FAULT_POINT=name`` or ``name@N`` (only in batch N) enables one point, and
-a comma-separated list (``after-prepare@1,after-commit@3``) several;
-``EOS_FAULT_ROLE=driver|worker`` limits it to one kind of process;
-``EOS_FAULT_SCOPE=process|group`` says what dies: this process (default) or the
-whole query: the process group named by ``EOS_FAULT_PGID`` (driver and JVM, set by
-the pipeline) and this process's own group (PySpark's worker daemon and workers);
-``EOS_FAULT_MARKER=path`` makes it fire once: the file is created just before the
-kill, and a point whose marker exists stays quiet, so the restarted query runs on.
-With a list, ``EOS_FAULT_MARKER`` is a directory holding one marker per entry
-(named like the entry), so each entry fires once.
+``EOS_FAULT_POINT`` holds comma-separated entries ``point[@batch][:query][=action]``:
 
-An enabled point kills with SIGKILL, the way a crash would: no cleanup, no
-exception handler, no ``finally`` block runs.
+* ``point`` is one of :data:`POINTS`;
+* ``@N`` limits it to micro-batch N;
+* ``:NAME`` limits it to the streaming query named NAME (``.queryName(NAME)``), so
+  one pipeline of several queries crosses each query's points in a planned order
+  (``after-prepare@3:kafka`` fires in the ``kafka`` query's batch 3 only);
+* ``=action`` says what happens there: ``kill`` (the default), a scope to kill
+  (``process``, ``group``, ``executor``) or ``pause``.
+
+``kill`` sends SIGKILL, the way a crash would (no cleanup, no exception handler, no
+``finally`` runs), to what ``EOS_FAULT_SCOPE`` names, or the entry's own scope:
+``process`` (default: this process; in a task, Spark retries the task; in the
+driver's commit, the query fails), ``group`` (the whole pipeline: the process group
+in ``EOS_FAULT_PGID``, set by the pipeline, and this process's own group, PySpark's
+worker daemon and workers) or ``executor`` (the executor JVM that runs this Python
+worker, on a cluster; in local mode that is the driver, so the whole pipeline).
+
+``pause`` makes a zombie: this Python worker ignores the signals its executor's
+end would send it, kills its executor JVM (Spark re-runs the task elsewhere), then
+waits until the file ``<marker dir>/<entry>.resume`` appears and goes on where it
+stopped, long after its task was given up. The harness creates that file once the
+batch is committed.
+
+``EOS_FAULT_ROLE=driver|worker`` limits every entry to one kind of process.
+``EOS_FAULT_MARKER=dir`` makes each entry fire once: a file named like the entry
+is created in ``dir`` just before it fires, holding where it fired (JSON), and an
+entry whose file exists stays quiet, so the restarted query runs on.
+
+Tests that drive a sink without Spark use :func:`simulate` instead: an armed
+point raises :class:`SimulatedCrash` in the calling process.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+from connectors.context import current_batch, current_query_name
+
+#: Every fault point, in protocol order. ``before-prepare`` is in a sink task after
+#: it checked that its batch is undecided, before it writes anything.
 POINTS = (
     "source-read",
+    "before-prepare",
     "after-prepare",
     "after-decision",
     "between-commits",
     "after-commit",
 )
+SCOPES = ("process", "group", "executor")
+ACTIONS = ("kill", *SCOPES, "pause")
+PAUSE_LIMIT = 600.0  # a zombie nobody resumes gives up after ten minutes
 
 
-def point(name: str, batch: int | None = None, role: str | None = None) -> None:
-    """Crash here when the environment enables ``name`` (for ``batch`` and ``role``)."""
+class SimulatedCrash(BaseException):
+    """Raised at an armed point inside :func:`simulate`: unwinds like a crash would."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One ``point[@batch][:query][=action]`` entry of ``EOS_FAULT_POINT``."""
+
+    point: str
+    batch: int | None = None
+    query: str | None = None
+    action: str = "kill"
+
+    @classmethod
+    def parse(cls, text: str) -> Entry:
+        rest, _, action = text.strip().partition("=")
+        rest, _, query = rest.partition(":")
+        point, _, batch = rest.partition("@")
+        if (
+            point not in POINTS
+            or (action and action not in ACTIONS)
+            or (not batch.isdigit() and batch)
+        ):
+            raise ValueError(
+                f"EOS_FAULT_POINT entry {text!r}: expected point[@batch][:query][=action] with "
+                f"point one of {', '.join(POINTS)} and action one of {', '.join(ACTIONS)}"
+            )
+        return cls(point, int(batch) if batch else None, query or None, action or "kill")
+
+    def __str__(self) -> str:
+        text = self.point + (f"@{self.batch}" if self.batch is not None else "")
+        text += f":{self.query}" if self.query else ""
+        return text + (f"={self.action}" if self.action != "kill" else "")
+
+    @property
+    def scope(self) -> str:
+        """What a kill takes down: the entry's own scope, else ``EOS_FAULT_SCOPE``."""
+        if self.action in SCOPES:
+            return self.action
+        return os.environ.get("EOS_FAULT_SCOPE", "process")
+
+    def matches(self, name: str, batch: int | None, query: str | None) -> bool:
+        return (
+            self.point == name
+            and (self.batch is None or self.batch == batch)
+            and (self.query is None or self.query == query)
+        )
+
+
+_simulated: list[Entry] | None = None
+
+
+def point(
+    name: str, batch: int | None = None, role: str | None = None, query: str | None = None
+) -> None:
+    """Crash (or pause) here when an entry enables ``name`` for this batch, role and query.
+
+    ``batch`` and ``query`` default to the running Spark task's.
+    """
+    if _simulated is not None:
+        _simulated_point(name, batch, query)
+        return
     entries = armed()
+    if not entries:
+        return
+    wanted_role = os.environ.get("EOS_FAULT_ROLE")
+    if wanted_role and role is not None and wanted_role != role:
+        return
+    batch = batch if batch is not None else current_batch()
+    query = query if query is not None else current_query_name()
     for entry in entries:
-        point_name, _, wanted_batch = entry.partition("@")
-        if point_name != name:
+        if entry.matches(name, batch, query) and _claim(
+            entry, len(entries) > 1, role, batch, query
+        ):
+            if entry.action == "pause":
+                _pause(entry)
+            else:
+                _kill(entry.scope)
+            return
+
+
+def armed() -> list[Entry]:
+    """The entries ``EOS_FAULT_POINT`` enables."""
+    raw = os.environ.get("EOS_FAULT_POINT", "")
+    return [Entry.parse(e) for e in raw.split(",") if e.strip()]
+
+
+def schedule(
+    points: list[str] | tuple[str, ...],
+    times: int,
+    first_batch: int = 1,
+    query: str | None = None,
+    action: str = "kill",
+) -> list[str]:
+    """Each point ``times`` times, one per batch from ``first_batch`` on, in ``query`` when
+    given: ``["after-prepare@1:kafka", "after-commit@2:kafka", ...]``."""
+    entries = [p for _ in range(times) for p in points]
+    return [str(Entry(p, first_batch + i, query, action)) for i, p in enumerate(entries)]
+
+
+def fired(markers: Path) -> dict[str, dict[str, object]]:
+    """Entry -> where it fired (pid, role, batch, query), read from a marker directory."""
+    if not markers.is_dir():
+        return {}
+    found: dict[str, dict[str, object]] = {}
+    for path in markers.iterdir():
+        if path.suffix in (".resume", ".resumed"):
             continue
-        if wanted_batch and str(batch if batch is not None else current_batch()) != wanted_batch:
-            continue
-        wanted_role = os.environ.get("EOS_FAULT_ROLE")
-        if wanted_role and role is not None and wanted_role != role:
-            continue
-        if _claim_marker(entry if len(entries) > 1 else None):
-            _crash()
+        try:
+            found[path.name] = json.loads(path.read_text() or "{}")
+        except ValueError:  # written by an older version: a bare pid
+            found[path.name] = {}
+    return found
 
 
-def schedule(points: list[str] | tuple[str, ...], times: int, first_batch: int = 1) -> list[str]:
-    """Each point ``times`` times, one per batch from ``first_batch`` on:
-    ``["after-prepare@1", "after-commit@2", ...]``, the entries of an ``EOS_FAULT_POINT`` list."""
-    entries = [point for _ in range(times) for point in points]
-    return [f"{p}@{first_batch + i}" for i, p in enumerate(entries)]
-
-
-def armed() -> list[str]:
-    """The ``name[@batch]`` entries ``EOS_FAULT_POINT`` enables."""
-    return [e.strip() for e in os.environ.get("EOS_FAULT_POINT", "").split(",") if e.strip()]
-
-
-def current_batch() -> int | None:
-    """The micro-batch id of the running Spark task, when called inside one."""
+@contextlib.contextmanager
+def simulate(*entries: str) -> Iterator[None]:
+    """Within the block, an armed point raises :class:`SimulatedCrash` (each entry once)."""
+    global _simulated
+    previous = _simulated
+    _simulated = [Entry.parse(e) for e in entries]
     try:
-        from pyspark import TaskContext
-    except ImportError:  # pragma: no cover - pyspark is a dependency
-        return None
-    context = TaskContext.get()
-    if context is None:
-        return None
-    value = context.getLocalProperty("streaming.sql.batchId")
-    return int(value) if value is not None else None
+        yield
+    finally:
+        _simulated = previous
 
 
-def _claim_marker(entry: str | None) -> bool:
+def _simulated_point(name: str, batch: int | None, query: str | None) -> None:
+    assert _simulated is not None
+    for entry in list(_simulated):
+        if entry.matches(name, batch, query):
+            _simulated.remove(entry)
+            raise SimulatedCrash(str(entry))
+
+
+def _claim(
+    entry: Entry, listed: bool, role: str | None, batch: int | None, query: str | None
+) -> bool:
+    """Create the entry's marker (once); False when it exists (the entry fired already)."""
     marker = os.environ.get("EOS_FAULT_MARKER")
     if not marker:
         return True
     path = Path(marker)
-    if entry is not None:
+    if listed or entry.action == "pause":
         path.mkdir(parents=True, exist_ok=True)
-        path = path / entry
+        path = path / str(entry)
+    where = {"pid": os.getpid(), "role": role, "batch": batch, "query": query, "at": time.time()}
     try:
         with open(path, "x") as handle:
-            handle.write(f"{os.getpid()}\n")
+            handle.write(json.dumps(where))
     except FileExistsError:
         return False
     return True
 
 
-def _crash() -> None:
-    if os.environ.get("EOS_FAULT_SCOPE") == "group":
+def _kill(scope: str) -> None:
+    if scope == "group":
         # PySpark's worker daemon runs in a process group of its own: kill the query's
         # group (named by the pipeline in EOS_FAULT_PGID), then the daemon's.
         query_group = int(os.environ.get("EOS_FAULT_PGID") or os.getpgid(0))
         os.killpg(query_group, signal.SIGKILL)
         os.killpg(os.getpgid(0), signal.SIGKILL)
+    elif scope == "executor":
+        jvm = executor_jvm()
+        if jvm is not None:
+            os.kill(jvm, signal.SIGKILL)
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def executor_jvm(pid: int | None = None) -> int | None:
+    """The nearest ``java`` process above ``pid`` (this process): the JVM whose Python
+    worker this is (the executor on a cluster, the driver in local mode)."""
+    current = os.getppid() if pid is None else pid
+    while current > 1:
+        try:
+            executable = str(Path(f"/proc/{current}/exe").readlink())
+            status = Path(f"/proc/{current}/stat").read_text()
+        except OSError:
+            return None
+        if Path(executable).name == "java":
+            return current
+        current = int(status.rsplit(")", 1)[1].split()[1])
+    return None
+
+
+def _pause(entry: Entry) -> None:
+    """Outlive this worker's executor: ignore its shutdown signals, kill it, wait for the
+    harness to resume this process, then return into the task's code."""
+    for sig in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT, signal.SIGPIPE):
+        signal.signal(sig, signal.SIG_IGN)
+    jvm = executor_jvm()
+    if jvm is not None:
+        os.kill(jvm, signal.SIGKILL)
+    if not os.environ.get("EOS_FAULT_MARKER"):
+        return  # no marker directory: nobody could resume us, so go on at once
+    marker = Path(os.environ["EOS_FAULT_MARKER"])
+    resume = marker / f"{entry}.resume"
+    deadline = time.monotonic() + PAUSE_LIMIT
+    while not resume.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    (marker / f"{entry}.resumed").write_text(json.dumps({"pid": os.getpid(), "at": time.time()}))

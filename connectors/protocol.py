@@ -1,18 +1,30 @@
-"""The two-phase commit protocol every sink here builds on.
+"""The two-phase commit protocol every exactly-once sink here builds on.
 
 A batch's writes become visible only when Spark's micro-batch completes:
 
 * **prepare** (in each task, :meth:`TwoPhaseCommitWriter.write`): write the
-  partition's rows durably but invisibly as one *unit*, named by sink, batch,
-  partition and attempt;
+  partition's rows durably but invisibly as one *unit*, named uniquely for this
+  task attempt (:class:`UnitId`);
 * **commit** (on the driver, :meth:`TwoPhaseCommitWriter.commit`): record the
-  decision "batch N commits these units" in the sink's own store, then commit
-  each unit; running it again for the same N commits what the first decision
-  named, nothing else;
+  decision "batch N commits these units", atomically with checking that each of
+  them is prepared, then commit each unit; running it again for the same N
+  commits what the first decision named, nothing else;
 * **abort** (on the driver): roll back the batch's units unless it was decided;
 * **recover** (on the driver, inside every commit): units of earlier batches,
   and units of this batch that the decision does not name, are committed when
   a decision names them and rolled back otherwise.
+
+Rules that make it hold on a cluster, where a task attempt can outlive its
+executor (a *zombie*) and attempt numbers repeat across stage attempts:
+
+1. a unit's name holds Spark's task attempt id and the query run's id, so no two
+   attempts ever share one;
+2. a unit named by a decision is never rolled back: a store rolls back another
+   attempt's unit only through :meth:`UnitStore.rollback_undecided`, which checks
+   that the batch is undecided atomically with the decision;
+3. :meth:`UnitStore.decide` records only units it finds prepared, atomically, and
+   "already committed" comes from a record the store writes with the commit: a
+   named unit that is neither prepared nor recorded committed is a ProtocolError.
 
 A sink author implements the store-specific hooks of :class:`UnitStore`; this
 module holds the order of the steps and every crash case (see docs/protocol.md).
@@ -20,10 +32,12 @@ module holds the order of the steps and every crash case (see docs/protocol.md).
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import re
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -31,35 +45,57 @@ from typing import Any
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
 from connectors import faults, timing
+from connectors.context import TaskIdentity
 from connectors.errors import EosError
 
 log = logging.getLogger(__name__)
 
 UNIT_SEPARATOR = "|"
 COMMIT_RETRIES = 5
+# "<task attempt id>-<run>"; a bare attempt number is a unit of an older version of this
+# package, still recognised so recovery settles it.
+_ATTEMPT = re.compile(r"^\d+(-[0-9a-z]+)?$")
 
 
 class Outcome(Enum):
-    """How committing one unit ended (Flink's committer outcomes)."""
+    """How committing one unit ended (Flink's committer outcomes, plus one that is a bug)."""
 
     COMMITTED = "committed"
     ALREADY_COMMITTED = "already committed"
     RETRY = "retry later"
     FAILED = "failed"
+    MISSING = "neither prepared nor recorded as committed"
 
 
 class ProtocolError(EosError):
     """The commit protocol cannot go on safely; the message says why and what to do."""
 
 
+class UnitMissingError(ProtocolError):
+    """A unit the driver was about to decide is not prepared (a zombie rolled it back)."""
+
+    def __init__(self, batch_id: int, missing: Sequence[UnitId]) -> None:
+        self.missing = tuple(missing)
+        super().__init__(
+            f"Batch {batch_id}: unit(s) {', '.join(map(str, missing))} are no longer prepared, "
+            "so the batch cannot be decided (an attempt that outlived its executor rolled them "
+            "back). The batch was rolled back; restart the query and Spark replays it."
+        )
+
+
 @dataclass(frozen=True, order=True)
 class UnitId:
-    """One task attempt's prepared writes: ``eos|<sink>|<batch>|<partition>|<attempt>``."""
+    """One task attempt's prepared writes: ``eos|<sink>|<batch>|<partition>|<attempt>``.
+
+    ``attempt`` is ``<task attempt id>-<run>`` (see :class:`TaskIdentity`): unique across
+    task attempts, stage attempts and runs of the query. At most 64 + 60 characters,
+    within PostgreSQL's 200-byte transaction ids.
+    """
 
     sink_id: str
     batch_id: int
     partition: int
-    attempt: int
+    attempt: str
 
     def __str__(self) -> str:
         parts = ("eos", self.sink_id, self.batch_id, self.partition, self.attempt)
@@ -68,9 +104,11 @@ class UnitId:
     @classmethod
     def parse(cls, text: str) -> UnitId | None:
         parts = text.split(UNIT_SEPARATOR)
-        if len(parts) != 5 or parts[0] != "eos" or not all(p.isdigit() for p in parts[2:]):
+        if len(parts) != 5 or parts[0] != "eos" or not (parts[2] + parts[3]).isdigit():
             return None
-        return cls(parts[1], int(parts[2]), int(parts[3]), int(parts[4]))
+        if not _ATTEMPT.match(parts[4]):
+            return None
+        return cls(parts[1], int(parts[2]), int(parts[3]), parts[4])
 
     @staticmethod
     def prefix(sink_id: str, batch_id: int | None = None, partition: int | None = None) -> str:
@@ -90,6 +128,7 @@ class PreparedUnit(WriterCommitMessage):
     unit: UnitId | None
     rows: int
     skipped_decided: bool = False
+    query_name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -102,40 +141,23 @@ class Decision:
     units: tuple[UnitId, ...]
 
 
-@dataclass(frozen=True)
-class TaskIdentity:
-    """Who a task is: from Spark's task context and local properties."""
-
-    query_id: str
-    batch_id: int
-    partition: int
-    attempt: int
-
-    @classmethod
-    def current(cls) -> TaskIdentity:
-        from pyspark import TaskContext
-
-        context = TaskContext.get()
-        batch = context.getLocalProperty("streaming.sql.batchId") if context else None
-        query = context.getLocalProperty("sql.streaming.queryId") if context else None
-        if context is None or batch is None or query is None:
-            raise ProtocolError(
-                "This sink runs only inside a Spark Structured Streaming query "
-                "(no streaming batch id in the task context)."
-            )
-        return cls(query, int(batch), context.partitionId(), context.attemptNumber())
+def derive_sink_id(kind: str, query_id: str, *target: str) -> str:
+    """A sink id stable across restarts of one checkpoint: ``<kind>-<16 hex digits>`` of
+    the query id and what the sink writes to (table, key prefix, topic)."""
+    digest = hashlib.sha256(UNIT_SEPARATOR.join((query_id, *target)).encode()).hexdigest()
+    return f"{kind}-{digest[:16]}"
 
 
 class UnitStore(ABC):
-    """The store-specific half of a two-phase sink: what a sink author writes."""
+    """The store-specific half of a two-phase sink: what a sink author writes.
+
+    Every hook runs on the driver except :meth:`prepare` and those
+    :meth:`TwoPhaseCommitWriter.prepare_task` calls, which run in tasks too.
+    """
 
     @abstractmethod
     def sink_id(self, query_id: str) -> str:
-        """The sink's stable identity: an explicit option, else derived from the query id."""
-
-    @abstractmethod
-    def discard_attempts(self, sink_id: str, batch_id: int, partition: int) -> None:
-        """Roll back units earlier attempts of this (batch, partition) left prepared."""
+        """The sink's stable identity: an explicit option, else :func:`derive_sink_id`."""
 
     @abstractmethod
     def find_decision(self, sink_id: str, batch_id: int) -> Decision | None:
@@ -143,26 +165,42 @@ class UnitStore(ABC):
 
     @abstractmethod
     def prepare(self, unit: UnitId, rows: Iterator[Any]) -> int:
-        """Write ``rows`` durably and invisibly as ``unit``; return the row count."""
+        """Task: write ``rows`` durably and invisibly as ``unit``; return the row count.
+
+        Writing nothing (0 rows) must leave nothing prepared."""
 
     @abstractmethod
-    def record_decision(self, decision: Decision) -> Decision:
-        """Store ``decision`` unless one exists for the batch; return the stored one."""
+    def decide(self, decision: Decision) -> Decision:
+        """Atomically: if the batch has a decision, return it; else check that every
+        unit of ``decision`` is prepared (raise :class:`UnitMissingError` naming those
+        that are not), store it and return it."""
 
     @abstractmethod
     def commit_unit(self, unit: UnitId) -> Outcome:
-        """Make ``unit`` visible. Must be idempotent: a committed unit is ALREADY_COMMITTED."""
+        """Make ``unit`` visible, recording durably (in the same atomic step) that it was.
+
+        Idempotent: a unit recorded as committed is ALREADY_COMMITTED; a unit neither
+        prepared nor recorded is MISSING (never ALREADY_COMMITTED)."""
 
     @abstractmethod
     def rollback_unit(self, unit: UnitId) -> None:
-        """Discard ``unit``; a unit that is gone is fine."""
+        """Discard ``unit``; a unit that is gone is fine. Called only for a unit that no
+        decision names while its batch's decision exists (a stray)."""
+
+    @abstractmethod
+    def rollback_undecided(self, sink_id: str, batch_id: int, units: Sequence[UnitId]) -> bool:
+        """Atomically with :meth:`decide`: unless batch ``batch_id`` is decided, discard
+        ``units`` and return True; return False (and discard nothing) when it is."""
 
     @abstractmethod
     def units_in_doubt(self, sink_id: str) -> list[UnitId]:
         """Every prepared, not yet committed or rolled back unit of the sink."""
 
     def prune_decisions(self, sink_id: str, below_batch: int) -> None:  # noqa: B027
-        """Forget decisions of batches Spark can no longer replay (optional)."""
+        """Forget decisions (and commit records) of batches Spark can no longer replay."""
+
+    def close(self) -> None:  # noqa: B027
+        """Release the writer's connections (optional; the test kit calls it for a crash)."""
 
     def applied_watermark(self, sink_id: str, query_id: str) -> int:
         """The highest batch of this query with a committed unit, when the store keeps
@@ -184,90 +222,129 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter, UnitStore):
     # -- prepare: in every task --------------------------------------------------
 
     def write(self, iterator: Iterator[Any]) -> PreparedUnit:
-        """1. who am I; 2. skip a decided or applied batch; 3. discard earlier attempts;
-        4. prepare.
+        """Task: Spark's entry point; see :meth:`prepare_task`."""
+        return self.prepare_task(TaskIdentity.current(), iterator)
 
-        Step 2 comes before step 3: the units of a decided batch are the driver's to
+    def prepare_task(self, task: TaskIdentity, rows: Iterator[Any]) -> PreparedUnit:
+        """Task: 1. skip a decided or applied batch; 2. release what other attempts of this
+        partition, and strays of earlier batches, hold; 3. prepare; 4. report the unit.
+
+        Step 1 comes before step 2: the units of a decided batch are the driver's to
         commit (a replay after a crash between decision and commit), never to discard.
+        Step 2 discards only while the batch is undecided, atomically (rule 2).
         """
-        task = TaskIdentity.current()
         sink_id = self.sink_id(task.query_id)
+        if self._already_done(sink_id, task) or not self._release_others(sink_id, task):
+            log.info("batch %d of sink %s is decided: writing nothing", task.batch_id, sink_id)
+            return PreparedUnit(sink_id, task.query_id, task.batch_id, None, 0, True,
+                                task.query_name)  # fmt: skip
+        faults.point("before-prepare", task.batch_id, role="worker", query=task.query_name)
+        began = time.perf_counter()
+        unit = UnitId(sink_id, task.batch_id, task.partition, task.attempt)
+        count = self.prepare(unit, rows)
+        timing.record_task("sink write", task.batch_id, time.perf_counter() - began)
+        faults.point("after-prepare", task.batch_id, role="worker", query=task.query_name)
+        return PreparedUnit(sink_id, task.query_id, task.batch_id, unit if count else None,
+                            count, False, task.query_name)  # fmt: skip
+
+    def _already_done(self, sink_id: str, task: TaskIdentity) -> bool:
         decided = self.find_decision(sink_id, task.batch_id)
         if decided is not None:
             _check_same_query(decided, task.query_id)
-        if decided is not None or task.batch_id <= self.applied_watermark(sink_id, task.query_id):
-            log.info(
-                "batch %d of sink %s is decided already: writing nothing", task.batch_id, sink_id
-            )
-            return PreparedUnit(
-                sink_id, task.query_id, task.batch_id, None, 0, skipped_decided=True
-            )
-        began = time.perf_counter()
-        self.discard_attempts(sink_id, task.batch_id, task.partition)
-        unit = UnitId(sink_id, task.batch_id, task.partition, task.attempt)
-        rows = self.prepare(unit, iterator)
-        timing.record_task("sink write", task.batch_id, time.perf_counter() - began)
-        faults.point("after-prepare", task.batch_id, role="worker")
-        return PreparedUnit(sink_id, task.query_id, task.batch_id, unit if rows else None, rows)
+            return True
+        return task.batch_id <= self.applied_watermark(sink_id, task.query_id)
+
+    def _release_others(self, sink_id: str, task: TaskIdentity) -> bool:
+        """Roll back earlier attempts' units of this (batch, partition) unless the batch got
+        decided meanwhile (then False), and strays of earlier batches (they may hold locks
+        this task's writes would wait on)."""
+        by_batch = _by_batch(self.units_in_doubt(sink_id))
+        for batch_id in sorted(b for b in by_batch if b < task.batch_id):
+            self._settle_undecided_or_stray(sink_id, batch_id, by_batch[batch_id], commit=False)
+        mine = [u for u in by_batch.get(task.batch_id, []) if u.partition == task.partition]
+        if mine:
+            log.info("rolling back %s left by earlier attempts", ", ".join(map(str, mine)))
+            return self.rollback_undecided(sink_id, task.batch_id, mine)
+        return True
 
     # -- commit: on the driver ---------------------------------------------------
 
     def commit(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
-        """1. the units; 2. the decision; 3. commit each; 4. recover leftovers; 5. prune."""
+        """Driver: 1. the units; 2. decide; 3. commit each; 4. recover leftovers; 5. prune."""
         prepared = _prepared_units(messages, batchId)
         sink_id = _sink_of(prepared)
         if sink_id is None:
             return
+        query = prepared[0].query_name
         began = time.perf_counter()
         decision = self._decide(sink_id, batchId, prepared)
-        faults.point("after-decision", batchId, role="driver")
+        faults.point("after-decision", batchId, role="driver", query=query)
         for index, unit in enumerate(decision.units):
             if index == 1:
-                faults.point("between-commits", batchId, role="driver")
+                faults.point("between-commits", batchId, role="driver", query=query)
             self._commit_with_retries(unit)
         self.recover(sink_id, batchId, decision)
-        faults.point("after-commit", batchId, role="driver")
+        faults.point("after-commit", batchId, role="driver", query=query)
         self.prune_decisions(sink_id, batchId - self.keep_decisions)
         timing.record_commit(sink_id, batchId, len(decision.units), time.perf_counter() - began)
 
     def abort(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
-        """Roll back the batch's prepared units, unless the batch was decided."""
+        """Driver: roll back the batch's prepared units, unless the batch was decided."""
         prepared = _prepared_units(messages, batchId)
         sink_id = _sink_of(prepared)
-        if sink_id is None or self.find_decision(sink_id, batchId) is not None:
-            return
-        for message in prepared:
-            if message.unit is not None:
-                self.rollback_unit(message.unit)
+        units = [m.unit for m in prepared if m.unit is not None]
+        if sink_id is not None and units:
+            self.rollback_undecided(sink_id, batchId, units)
 
     # -- recover -------------------------------------------------------------------
 
     def recover(self, sink_id: str, batch_id: int, current: Decision | None = None) -> None:
-        """Settle every unit left in doubt before ``batch_id``, and ``batch_id``'s strays.
+        """Driver: settle every unit left in doubt before ``batch_id``, and ``batch_id``'s
+        strays.
 
         Units of later batches are left alone: Spark runs batches in order, so they
-        can only belong to a query that is running ahead elsewhere.
+        can only belong to an attempt of a batch still to be decided.
         """
-        decisions: dict[int, Decision | None] = {batch_id: current}
-        for unit in sorted(self.units_in_doubt(sink_id)):
-            if unit.batch_id > batch_id:
-                continue
-            if unit.batch_id not in decisions:
-                decisions[unit.batch_id] = self.find_decision(sink_id, unit.batch_id)
-            decision = decisions[unit.batch_id]
-            if decision is not None and unit in decision.units:
-                self._commit_with_retries(unit)
-            else:
-                log.info("rolling back unit %s (no decision names it)", unit)
+        by_batch = _by_batch(self.units_in_doubt(sink_id))
+        for unit_batch in sorted(b for b in by_batch if b <= batch_id):
+            decision = current if unit_batch == batch_id else None
+            self._settle_undecided_or_stray(sink_id, unit_batch, by_batch[unit_batch],
+                                            commit=True, decision=decision)  # fmt: skip
+
+    def _settle_undecided_or_stray(
+        self,
+        sink_id: str,
+        batch_id: int,
+        units: list[UnitId],
+        commit: bool,
+        decision: Decision | None = None,
+    ) -> None:
+        """Units a decision names are committed (when ``commit``), the others rolled back:
+        strays of a decided batch directly, units of an undecided one only while it is."""
+        decision = decision or self.find_decision(sink_id, batch_id)
+        if decision is None:
+            log.info("rolling back %s (batch %d is undecided)", _names(units), batch_id)
+            self.rollback_undecided(sink_id, batch_id, units)
+            return
+        for unit in units:
+            if unit not in decision.units:
+                log.info("rolling back stray unit %s (its batch's decision does not name it)", unit)
                 self.rollback_unit(unit)
+            elif commit:
+                self._commit_with_retries(unit)
 
     # -- steps ---------------------------------------------------------------------
 
     def _decide(self, sink_id: str, batch_id: int, prepared: list[PreparedUnit]) -> Decision:
-        """Record this batch's units, or get back what an earlier attempt recorded."""
+        """Record this batch's units, or get back what an earlier attempt recorded. A unit
+        that vanished before the decision rolls the batch back and fails it (rule 3)."""
         units = tuple(sorted(m.unit for m in prepared if m.unit is not None))
         proposal = Decision(sink_id, batch_id, prepared[0].query_id, units)
-        recorded = self.record_decision(proposal)
+        try:
+            recorded = self.decide(proposal)
+        except UnitMissingError as exc:
+            self.rollback_undecided(sink_id, batch_id, [u for u in units if u not in exc.missing])
+            raise
         _check_same_query(recorded, proposal.query_id)
         if recorded.units != units:
             log.info(
@@ -280,6 +357,13 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter, UnitStore):
             outcome = self.commit_unit(unit)
             if outcome in (Outcome.COMMITTED, Outcome.ALREADY_COMMITTED):
                 return
+            if outcome is Outcome.MISSING:
+                raise ProtocolError(
+                    f"Unit {unit} is named by its batch's decision but is neither prepared nor "
+                    "recorded as committed: its writes are lost. Something outside this "
+                    "protocol rolled it back (a manual ROLLBACK PREPARED, a FLUSHALL, another "
+                    "query with the same sinkId). Restore the target from its source."
+                )
             if outcome is Outcome.FAILED:
                 break
             time.sleep(min(2.0, 0.1 * 2**attempt))
@@ -287,6 +371,17 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter, UnitStore):
             f"Could not commit unit {unit}. The decision is recorded: restart the query "
             "and recovery commits it."
         )
+
+
+def _by_batch(units: Iterable[UnitId]) -> dict[int, list[UnitId]]:
+    grouped: dict[int, list[UnitId]] = {}
+    for unit in sorted(units):
+        grouped.setdefault(unit.batch_id, []).append(unit)
+    return grouped
+
+
+def _names(units: Iterable[UnitId]) -> str:
+    return ", ".join(map(str, units))
 
 
 def _check_same_query(decision: Decision, query_id: str) -> None:

@@ -11,7 +11,6 @@ not written again.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -22,8 +21,9 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
 from connectors import faults, timing
+from connectors.context import TaskIdentity
 from connectors.errors import EosError
-from connectors.protocol import TaskIdentity
+from connectors.protocol import derive_sink_id
 from sinks.kafka.errors import Action, classify, error_of
 from sinks.kafka.options import KafkaSinkOptions, transactional_id
 from sinks.kafka.records import Row, rows
@@ -50,10 +50,8 @@ class TaskReport(WriterCommitMessage):
 
 
 def sink_id(options: KafkaSinkOptions, query_id: str) -> str:
-    if options.sink_id:
-        return options.sink_id
-    digest = hashlib.sha256(f"{query_id}|{options.topic or options.progress_topic}".encode())
-    return f"k-{digest.hexdigest()[:16]}"
+    target = options.topic or options.progress_topic or ""
+    return options.sink_id or derive_sink_id("k", query_id, target)
 
 
 class KafkaTransactionalWriter(DataSourceStreamArrowWriter):
@@ -69,9 +67,13 @@ class KafkaTransactionalWriter(DataSourceStreamArrowWriter):
         self.options = options
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskReport:
-        """1. fence; 2. read the marker; 3. produce; 4. mark in the transaction; 5. commit."""
+        """Task: Spark's entry point; see :meth:`write_task`."""
+        return self.write_task(TaskIdentity.current(), iterator)
+
+    def write_task(self, task: TaskIdentity, iterator: Iterator[pa.RecordBatch]) -> TaskReport:
+        """Task: 1. fence; 2. read the marker; 3. produce; 4. mark in the transaction;
+        5. commit."""
         began = time.perf_counter()
-        task = TaskIdentity.current()
         sid = sink_id(self.options, task.query_id)
         name = transactional_id(self.options, sid, task.partition)
         producer = _fenced_producer(self.options, name)
@@ -80,11 +82,12 @@ class KafkaTransactionalWriter(DataSourceStreamArrowWriter):
             if marker.batches_done() > task.batch_id:
                 log.info("batch %d partition %d is marked: skipping", task.batch_id, task.partition)
                 return TaskReport(task.batch_id, task.partition, 0, skipped=True)
+            faults.point("before-prepare", task.batch_id, role="worker", query=task.query_name)
             count = _transaction(producer, marker, task, rows(iterator, self.options.topic), sid)
         finally:
             marker.close()
             timing.record_task("sink write", task.batch_id, time.perf_counter() - began)
-        faults.point("after-commit", task.batch_id, role="worker")
+        faults.point("after-commit", task.batch_id, role="worker", query=task.query_name)
         return TaskReport(task.batch_id, task.partition, count, skipped=False)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
@@ -152,11 +155,11 @@ def _transaction(
             lambda: producer.send_offsets_to_transaction(offsets, metadata, CALL_TIMEOUT),
             "send_offsets_to_transaction",
         )
-        faults.point("after-prepare", task.batch_id, role="worker")
+        faults.point("after-prepare", task.batch_id, role="worker", query=task.query_name)
         began = time.perf_counter()
         _call(lambda: producer.commit_transaction(CALL_TIMEOUT), "commit_transaction")
         timing.record_commit(sid, task.batch_id, 1, time.perf_counter() - began)
-    except BaseException:
+    except Exception:  # a crash (or a simulated one) leaves it open, for fencing to end
         _abort_quietly(producer)
         raise
     return count

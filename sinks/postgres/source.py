@@ -63,6 +63,10 @@ def check_server(conn: Connection, options: PostgresSinkOptions) -> None:
 
 
 def ensure_bookkeeping(conn: Connection, bookkeeping_schema: str) -> None:
+    """The decisions table, and the table each prepared transaction records its unit in.
+
+    No other DDL here: a statement that locks these tables would wait on every
+    prepared transaction still holding its insert into ``committed_units``."""
     schema = sql.Identifier(bookkeeping_schema)
     conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
     conn.execute(
@@ -72,6 +76,14 @@ def ensure_bookkeeping(conn: Connection, bookkeeping_schema: str) -> None:
             " units text[] NOT NULL, decided_at timestamptz NOT NULL DEFAULT now(),"
             " PRIMARY KEY (sink_id, batch_id))"
         ).format(sql.Identifier(bookkeeping_schema, "decisions"))
+    )
+    conn.execute(
+        sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {} ("
+            " sink_id text NOT NULL, batch_id bigint NOT NULL, unit text NOT NULL,"
+            " committed_at timestamptz NOT NULL DEFAULT now(),"
+            " PRIMARY KEY (sink_id, batch_id, unit))"
+        ).format(sql.Identifier(bookkeeping_schema, "committed_units"))
     )
 
 

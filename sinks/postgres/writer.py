@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import psycopg
@@ -14,7 +14,14 @@ from psycopg import sql
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
 from connectors.errors import ServiceUnavailableError
-from connectors.protocol import Decision, Outcome, TwoPhaseCommitWriter, UnitId
+from connectors.protocol import (
+    Decision,
+    Outcome,
+    TwoPhaseCommitWriter,
+    UnitId,
+    UnitMissingError,
+    derive_sink_id,
+)
 from connectors.secrets import redact_url
 from sinks.postgres import copy
 from sinks.postgres.options import PostgresSinkOptions
@@ -69,6 +76,11 @@ class PostgresTwoPhaseWriter(TwoPhaseCommitWriter):
     Guarantee: a batch's rows become visible when the driver commits the batch
     (each task's rows atomically; all of them once the commit or, after a crash,
     the recovery completes), and exactly once through any crash and replay.
+
+    Bookkeeping in ``<bookkeepingSchema>``: ``decisions`` (one row per decided batch)
+    and ``committed_units`` (a row each prepared transaction inserts, so it becomes
+    visible exactly when the transaction is committed). A per-(sink, batch) advisory
+    lock makes the decision exclusive with any rollback of that batch's units.
     """
 
     def __init__(self, options: PostgresSinkOptions, columns: tuple[str, ...]) -> None:
@@ -85,27 +97,18 @@ class PostgresTwoPhaseWriter(TwoPhaseCommitWriter):
             self._conn = connect(self.options)
         return self._conn
 
-    @property
-    def decisions(self) -> sql.Composable:
-        return sql.Identifier(self.options.bookkeeping_schema, "decisions")
+    def _table(self, name: str) -> sql.Composable:
+        return sql.Identifier(self.options.bookkeeping_schema, name)
 
     # -- UnitStore hooks -----------------------------------------------------------
 
     def sink_id(self, query_id: str) -> str:
-        if self.options.sink_id:
-            return self.options.sink_id
-        digest = hashlib.sha256(f"{query_id}|{self.options.table_name}".encode()).hexdigest()
-        return f"pg-{digest[:16]}"
-
-    def discard_attempts(self, sink_id: str, batch_id: int, partition: int) -> None:
-        for unit in self._prepared(UnitId.prefix(sink_id, batch_id, partition)):
-            log.info("rolling back %s left by an earlier attempt", unit)
-            self.rollback_unit(unit)
+        return self.options.sink_id or derive_sink_id("pg", query_id, self.options.table_name)
 
     def find_decision(self, sink_id: str, batch_id: int) -> Decision | None:
         row = self.conn.execute(
             sql.SQL("SELECT query_id, units FROM {} WHERE sink_id = %s AND batch_id = %s").format(
-                self.decisions
+                self._table("decisions")
             ),
             (sink_id, batch_id),
         ).fetchone()
@@ -115,11 +118,18 @@ class PostgresTwoPhaseWriter(TwoPhaseCommitWriter):
         return Decision(sink_id, batch_id, str(row[0]), units)
 
     def prepare(self, unit: UnitId, rows: Iterator[pa.RecordBatch]) -> int:
+        """Task: the rows and the unit's commit record in one transaction, then PREPARE."""
         conn = connect(self.options, autocommit=False)
         try:  # not `with conn`: its exit would COMMIT, which a two-phase transaction refuses
             conn.tpc_begin(str(unit))
             with conn.cursor() as cur:
                 count = self.rows.write(cur, str(unit), rows)
+                cur.execute(
+                    sql.SQL("INSERT INTO {} (unit, sink_id, batch_id) VALUES (%s, %s, %s)").format(
+                        self._table("committed_units")
+                    ),
+                    (str(unit), unit.sink_id, unit.batch_id),
+                )
             if count:
                 conn.tpc_prepare()
             else:
@@ -128,28 +138,34 @@ class PostgresTwoPhaseWriter(TwoPhaseCommitWriter):
             conn.close()
         return count
 
-    def record_decision(self, decision: Decision) -> Decision:
-        self.conn.execute(
-            sql.SQL(
-                "INSERT INTO {} (sink_id, batch_id, query_id, units) VALUES (%s, %s, %s, %s) "
-                "ON CONFLICT (sink_id, batch_id) DO NOTHING"
-            ).format(self.decisions),
-            (
-                decision.sink_id,
-                decision.batch_id,
-                decision.query_id,
-                [str(u) for u in decision.units],
-            ),
-        )
-        recorded = self.find_decision(decision.sink_id, decision.batch_id)
-        assert recorded is not None
-        return recorded
+    def decide(self, decision: Decision) -> Decision:
+        """Under the batch's lock, exclusively: the existing decision, or a new one naming
+        only prepared transactions."""
+        with self.conn.transaction():
+            self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(decision),))
+            recorded = self.find_decision(decision.sink_id, decision.batch_id)
+            if recorded is not None:
+                return recorded
+            names = [str(u) for u in decision.units]
+            prepared = {str(r[0]) for r in self.conn.execute(
+                "SELECT gid FROM pg_prepared_xacts WHERE gid = ANY(%s)", (names,)
+            ).fetchall()}  # fmt: skip
+            missing = [u for u in decision.units if str(u) not in prepared]
+            if missing:
+                raise UnitMissingError(decision.batch_id, missing)
+            self.conn.execute(
+                sql.SQL(
+                    "INSERT INTO {} (sink_id, batch_id, query_id, units) VALUES (%s, %s, %s, %s)"
+                ).format(self._table("decisions")),
+                (decision.sink_id, decision.batch_id, decision.query_id, names),
+            )
+        return decision
 
     def commit_unit(self, unit: UnitId) -> Outcome:
         try:
             self.conn.execute(sql.SQL("COMMIT PREPARED {}").format(sql.Literal(str(unit))))
         except psycopg.errors.UndefinedObject:
-            return Outcome.ALREADY_COMMITTED  # decided units are never rolled back
+            return Outcome.ALREADY_COMMITTED if self._recorded(unit) else Outcome.MISSING
         except psycopg.OperationalError as exc:
             log.warning("COMMIT PREPARED %s: %s; retrying", unit, _first_line(exc))
             self._conn = None
@@ -160,22 +176,56 @@ class PostgresTwoPhaseWriter(TwoPhaseCommitWriter):
         with contextlib.suppress(psycopg.errors.UndefinedObject):  # gone already: fine
             self.conn.execute(sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(str(unit))))
 
+    def rollback_undecided(self, sink_id: str, batch_id: int, units: Sequence[UnitId]) -> bool:
+        """Under the batch's lock, shared: ROLLBACK PREPARED cannot run inside a transaction,
+        so the session holds the lock while it checks and rolls back."""
+        key = _lock_key(Decision(sink_id, batch_id, "", ()))
+        self.conn.execute("SELECT pg_advisory_lock_shared(%s)", (key,))
+        try:
+            if self.find_decision(sink_id, batch_id) is not None:
+                return False
+            for unit in units:
+                self.rollback_unit(unit)
+            return True
+        finally:
+            self.conn.execute("SELECT pg_advisory_unlock_shared(%s)", (key,))
+
     def units_in_doubt(self, sink_id: str) -> list[UnitId]:
-        return self._prepared(UnitId.prefix(sink_id))
-
-    def prune_decisions(self, sink_id: str, below_batch: int) -> None:
-        self.conn.execute(
-            sql.SQL("DELETE FROM {} WHERE sink_id = %s AND batch_id < %s").format(self.decisions),
-            (sink_id, below_batch),
-        )
-
-    def _prepared(self, prefix: str) -> list[UnitId]:
         rows = self.conn.execute(
             "SELECT gid FROM pg_prepared_xacts "
             "WHERE database = current_database() AND starts_with(gid, %s)",
-            (prefix,),
+            (UnitId.prefix(sink_id),),
         ).fetchall()
         return sorted(u for u in (UnitId.parse(str(r[0])) for r in rows) if u is not None)
+
+    def prune_decisions(self, sink_id: str, below_batch: int) -> None:
+        for table in ("decisions", "committed_units"):
+            self.conn.execute(
+                sql.SQL("DELETE FROM {} WHERE sink_id = %s AND batch_id < %s").format(
+                    self._table(table)
+                ),
+                (sink_id, below_batch),
+            )
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _recorded(self, unit: UnitId) -> bool:
+        row = self.conn.execute(
+            sql.SQL("SELECT 1 FROM {} WHERE sink_id = %s AND batch_id = %s AND unit = %s").format(
+                self._table("committed_units")
+            ),
+            (unit.sink_id, unit.batch_id, str(unit)),
+        ).fetchone()
+        return row is not None
+
+
+def _lock_key(decision: Decision) -> int:
+    """A signed 64-bit advisory lock key for (sink, batch)."""
+    digest = hashlib.sha256(f"{decision.sink_id}|{decision.batch_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
 
 
 class PostgresPlainWriter(DataSourceStreamArrowWriter):

@@ -1,10 +1,17 @@
 """The Lua scripts that write entries to their targets, each in one atomic step.
 
 ``APPLY_STAGE`` (exactly-once, on the driver): if the unit's stage still exists,
-write every entry, delete the stage, drop the unit from the sink's unit set and
-move the sink's applied watermark up to the batch, all in one script, so Redis
-(and its AOF) sees either all of it or none. A stage that is gone was applied
-before: the script returns ``{-1, 0}`` and writes nothing.
+write every entry, delete the stage, drop the unit from the sink's unit set,
+record the unit in the sink's ``applied`` hash and move the sink's applied
+watermark up to the batch, all in one script, so Redis (and its AOF) sees either
+all of it or none. A stage that is gone was applied before when ``applied``
+names the unit (``{-1, 0}``); otherwise it is missing (``{-2, 0}``), which the
+protocol reports as an error instead of counting it as done.
+
+``DECIDE`` and ``ROLLBACK_UNDECIDED`` (on the driver, and the latter in tasks) make
+the decision and any rollback of the batch's units exclusive: a script runs alone,
+so the decision records only units whose stages exist, and a rollback happens
+only while the batch has no decision.
 
 ``APPLY_ENTRIES`` (at-least-once, in tasks): the same writes from the script's
 arguments, with no stage and no bookkeeping.
@@ -72,16 +79,18 @@ local function write_all(items, from, rejected, unit)
 end
 """
 
-#: KEYS: stage, units, watermark, rejected.
+#: KEYS: stage, units, watermark, rejected, applied.
 #: ARGV: mode, number, ttl, nfields, fields..., unit, batch.
 APPLY_STAGE = (
     _WRITE
     + """
 local stage, units, watermark, rejected = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local applied_units = KEYS[5]
 local unit, batch = ARGV[first_entry], tonumber(ARGV[first_entry + 1])
 if redis.call('EXISTS', stage) == 0 then
   redis.call('SREM', units, unit)
-  return {-1, 0}
+  if redis.call('HEXISTS', applied_units, unit) == 1 then return {-1, 0} end
+  return {-2, 0}
 end
 local total = redis.call('LLEN', stage)
 local chunk = stride * 2000
@@ -90,6 +99,7 @@ for start = 0, total - 1, chunk do
 end
 redis.call('DEL', stage)
 redis.call('SREM', units, unit)
+redis.call('HSET', applied_units, unit, batch)
 local mark = tonumber(redis.call('GET', watermark) or '-1')
 if batch > mark then redis.call('SET', watermark, batch) end
 return {applied, failed}
@@ -104,3 +114,34 @@ write_all(ARGV, first_entry, nil, nil)
 return {applied, failed}
 """
 )
+
+#: KEYS: decisions, units, then each unit's stage. ARGV: batch, decision text, unit names.
+#: Returns {0, existing decision} when the batch was decided, {1, text} when this call
+#: recorded it, {-1, missing unit names...} when a named unit has no stage.
+DECIDE = """
+local decisions, units = KEYS[1], KEYS[2]
+local batch, text = ARGV[1], ARGV[2]
+local existing = redis.call('HGET', decisions, batch)
+if existing then return {0, existing} end
+local missing = {-1}
+for i = 3, #ARGV do
+  if redis.call('SISMEMBER', units, ARGV[i]) == 0 or redis.call('EXISTS', KEYS[i]) == 0 then
+    missing[#missing + 1] = ARGV[i]
+  end
+end
+if #missing > 1 then return missing end
+redis.call('HSET', decisions, batch, text)
+return {1, text}
+"""
+
+#: KEYS: decisions, units, then each unit's stage. ARGV: batch, unit names.
+#: Returns 0 (nothing done) when the batch is decided, 1 when the units were discarded.
+ROLLBACK_UNDECIDED = """
+local decisions, units = KEYS[1], KEYS[2]
+if redis.call('HEXISTS', decisions, ARGV[1]) == 1 then return 0 end
+for i = 2, #ARGV do
+  redis.call('DEL', KEYS[i + 1])
+  redis.call('SREM', units, ARGV[i])
+end
+return 1
+"""

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -12,7 +11,14 @@ import redis
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
 from connectors.errors import ServiceUnavailableError
-from connectors.protocol import Decision, Outcome, TwoPhaseCommitWriter, UnitId
+from connectors.protocol import (
+    Decision,
+    Outcome,
+    TwoPhaseCommitWriter,
+    UnitId,
+    UnitMissingError,
+    derive_sink_id,
+)
 from connectors.secrets import redact_url
 from sinks.redis import scripts, values
 from sinks.redis.options import RedisSinkOptions
@@ -68,6 +74,11 @@ class _Keys:
     def rejected(self) -> str:
         return f"{self.base}:rejected"
 
+    @property
+    def applied(self) -> str:
+        """Hash: unit name -> batch, written by the script that applies the unit."""
+        return f"{self.base}:applied"
+
 
 def _script_args(spec: values.Layout, ttl: int | None) -> list[str]:
     """The leading ARGV both scripts take: mode, number kind, ttl, fields."""
@@ -103,32 +114,19 @@ class RedisStagedWriter(TwoPhaseCommitWriter):
     # -- UnitStore hooks -----------------------------------------------------------
 
     def sink_id(self, query_id: str) -> str:
-        if self.options.sink_id:
-            return self.options.sink_id
-        target = f"{self.options.key_prefix}|{self.options.key_column}"
-        digest = hashlib.sha256(f"{query_id}|{target}".encode()).hexdigest()
-        return f"rd-{digest[:16]}"
+        target = (self.options.key_prefix, self.options.key_column)
+        return self.options.sink_id or derive_sink_id("rd", query_id, *target)
 
     def applied_watermark(self, sink_id: str, query_id: str) -> int:
         value = self.client.get(self.keys(sink_id).watermark(query_id))
         return int(value) if value is not None else -1
 
-    def discard_attempts(self, sink_id: str, batch_id: int, partition: int) -> None:
-        prefix = UnitId.prefix(sink_id, batch_id, partition)
-        for unit in self._units(sink_id):
-            if str(unit).startswith(prefix):
-                log.info("deleting the stage of %s left by an earlier attempt", unit)
-                self.rollback_unit(unit)
-
     def find_decision(self, sink_id: str, batch_id: int) -> Decision | None:
         raw = self.client.hget(self.keys(sink_id).decisions, str(batch_id))
-        if raw is None:
-            return None
-        query_id, *names = _text(raw).split("\n")
-        units = tuple(u for u in map(UnitId.parse, names) if u is not None)
-        return Decision(sink_id, batch_id, query_id, units)
+        return None if raw is None else _decision(sink_id, batch_id, _text(raw))
 
     def prepare(self, unit: UnitId, rows: Iterator[pa.RecordBatch]) -> int:
+        """Task: register the unit, then push its entries to its stage list."""
         flat, count = values.entries(self.spec, rows)
         if not flat:
             return 0
@@ -143,13 +141,20 @@ class RedisStagedWriter(TwoPhaseCommitWriter):
             pipe.execute()
         return count
 
-    def record_decision(self, decision: Decision) -> Decision:
-        text = "\n".join([decision.query_id, *map(str, decision.units)])
-        decisions = self.keys(decision.sink_id).decisions
-        self.client.hsetnx(decisions, str(decision.batch_id), text)
-        recorded = self.find_decision(decision.sink_id, decision.batch_id)
-        assert recorded is not None
-        return recorded
+    def decide(self, decision: Decision) -> Decision:
+        keys = self.keys(decision.sink_id)
+        names = [str(u) for u in decision.units]
+        text = "\n".join([decision.query_id, *names])
+        script = self.client.register_script(scripts.DECIDE)
+        result = script(
+            keys=[keys.decisions, keys.units, *(keys.stage(u) for u in decision.units)],
+            args=[str(decision.batch_id), text, *names],
+        )
+        status, *rest = result
+        if int(status) < 0:
+            missing = [u for u in decision.units if str(u) in {_text(r) for r in rest}]
+            raise UnitMissingError(decision.batch_id, missing)
+        return _decision(decision.sink_id, decision.batch_id, _text(rest[0]))
 
     def commit_unit(self, unit: UnitId) -> Outcome:
         keys = self.keys(unit.sink_id)
@@ -159,7 +164,8 @@ class RedisStagedWriter(TwoPhaseCommitWriter):
             watermark = keys.watermark(decision.query_id if decision else "")
             apply = self.client.register_script(scripts.APPLY_STAGE)
             applied, failed = apply(
-                keys=[keys.stage(unit), keys.units, watermark, keys.rejected], args=args
+                keys=[keys.stage(unit), keys.units, watermark, keys.rejected, keys.applied],
+                args=args,
             )
         except (redis.ConnectionError, redis.TimeoutError, ServiceUnavailableError) as exc:
             log.warning("applying %s: %s; retrying", unit, redact_url(str(exc)))
@@ -170,7 +176,9 @@ class RedisStagedWriter(TwoPhaseCommitWriter):
                 "Redis refused %d of the writes of %s (e.g. INCRBY on a key that holds text); "
                 "they are listed in %s", failed, unit, keys.rejected,
             )  # fmt: skip
-        return Outcome.ALREADY_COMMITTED if applied < 0 else Outcome.COMMITTED
+        return {-1: Outcome.ALREADY_COMMITTED, -2: Outcome.MISSING}.get(
+            int(applied), Outcome.COMMITTED
+        )
 
     def rollback_unit(self, unit: UnitId) -> None:
         keys = self.keys(unit.sink_id)
@@ -179,19 +187,41 @@ class RedisStagedWriter(TwoPhaseCommitWriter):
             pipe.srem(keys.units, str(unit))
             pipe.execute()
 
+    def rollback_undecided(self, sink_id: str, batch_id: int, units: Sequence[UnitId]) -> bool:
+        keys = self.keys(sink_id)
+        script = self.client.register_script(scripts.ROLLBACK_UNDECIDED)
+        done = script(
+            keys=[keys.decisions, keys.units, *(keys.stage(u) for u in units)],
+            args=[str(batch_id), *map(str, units)],
+        )
+        return bool(int(done))
+
     def units_in_doubt(self, sink_id: str) -> list[UnitId]:
-        return self._units(sink_id)
-
-    def prune_decisions(self, sink_id: str, below_batch: int) -> None:
-        decisions = self.keys(sink_id).decisions
-        old = [b for b in self.client.hkeys(decisions) if int(b) < below_batch]
-        if old:
-            self.client.hdel(decisions, *old)
-
-    def _units(self, sink_id: str) -> list[UnitId]:
         names = self.client.smembers(self.keys(sink_id).units)
         units = (UnitId.parse(_text(n)) for n in names)
         return sorted(u for u in units if u is not None and u.sink_id == sink_id)
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def prune_decisions(self, sink_id: str, below_batch: int) -> None:
+        keys = self.keys(sink_id)
+        old = [b for b in self.client.hkeys(keys.decisions) if int(b) < below_batch]
+        if old:
+            self.client.hdel(keys.decisions, *old)
+        applied = self.client.hgetall(keys.applied)
+        old_units = [u for u, b in applied.items() if int(b) < below_batch]
+        if old_units:
+            self.client.hdel(keys.applied, *old_units)
+
+
+def _decision(sink_id: str, batch_id: int, text: str) -> Decision:
+    """A decision from its stored text: the query id, then one unit name per line."""
+    query_id, *names = text.split("\n")
+    units = tuple(u for u in map(UnitId.parse, names) if u is not None)
+    return Decision(sink_id, batch_id, query_id, units)
 
 
 class RedisDirectWriter(DataSourceStreamArrowWriter):

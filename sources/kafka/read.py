@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from connectors import faults, timing
+from connectors.context import current_batch
 from connectors.errors import DataLossError, ServiceUnavailableError
 from sources.kafka.offsets import KafkaRange
 from sources.kafka.options import KafkaSourceOptions
@@ -62,7 +63,7 @@ def read_range(options: KafkaSourceOptions, work: KafkaRange) -> Iterator[pa.Rec
         yield from _consume(consumer, options, work, start, schema)
     finally:
         consumer.close()
-        timing.record_task("source read", faults.current_batch(), time.perf_counter() - began)
+        timing.record_task("source read", current_batch(), time.perf_counter() - began)
 
 
 # A task reads one known range start to end: large fetches halve the time per record

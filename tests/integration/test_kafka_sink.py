@@ -1,137 +1,93 @@
-"""The transactional eos_kafka sink through crashes, zombies and bad input, on the real broker.
+"""The transactional eos_kafka sink on the real broker: its contract step by step, zombies,
+and bad input.
 
-Pipeline (its own process): eos_kafka -> transformWithStateInPandas running count
--> eos_kafka sink, writing (word, count) each time a word's count changes. Exactly
-once means: under read_committed no (word, count) pair appears twice, and each
-word's last count equals the count computed from the input.
+The Kafka sink has no cross-process prepare (librdkafka cannot commit in one process
+what another prepared): each task runs one fenced transaction holding its records
+and its progress marker. These tests drive a task's steps without Spark
+(``KafkaTransactionalWriter.write_task``), crash at each of its fault points with
+``faults.simulate``, and replay the task as Spark would; the conformance cells
+(tests/integration/test_conformance.py) crash it inside real pipelines.
 """
 
 from __future__ import annotations
 
-import random
-from collections import Counter
+import itertools
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException
 from pyspark.sql import SparkSession
 
+from connectors import faults
+from connectors.context import TaskIdentity
 from connectors.endpoints import Endpoints
-from connectors.harness.data import create_topic, produce_words
-from connectors.protocol import TaskIdentity
+from connectors.harness.checks import open_transactions
+from connectors.harness.data import produce_words
+from connectors.topics import create_topic, read_to_end
 from sinks.kafka.options import parse_options as sink_options
-from sinks.kafka.writer import _fenced_producer, _MarkerGroup, _transaction
-from sources.kafka.broker import BrokerView
-from sources.kafka.options import parse_options as source_options
-from tests.kafka_util import Record, read_plain
-from tests.pipeline_util import env, fault_env, kill_when, pipeline_command, progress_after, run
+from sinks.kafka.writer import KafkaTransactionalWriter, _fenced_producer, _MarkerGroup
 from tests.sink_util import stream_into
 
-pytestmark = [pytest.mark.services, pytest.mark.spark]
+pytestmark = pytest.mark.services
 
-RECORDS = 2500
-
-
-def _ends(endpoints: Endpoints, topic: str, isolation: str) -> dict[int, int]:
-    view = BrokerView(
-        source_options(
-            {
-                "kafka.bootstrap.servers": endpoints.kafka_bootstrap,
-                "subscribe": topic,
-                "kafka.isolation.level": isolation,
-            }
-        )
-    )
-    return {p: o for (_, p), o in view.latest(view.partitions()).items()}
+_TASK_IDS = itertools.count(1)
 
 
-def _read(endpoints: Endpoints, topic: str, isolation: str = "read_committed") -> list[Record]:
-    ends = _ends(endpoints, topic, isolation)
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer({"bootstrap.servers": endpoints.kafka_bootstrap, "group.id": "t",
-                         "isolation.level": isolation, "enable.auto.commit": False})  # fmt: skip
-    consumer.assign([TopicPartition(topic, p, 0) for p, o in ends.items() if o])
-    records: list[Record] = []
-    left = {p for p, o in ends.items() if o}
-    while left:
-        for m in consumer.consume(1000, 1.0):
-            if m.error() is None:
-                records.append(
-                    Record(m.partition() or 0, m.offset() or 0, m.key(), m.value() or b"")
-                )
-        left = {tp.partition for tp in consumer.position([TopicPartition(topic, p) for p in left])
-                if (tp.offset or 0) < ends[tp.partition]}  # fmt: skip
-    consumer.close()
-    return records
+def _task(batch: int, run: str = "run-1", partition: int = 0) -> TaskIdentity:
+    return TaskIdentity("kafka-query", "kafka", run, batch, partition, next(_TASK_IDS))
 
 
-def _check_output(endpoints: Endpoints, topic: str, expected: Counter[str]) -> None:
-    records = _read(endpoints, topic)
-    pairs = [(r.key, int(r.value)) for r in records]
-    assert len(pairs) == len(set(pairs)), "a (word, count) record was written twice"
-    last = {w.decode(): c for w, c in sorted(pairs, key=lambda p: p[1]) if w is not None}
-    assert last == dict(expected), "lost updates: final counts differ from the input's"
-    # No transaction left hanging: a marker in every partition is readable by
-    # read_committed readers, which a pending transaction would hold back.
-    markers = Producer({"bootstrap.servers": endpoints.kafka_bootstrap})
-    partitions = _ends(endpoints, topic, "read_uncommitted")
-    for partition in partitions:
-        markers.produce(topic, b"marker", b"marker", partition=partition)
-    markers.flush(30)
-    ends = _ends(endpoints, topic, "read_uncommitted")
-    seen = read_plain(
-        endpoints.kafka_bootstrap, topic, {p: (0, o) for p, o in ends.items()}, timeout=60
-    )
-    assert sum(1 for r in seen if r.value == b"marker") == len(partitions)
+def _rows(batch: int) -> list[pa.RecordBatch]:
+    values = [f"b{batch}-r{i}".encode() for i in range(50)]
+    keys = [f"k{i % 5}".encode() for i in range(50)]
+    return [pa.RecordBatch.from_arrays([pa.array(keys), pa.array(values)], ["key", "value"])]
 
 
-def _setup(endpoints: Endpoints, unique: str) -> tuple[str, str, Counter[str]]:
-    source, out = f"ks-in-{unique}", f"ks-out-{unique}"
-    create_topic(endpoints.kafka_bootstrap, source, partitions=3)
-    create_topic(endpoints.kafka_bootstrap, out, partitions=2)
-    return source, out, produce_words(endpoints.kafka_bootstrap, source, RECORDS, seed=len(unique))
+@pytest.fixture
+def writer(endpoints: Endpoints, unique: str) -> KafkaTransactionalWriter:
+    topic = f"ks-{unique}"
+    create_topic(endpoints.kafka_bootstrap, topic, 2)
+    options = sink_options({"kafka.bootstrap.servers": endpoints.kafka_bootstrap,
+                            "topic": topic, "sinkId": f"ks-{unique}"})  # fmt: skip
+    return KafkaTransactionalWriter(options)
 
 
-def _command(source: str, out: str, tmp_path: Path, trigger: str) -> list[str]:
-    return pipeline_command(
-        "--topic", source, "--checkpoint", str(tmp_path / "checkpoint"), "--sink", "kafka",
-        "--out-topic", out, "--state", "processor", "--trigger", trigger,
-    )  # fmt: skip
+def _values(endpoints: Endpoints, writer: KafkaTransactionalWriter, isolation: str) -> list[bytes]:
+    topic = writer.options.topic
+    assert topic is not None
+    return sorted(r.value for r in read_to_end(endpoints.kafka_bootstrap, topic, isolation))
 
 
-@pytest.mark.parametrize("point", ["after-prepare", "after-commit", "source-read"])
-def test_crash_at_each_fault_point_three_times(
-    endpoints: Endpoints, unique: str, tmp_path: Path, point: str
+def _expected(batches: range) -> list[bytes]:
+    return sorted(v for b in batches for v in _rows(b)[0].column("value").to_pylist())
+
+
+@pytest.mark.parametrize("point", ["before-prepare", "after-prepare", "after-commit"])
+def test_a_task_crashed_at_each_point_then_replayed_writes_once(
+    endpoints: Endpoints, writer: KafkaTransactionalWriter, point: str
 ) -> None:
-    source, out, expected = _setup(endpoints, unique)
-    command = _command(source, out, tmp_path, "available-now")
-    for crash, batch in enumerate((1, 2, 4)):
-        marker = tmp_path / f"fired-{crash}"
-        code = run(command, fault_env(point, batch, marker))
-        assert marker.exists(), f"fault {point}@{batch} did not fire (exit {code})"
-    assert run(command, env()) == 0
-    _check_output(endpoints, out, expected)
-    # Aborted attempts may be visible to read_uncommitted readers, never to read_committed.
-    assert len(_read(endpoints, out, "read_uncommitted")) >= len(_read(endpoints, out))
+    writer.write_task(_task(0), iter(_rows(0)))
+    with pytest.raises(faults.SimulatedCrash), faults.simulate(f"{point}@1"):
+        writer.write_task(_task(1), iter(_rows(1)))
+    replay = writer.write_task(_task(1, run="run-2"), iter(_rows(1)))
+    assert replay.skipped == (point == "after-commit"), "a committed task must not write again"
+    writer.write_task(_task(2, run="run-2"), iter(_rows(2)))
+    assert _values(endpoints, writer, "read_committed") == _expected(range(3))
+    topic = writer.options.topic
+    assert topic is not None
+    assert open_transactions(endpoints.kafka_bootstrap, topic) == set(), (
+        "a transaction was left open"
+    )
 
 
-def test_random_kills_three_times(endpoints: Endpoints, unique: str, tmp_path: Path) -> None:
-    source, out, expected = _setup(endpoints, unique)
-    checkpoint = tmp_path / "checkpoint"
-    rng = random.Random(unique)
-    for _ in range(3):
-        command = _command(source, out, tmp_path, "continuous")
-        kill_when(command, env(), progress_after(checkpoint), rng.uniform(0, 2))
-    assert run(_command(source, out, tmp_path, "available-now"), env()) == 0
-    _check_output(endpoints, out, expected)
-
-
-def test_a_zombie_attempt_cannot_commit(endpoints: Endpoints, unique: str) -> None:
-    out = f"ks-zombie-{unique}"
-    create_topic(endpoints.kafka_bootstrap, out, 1)
-    options = sink_options({"kafka.bootstrap.servers": endpoints.kafka_bootstrap, "topic": out})
-    name, task = f"zombie-{unique}", TaskIdentity("q", 7, 0, 0)
+def test_a_zombie_attempt_cannot_commit(
+    endpoints: Endpoints, writer: KafkaTransactionalWriter, unique: str
+) -> None:
+    """Two live producers of one transactional id: the fenced one's records stay invisible."""
+    options, out = writer.options, writer.options.topic
+    assert out is not None
+    name, task = f"zombie-{unique}", _task(7)
     zombie = _fenced_producer(options, name)
     zombie.begin_transaction()
     zombie.produce(out, b"zombie", b"k")
@@ -140,20 +96,40 @@ def test_a_zombie_attempt_cannot_commit(endpoints: Endpoints, unique: str) -> No
     marker = _MarkerGroup(options, name)
     retry = _fenced_producer(options, name)
     assert marker.batches_done() == 0
+    from sinks.kafka.writer import _transaction
+
     _transaction(retry, marker, task, iter([[(out, b"retry", b"k", None, None)]]), name)
     assert marker.batches_done() == 8
     marker.close()
-    with pytest.raises(Exception, match=r"(?i)fenced|epoch"):
+    with pytest.raises(KafkaException, match=r"(?i)fenced|epoch"):
         zombie.commit_transaction(30)
-    assert [r.value for r in _read(endpoints, out)] == [b"retry"]
-    assert sorted(r.value for r in _read(endpoints, out, "read_uncommitted")) == [
-        b"retry",
-        b"zombie",
-    ]
+    assert _values(endpoints, writer, "read_committed") == [b"retry"]
+    assert _values(endpoints, writer, "read_uncommitted") == [b"retry", b"zombie"]
     # A third attempt of the same batch sees the marker and writes nothing.
     third = _MarkerGroup(options, name)
     assert third.batches_done() > task.batch_id
     third.close()
+
+
+def test_a_zombie_that_passed_its_marker_check_is_fenced_by_the_retry(
+    endpoints: Endpoints, writer: KafkaTransactionalWriter
+) -> None:
+    """The zombie stops after reading the marker (batch 3 not done); the retry commits
+    batch 3; the zombie wakes and produces: fenced, nothing of it visible."""
+    zombie_task, retry_task = _task(3), _task(3, run="run-2")
+    woke: list[str] = []
+
+    def zombie_rows() -> pa.RecordBatch:
+        # The retry runs its whole transaction while the zombie is between its marker
+        # check and its first record.
+        writer.write_task(retry_task, iter(_rows(3)))
+        woke.append("zombie")
+        return _rows(3)[0]
+
+    with pytest.raises(Exception, match=r"(?i)fenced|epoch"):
+        writer.write_task(zombie_task, (zombie_rows() for _ in range(1)))
+    assert woke == ["zombie"]
+    assert _values(endpoints, writer, "read_committed") == _expected(range(3, 4))
 
 
 def _write(spark: SparkSession, endpoints: Endpoints, source: str, tmp_path: Path,
@@ -162,20 +138,30 @@ def _write(spark: SparkSession, endpoints: Endpoints, source: str, tmp_path: Pat
     stream_into(spark, endpoints, source, tmp_path, select, "eos_kafka", **sink)
 
 
+def _source(endpoints: Endpoints, unique: str) -> tuple[str, str]:
+    source, out = f"ks-in-{unique}", f"ks-out-{unique}"
+    create_topic(endpoints.kafka_bootstrap, source, partitions=3)
+    create_topic(endpoints.kafka_bootstrap, out, partitions=2)
+    produce_words(endpoints.kafka_bootstrap, source, 500, seed=len(unique))
+    return source, out
+
+
+@pytest.mark.spark
 def test_null_values_are_refused_and_nothing_is_committed(
     spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path
 ) -> None:
-    source, out, _ = _setup(endpoints, unique)
+    source, out = _source(endpoints, unique)
     select = ["key", "CASE WHEN offset % 7 = 3 THEN NULL ELSE value END AS value"]
     with pytest.raises(Exception, match="has a null value"):
         _write(spark, endpoints, source, tmp_path, select, topic=out)
-    assert _read(endpoints, out) == []
+    assert read_to_end(endpoints.kafka_bootstrap, out) == []
 
 
+@pytest.mark.spark
 def test_wrong_types_missing_topic_and_long_timeouts_fail_at_start(
     spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path
 ) -> None:
-    source, out, _ = _setup(endpoints, unique)
+    source, out = _source(endpoints, unique)
     with pytest.raises(Exception, match="Column 'value' must be binary or string"):
         _write(spark, endpoints, source, tmp_path / "a", ["key", "offset AS value"], topic=out)
     with pytest.raises(Exception, match=r"exceeds the broker's transaction\.max\.timeout\.ms"):

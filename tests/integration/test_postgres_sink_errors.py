@@ -14,8 +14,9 @@ from psycopg import sql
 from pyspark.sql import DataFrame, SparkSession
 
 from connectors.endpoints import Endpoints
-from connectors.harness.data import create_topic, produce_words
+from connectors.harness.data import produce_words
 from connectors.stack.postgres import PostgresService
+from connectors.topics import create_topic
 
 pytestmark = [pytest.mark.services, pytest.mark.spark]
 

@@ -1,13 +1,13 @@
-"""Fault points: armed by the environment, one entry or a list, each firing once."""
+"""Fault points: entries addressed by batch, query and action, each firing once."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from connectors import faults
-from tests.pipeline_util import fault_schedule
 
 
 class CrashedError(Exception):
@@ -18,11 +18,11 @@ class CrashedError(Exception):
 def crashes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     fired: list[str] = []
 
-    def crash() -> None:
-        fired.append("crash")
+    def kill(scope: str) -> None:
+        fired.append(scope)
         raise CrashedError
 
-    monkeypatch.setattr(faults, "_crash", crash)
+    monkeypatch.setattr(faults, "_kill", kill)
     return fired
 
 
@@ -32,24 +32,36 @@ def test_an_unarmed_point_is_a_no_op(monkeypatch: pytest.MonkeyPatch, crashes: l
     assert crashes == []
 
 
-def test_a_list_fires_each_entry_once_in_its_batch(
+def test_entries_parse_and_print_back() -> None:
+    entry = faults.Entry.parse("after-prepare@3:kafka=pause")
+    assert entry == faults.Entry("after-prepare", 3, "kafka", "pause")
+    assert str(entry) == "after-prepare@3:kafka=pause"
+    assert str(faults.Entry.parse("after-commit")) == "after-commit"
+    for bad in ("before-lunch", "after-commit=explode", "after-commit@x"):
+        with pytest.raises(ValueError, match="EOS_FAULT_POINT entry"):
+            faults.Entry.parse(bad)
+
+
+def test_a_list_fires_each_entry_once_in_its_batch_and_query(
     monkeypatch: pytest.MonkeyPatch, crashes: list[str], tmp_path: Path
 ) -> None:
-    schedule = fault_schedule(["after-prepare", "after-commit"], times=2)
-    assert schedule == "after-prepare@1,after-commit@2,after-prepare@3,after-commit@4"
-    monkeypatch.setenv("EOS_FAULT_POINT", schedule)
+    schedule = faults.schedule(["after-prepare", "after-commit"], times=2, query="kafka")
+    assert schedule == ["after-prepare@1:kafka", "after-commit@2:kafka",
+                        "after-prepare@3:kafka", "after-commit@4:kafka"]  # fmt: skip
+    monkeypatch.setenv("EOS_FAULT_POINT", ",".join(schedule))
     monkeypatch.setenv("EOS_FAULT_MARKER", str(tmp_path / "fired"))
-    faults.point("after-commit", 1)  # wrong batch
-    faults.point("after-decision", 2)  # not armed
+    faults.point("after-commit", 1, query="kafka")  # wrong batch
+    faults.point("after-commit", 2, query="postgres")  # wrong query
+    faults.point("after-decision", 2, query="kafka")  # not armed
     with pytest.raises(CrashedError):
-        faults.point("after-commit", 2)
-    faults.point("after-commit", 2)  # fired once already: the restarted query runs on
+        faults.point("after-commit", 2, role="worker", query="kafka")
+    faults.point("after-commit", 2, query="kafka")  # fired once already: the query runs on
     with pytest.raises(CrashedError):
-        faults.point("after-prepare", 3)
-    assert sorted(p.name for p in (tmp_path / "fired").iterdir()) == [
-        "after-commit@2",
-        "after-prepare@3",
-    ]
+        faults.point("after-prepare", 3, query="kafka")
+    fired = faults.fired(tmp_path / "fired")
+    assert sorted(fired) == ["after-commit@2:kafka", "after-prepare@3:kafka"]
+    assert fired["after-commit@2:kafka"]["query"] == "kafka"
+    assert fired["after-commit@2:kafka"]["role"] == "worker"
 
 
 def test_a_single_entry_uses_the_marker_file_and_the_role(
@@ -57,10 +69,34 @@ def test_a_single_entry_uses_the_marker_file_and_the_role(
 ) -> None:
     monkeypatch.setenv("EOS_FAULT_POINT", "after-decision")
     monkeypatch.setenv("EOS_FAULT_ROLE", "driver")
+    monkeypatch.setenv("EOS_FAULT_SCOPE", "group")
     monkeypatch.setenv("EOS_FAULT_MARKER", str(tmp_path / "marker"))
     faults.point("after-decision", 5, role="worker")
     with pytest.raises(CrashedError):
         faults.point("after-decision", 5, role="driver")
-    assert (tmp_path / "marker").is_file()
+    assert json.loads((tmp_path / "marker").read_text())["batch"] == 5
     faults.point("after-decision", 6, role="driver")
-    assert crashes == ["crash"]
+    assert crashes == ["group"]
+
+
+def test_a_paused_point_returns_once_resumed(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    killed: list[int] = []
+    monkeypatch.setattr(faults, "executor_jvm", lambda pid=None: 4242)
+    monkeypatch.setattr("os.kill", lambda pid, sig: killed.append(pid))
+    monkeypatch.setattr("signal.signal", lambda sig, handler: None)
+    monkeypatch.setenv("EOS_FAULT_POINT", "before-prepare@1=pause")
+    monkeypatch.setenv("EOS_FAULT_MARKER", str(tmp_path))
+    (tmp_path / "before-prepare@1=pause.resume").touch()
+    faults.point("before-prepare", 1)
+    assert killed == [4242], "the zombie kills its executor before it waits"
+    assert (tmp_path / "before-prepare@1=pause.resumed").exists()
+
+
+def test_simulate_raises_in_process_once() -> None:
+    with faults.simulate("after-decision@2"):
+        faults.point("after-decision", 1)
+        with pytest.raises(faults.SimulatedCrash):
+            faults.point("after-decision", 2)
+        faults.point("after-decision", 2)
