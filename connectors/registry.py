@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from connectors.errors import ConfigError
@@ -20,11 +21,13 @@ def data_sources() -> list[type[DataSource]]:
     return [KafkaDataSource, PostgresDataSource, RedisDataSource]
 
 
-def register(spark: SparkSession) -> list[str]:
-    """Register every data source with ``spark``; return their format names.
+def register(spark: SparkSession, extra: Iterable[type[DataSource]] = ()) -> list[str]:
+    """Register every data source of this package, and ``extra`` ones (a connector
+    author's), with ``spark``; return their format names.
 
-    Refuses a session with speculative execution on: a speculative copy of a sink
-    task would discard the prepared writes of the attempt the driver commits.
+    Works on a classic and a Spark Connect session alike (only ``spark.conf`` and
+    ``spark.dataSource`` are used). Refuses a session with speculative execution on:
+    a speculative copy of a sink task would race the attempt the driver commits.
     """
     if str(spark.conf.get("spark.speculation", "false")).strip().lower() == "true":
         raise ConfigError(
@@ -32,7 +35,7 @@ def register(spark: SparkSession) -> list[str]:
             "the last to have failed. Set spark.speculation=false for this session."
         )
     names = []
-    for source in data_sources():
+    for source in [*data_sources(), *extra]:
         spark.dataSource.register(source)
         names.append(source.name())
     return names

@@ -38,3 +38,11 @@ def test_registers_every_data_source_by_name() -> None:
 def test_speculative_execution_is_refused() -> None:
     with pytest.raises(ConfigError, match=r"spark\.speculation is true"):
         register(_Session({"spark.speculation": "true"}))  # type: ignore[arg-type]
+
+
+def test_a_connector_authors_sources_are_registered_too() -> None:
+    from examples.sqlite_sink import SqliteDataSource
+
+    session = _Session({})
+    names = register(session, extra=[SqliteDataSource])  # type: ignore[arg-type]
+    assert names[-1] == "eos_sqlite" and session.registered[-1] is SqliteDataSource

@@ -1,0 +1,286 @@
+"""The exactly-once contract of a two-phase sink, as a pytest base class (no Spark needed).
+
+Subclass :class:`SinkContract` in a test module and give it two methods:
+``new_writer()`` (a fresh writer for this test's target, built the way Spark's
+driver builds it, e.g. ``MyDataSource(options).streamWriter(CONTRACT_SCHEMA, False)``)
+and ``visible()`` (per word, the sum of ``n`` your store shows readers now).
+pytest then runs every ``test_*`` method below against your store::
+
+    class TestMySink(SinkContract):
+        def new_writer(self) -> TwoPhaseCommitWriter: ...
+        def visible(self) -> Mapping[str, int]: ...
+
+Each test drives the protocol's steps itself: tasks are the writer shipped by
+pickle, as Spark ships it, calling :meth:`TwoPhaseCommitWriter.prepare_task` with
+a task identity; the driver calls ``commit`` and ``abort``. A crash is a fault
+point armed with :func:`connectors.faults.simulate`: it unwinds from the point
+like a crash, the writer is abandoned (``close()``), and a fresh writer replays
+the batch as a restarted query would, with new task attempts. The interleavings
+a cluster adds (two live attempts of one task, a zombie that wakes after its
+batch was decided, an abort racing a late decision) are replayed step by step.
+After each test every row must be visible exactly once and nothing left in doubt.
+
+Rows are ``(word string, n long)``: configure your sink so a row adds ``n`` to
+``word``'s total (an append table summed by word, an increment counter), where a
+duplicate or a loss shows.
+"""
+
+from __future__ import annotations
+
+import itertools
+import pickle
+import uuid
+from collections import Counter
+from collections.abc import Iterator, Mapping
+
+import pyarrow as pa
+import pytest
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+from connectors import faults
+from connectors.context import TaskIdentity
+from connectors.protocol import (
+    Outcome,
+    PreparedUnit,
+    ProtocolError,
+    TwoPhaseCommitWriter,
+    UnitId,
+    UnitMissingError,
+)
+
+CONTRACT_SCHEMA = StructType([StructField("word", StringType()), StructField("n", LongType())])
+_ARROW_SCHEMA = pa.schema([pa.field("word", pa.string()), pa.field("n", pa.int64())])
+
+#: Where a crash can happen during one batch, in protocol order. ``mid-prepare`` is a
+#: crash while the second task is writing (its rows half sent).
+CRASH_POINTS = (
+    "before-prepare",
+    "mid-prepare",
+    "after-prepare",
+    "after-decision",
+    "between-commits",
+    "after-commit",
+)
+
+
+def rows_of(pairs: list[tuple[str, int]]) -> pa.RecordBatch:
+    """``(word, n)`` pairs as one Arrow record batch of the contract's schema."""
+    words, counts = zip(*pairs, strict=True) if pairs else ((), ())
+    return pa.RecordBatch.from_arrays(
+        [pa.array(words, pa.string()), pa.array(counts, pa.int64())], schema=_ARROW_SCHEMA
+    )
+
+
+def batch_rows(batch: int, partition: int) -> list[pa.RecordBatch]:
+    """Two Arrow batches for one task: 40 rows over 8 words, different in every batch."""
+    pairs = [(f"w{(batch + partition + i) % 8}", batch * 100 + partition * 10 + i % 3 + 1)
+             for i in range(40)]  # fmt: skip
+    return [rows_of(pairs[:20]), rows_of(pairs[20:])]
+
+
+def _crash_midway(batches: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    yield batches[0]
+    raise faults.SimulatedCrash("mid-prepare")
+
+
+class SinkContract:
+    """Every test a two-phase sink must pass; see the module docstring."""
+
+    partitions = 2
+    query_id = "eos-contract-query"
+
+    # -- what a subclass provides ----------------------------------------------------
+
+    def new_writer(self) -> TwoPhaseCommitWriter:
+        """A fresh writer for this test's target; the same target on every call."""
+        raise NotImplementedError
+
+    def visible(self) -> Mapping[str, int]:
+        """Per word, the sum of ``n`` readers of the store see now."""
+        raise NotImplementedError
+
+    # -- the harness of the suite ----------------------------------------------------
+
+    @pytest.fixture(autouse=True)
+    def _runs(self) -> None:
+        self._task_ids = itertools.count(1)
+        self._run = uuid.uuid4().hex
+
+    def new_run(self) -> None:
+        """A restarted query: a new run id, so new attempts get new unit names."""
+        self._run = uuid.uuid4().hex
+
+    def ship(self, writer: TwoPhaseCommitWriter) -> TwoPhaseCommitWriter:
+        """The writer as a task gets it: pickled on the driver, unpickled in a worker."""
+        shipped: TwoPhaseCommitWriter = pickle.loads(pickle.dumps(writer))  # noqa: S301
+        return shipped
+
+    def task(self, batch: int, partition: int) -> TaskIdentity:
+        """A new task attempt of ``batch``/``partition`` in the current run."""
+        return TaskIdentity(self.query_id, "contract", self._run, batch, partition,
+                            next(self._task_ids))  # fmt: skip
+
+    def prepare(
+        self, writer: TwoPhaseCommitWriter, batch: int, partition: int, midway: bool = False
+    ) -> PreparedUnit:
+        rows = batch_rows(batch, partition)
+        source = _crash_midway(rows) if midway else iter(rows)
+        return self.ship(writer).prepare_task(self.task(batch, partition), source)
+
+    def run_batch(
+        self, writer: TwoPhaseCommitWriter, batch: int, crash_midway: bool = False
+    ) -> list[PreparedUnit]:
+        """Every task of ``batch``, then the driver's commit: one micro-batch."""
+        messages = [
+            self.prepare(writer, batch, p, midway=crash_midway and p == self.partitions - 1)
+            for p in range(self.partitions)
+        ]
+        writer.commit(messages, batch)
+        return messages
+
+    def expected(self, batches: range | list[int]) -> Counter[str]:
+        total: Counter[str] = Counter()
+        for batch in batches:
+            for partition in range(self.partitions):
+                for record in batch_rows(batch, partition):
+                    for word, n in zip(record.column("word").to_pylist(),
+                                       record.column("n").to_pylist(), strict=True):  # fmt: skip
+                        total[word] += n
+        return total
+
+    def abandon(self, writer: TwoPhaseCommitWriter) -> None:
+        """What a crash does to a writer: its connections are gone."""
+        writer.close()
+
+    def assert_exactly_once(self, writer: TwoPhaseCommitWriter, batches: range) -> None:
+        assert dict(self.visible()) == dict(self.expected(batches)), "lost or duplicated rows"
+        assert writer.units_in_doubt(self.sink(writer)) == [], "units left in doubt"
+
+    def sink(self, writer: TwoPhaseCommitWriter) -> str:
+        return writer.sink_id(self.query_id)
+
+    # -- the contract ----------------------------------------------------------------
+
+    def test_batches_commit_exactly_once_and_a_repeated_commit_changes_nothing(self) -> None:
+        writer = self.new_writer()
+        for batch in range(3):
+            messages = self.run_batch(writer, batch)
+        writer.commit(messages, 2)  # Spark replays a commit whose commits/N it did not write
+        self.assert_exactly_once(writer, range(3))
+        unit = next(m.unit for m in messages if m.unit is not None)
+        assert writer.commit_unit(unit) is Outcome.ALREADY_COMMITTED
+
+    @pytest.mark.parametrize("point", CRASH_POINTS)
+    def test_a_crash_at_each_step_then_a_replay_writes_each_row_once(self, point: str) -> None:
+        writer = self.new_writer()
+        self.run_batch(writer, 0)
+        with pytest.raises(faults.SimulatedCrash):
+            if point == "mid-prepare":
+                self.run_batch(writer, 1, crash_midway=True)
+            else:
+                with faults.simulate(f"{point}@1"):
+                    self.run_batch(writer, 1)
+        self.abandon(writer)
+        self.new_run()
+        fresh = self.new_writer()
+        self.run_batch(fresh, 1)  # Spark replays batch 1 from its checkpointed offsets
+        self.run_batch(fresh, 2)
+        self.assert_exactly_once(fresh, range(3))
+
+    def test_a_retried_task_rolls_back_the_failed_attempts_unit(self) -> None:
+        writer = self.new_writer()
+        failed = self.prepare(writer, 0, 0)  # its worker died; Spark retries the task
+        messages = [self.prepare(writer, 0, p) for p in range(self.partitions)]
+        assert failed.unit is not None and failed.unit not in writer.units_in_doubt(
+            self.sink(writer)
+        ), "the retry must roll back the failed attempt's unit (it may hold locks)"
+        writer.commit(messages, 0)
+        self.assert_exactly_once(writer, range(1))
+
+    def test_two_live_attempts_of_one_task_never_share_a_unit(self) -> None:
+        """Attempt numbers repeat across stage attempts; task attempt ids never do."""
+        writer = self.new_writer()
+        first, second = self.task(0, 0), self.task(0, 0)
+        units = {
+            self.ship(writer).prepare_task(task, iter(batch_rows(0, 0))).unit
+            for task in (first, second)
+        }
+        assert len(units) == 2, "two attempts of one task got the same unit name"
+        messages = [self.prepare(writer, 0, p) for p in range(1, self.partitions)]
+        retry = self.ship(writer).prepare_task(self.task(0, 0), iter(batch_rows(0, 0)))
+        writer.commit([retry, *messages], 0)
+        self.assert_exactly_once(writer, range(1))
+
+    def test_a_zombie_that_rolls_back_a_unit_before_the_decision_fails_the_batch(self) -> None:
+        writer = self.new_writer()
+        messages = [self.prepare(writer, 0, p) for p in range(self.partitions)]
+        self.prepare(writer, 0, 0)  # a zombie attempt of task 0 rolls back the retry's unit
+        with pytest.raises(UnitMissingError):
+            writer.commit(messages, 0)
+        writer.abort(messages, 0)  # Spark aborts the batch whose commit failed
+        assert dict(self.visible()) == {}, "a batch that failed to decide showed rows"
+        self.abandon(writer)
+        self.new_run()
+        fresh = self.new_writer()
+        self.run_batch(fresh, 0)
+        self.assert_exactly_once(fresh, range(1))
+
+    def test_a_decided_unit_is_never_rolled_back(self) -> None:
+        writer = self.new_writer()
+        messages = [self.prepare(writer, 0, p) for p in range(self.partitions)]
+        with pytest.raises(faults.SimulatedCrash), faults.simulate("after-decision@0"):
+            writer.commit(messages, 0)
+        decision = writer.find_decision(self.sink(writer), 0)
+        assert decision is not None and decision.units
+        zombie = self.prepare(writer, 0, 0)
+        assert zombie.unit is None and zombie.skipped_decided, "a zombie wrote a decided batch"
+        assert not writer.rollback_undecided(self.sink(writer), 0, list(decision.units))
+        writer.abort(messages, 0)
+        assert set(decision.units) <= set(writer.units_in_doubt(self.sink(writer)))
+        self.abandon(writer)
+        fresh = self.new_writer()
+        self.new_run()
+        self.run_batch(fresh, 0)
+        self.assert_exactly_once(fresh, range(1))
+
+    def test_a_zombie_that_prepares_after_its_batch_was_decided_leaves_nothing(self) -> None:
+        writer = self.new_writer()
+        self.run_batch(writer, 0)
+        # It passed its "is the batch decided?" check before the decision, then slept.
+        late = UnitId(self.sink(writer), 0, 0, f"{next(self._task_ids)}-zombie")
+        self.ship(writer).prepare(late, iter(batch_rows(0, 0)))
+        self.run_batch(writer, 1)  # the next batch's tasks release it, its commit settles it
+        self.assert_exactly_once(writer, range(2))
+
+    def test_a_decision_arriving_after_an_abort_is_refused(self) -> None:
+        writer = self.new_writer()
+        messages = [self.prepare(writer, 0, p) for p in range(self.partitions)]
+        writer.abort(messages, 0)
+        with pytest.raises(UnitMissingError):
+            writer.commit(messages, 0)  # the commit's decision was still in flight
+        assert dict(self.visible()) == {}
+        self.new_run()
+        self.run_batch(writer, 0)
+        self.assert_exactly_once(writer, range(1))
+
+    def test_a_decided_unit_that_vanished_is_an_error_never_already_committed(self) -> None:
+        writer = self.new_writer()
+        with pytest.raises(faults.SimulatedCrash), faults.simulate("after-decision@0"):
+            self.run_batch(writer, 0)
+        decision = writer.find_decision(self.sink(writer), 0)
+        assert decision is not None
+        writer.rollback_unit(decision.units[0])  # someone outside the protocol removed it
+        self.abandon(writer)
+        fresh = self.new_writer()
+        with pytest.raises(ProtocolError, match="neither prepared nor recorded"):
+            self.run_batch(fresh, 0)
+
+    def test_unit_names_fit_the_store(self) -> None:
+        """The longest name the protocol makes: a 64-character sink id, huge ids."""
+        writer = self.new_writer()
+        unit = UnitId("s" * 64, 2**62, 2**31 - 1, f"{2**62}-{'f' * 12}")
+        assert UnitId.parse(str(unit)) == unit
+        count = self.ship(writer).prepare(unit, iter(batch_rows(0, 0)))
+        assert count == 40
+        writer.rollback_unit(unit)
+        assert unit not in writer.units_in_doubt(unit.sink_id)

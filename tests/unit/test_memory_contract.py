@@ -1,0 +1,20 @@
+"""The contract suite against the in-memory reference store: the protocol's logic alone."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+
+from connectors.protocol import TwoPhaseCommitWriter
+from connectors.testing import MemorySink, SinkContract, memory_server
+
+
+class TestMemorySink(SinkContract):
+    def setup_method(self) -> None:
+        self.server = f"contract-{uuid.uuid4().hex}"
+
+    def new_writer(self) -> TwoPhaseCommitWriter:
+        return MemorySink(self.server)
+
+    def visible(self) -> Mapping[str, int]:
+        return memory_server(self.server).data
