@@ -15,7 +15,8 @@ from pathlib import Path
 
 from connectors.compare import readers
 from connectors.endpoints import Endpoints
-from connectors.harness.data import create_topic
+from connectors.harness.spec import PipelineSpec, QuerySpec
+from connectors.topics import create_topic
 
 REPO = Path(__file__).resolve().parents[2]
 QUIX_PYTHON = Path(os.environ.get("EOS_QUIX_PYTHON", REPO / ".venv-quix" / "bin" / "python"))
@@ -95,19 +96,53 @@ def command(target: Target, endpoints: Endpoints, max_offsets: int) -> list[str]
     if pipeline.engine == "raw":
         return [sys.executable, "-m", "connectors.compare.raw_loop", bootstrap, target.source,
                 target.output, f"eos-bench-raw-{target.run_id}"]  # fmt: skip
-    sink_args = {
-        "kafka": ["--out-topic", target.output],
-        "postgres": ["--dsn", endpoints.postgres_dsn, "--table", target.output],
-        "redis": ["--redis-url", endpoints.redis_url, "--key-prefix", target.output],
-    }[pipeline.sink]
-    return [
-        sys.executable, "-m", "connectors.harness.pipeline", "--bootstrap", bootstrap,
-        "--topic", target.source, "--checkpoint", str(target.state_dir / "checkpoint"),
-        "--state", "count", "--sink", pipeline.sink, *sink_args,
-        "--max-offsets", str(max_offsets), "--trigger", "continuous", "--every", "0 seconds",
-        "--delivery", pipeline.guarantee, "--connector", pipeline.engine,
-        "--sink-id", f"bench-{target.run_id}", "--events",
-    ]  # fmt: skip
+    spec = PipelineSpec(
+        bootstrap=bootstrap,
+        checkpoint=str(target.state_dir / "checkpoint"),
+        queries=(_query(target, endpoints),),
+        max_offsets=max_offsets,
+        trigger="continuous",
+        every="0 seconds",
+        conf=_connector_conf(pipeline.engine),
+        events=True,
+        app=f"eos-bench-{pipeline.key}",
+    ).write(target.state_dir / "pipeline.json")
+    return [sys.executable, "-m", "connectors.harness.pipeline", str(spec)]
+
+
+def _query(target: Target, endpoints: Endpoints) -> QuerySpec:
+    """key -> groupBy count (complete mode) -> the sink; Spark's own kafka source and sink
+    for the JVM connector."""
+    pipeline = target.pipeline
+    source = "eos_kafka" if pipeline.engine == "eos" else "kafka"
+    guarantee = (
+        {}
+        if pipeline.engine == "spark"
+        else {"deliveryGuarantee": pipeline.guarantee, "sinkId": f"bench-{target.run_id}"}
+    )
+    if pipeline.sink == "kafka":
+        columns = ("CAST(word AS BINARY) AS key", "CAST(CAST(count AS STRING) AS BINARY) AS value")
+        options = {"kafka.bootstrap.servers": endpoints.kafka_bootstrap, "topic": target.output}
+        fmt = "eos_kafka" if pipeline.engine == "eos" else "kafka"
+        return QuerySpec("bench", target.source, "count", fmt, columns, {**options, **guarantee},
+                         source)  # fmt: skip
+    if pipeline.sink == "postgres":
+        options = {"dsn": endpoints.postgres_dsn, "table": target.output, "mode": "upsert",
+                   "keyColumns": "word", "createTable": "true"}  # fmt: skip
+        return QuerySpec("bench", target.source, "count", "eos_postgres", ("word", "count"),
+                         {**options, **guarantee}, source)  # fmt: skip
+    options = {"url": endpoints.redis_url, "keyColumn": "word", "valueColumns": "count",
+               "keyPrefix": target.output}  # fmt: skip
+    return QuerySpec("bench", target.source, "count", "eos_redis", ("word", "count"),
+                     {**options, **guarantee}, source)  # fmt: skip
+
+
+def _connector_conf(engine: str) -> dict[str, str]:
+    if engine == "eos":
+        return {}
+    from connectors.compare.jars import spark_kafka_jars
+
+    return {"spark.jars": ",".join(str(jar) for jar in spark_kafka_jars())}
 
 
 def visible_counts(target: Target, endpoints: Endpoints) -> dict[str, int]:

@@ -7,28 +7,43 @@ import sys
 import uuid
 from pathlib import Path
 
-from connectors.faults import POINTS
+from connectors.harness.cells import CELLS, DRIVER_POINTS, TWO_PHASE_POINTS
 from connectors.harness.services import endpoints_and_crash
-from connectors.harness.verify import BUILT_IN_SINKS, SERVICES, CustomSink, Plan, Report, verify
+from connectors.harness.verify import FAMILIES, SERVICES, CustomSink, Plan, Report, verify
 
 
 def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--records", type=int, default=20_000, help="input records (default 20000)")
     parser.add_argument(
-        "--sinks", default=",".join(BUILT_IN_SINKS),
-        help=f"built-in sinks to verify, comma-separated (default {','.join(BUILT_IN_SINKS)}; "
+        "--cells", default="running-count",
+        help=f"conformance cells, comma-separated: {', '.join(CELLS)} (default running-count)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--sinks", default=",".join(FAMILIES),
+        help=f"built-in sinks of each cell, comma-separated (default {','.join(FAMILIES)}; "
         "'' for none)",
     )  # fmt: skip
     parser.add_argument(
         "--fault-rounds", type=int, default=1,
-        help=f"crash at each fault point ({', '.join(POINTS)}) this many times (default 1)",
+        help=f"cross each sink's fault points ({', '.join(TWO_PHASE_POINTS)}) this many times",
     )  # fmt: skip
-    parser.add_argument("--kills", type=int, default=2, help="SIGKILLs at random moments")
+    parser.add_argument(
+        "--full-crashes", choices=["mixed", "all"], default="mixed",
+        help="mixed: one whole-pipeline crash per kind of sink, the other points kill the "
+        f"process at the point ({', '.join(DRIVER_POINTS)}: the query restarts in the same "
+        "session); all: every point crashes the whole pipeline",
+    )  # fmt: skip
+    parser.add_argument("--kills", type=int, default=1, help="SIGKILLs at random moments")
     parser.add_argument(
         "--restart", action="append", default=[], choices=SERVICES,
         help="SIGKILL this service mid-run and start it again (repeatable)",
     )  # fmt: skip
-    parser.add_argument("--words", type=int, default=200, help="distinct keys (default 200)")
+    parser.add_argument(
+        "--master", default=None, metavar="URL",
+        help="run the pipeline on this Spark master (spark://host:port, e.g. from "
+        "`eos stack up --spark-workers 2`): adds a zombie and lost executors per sink",
+    )  # fmt: skip
+    parser.add_argument("--words", type=int, default=40, help="distinct keys (default 40)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument(
         "--stall-timeout",
@@ -68,12 +83,15 @@ def plan_from(args: argparse.Namespace) -> Plan:
         custom = CustomSink(args.sink_format, args.sink_reader, options, args.sink_register)
     return Plan(
         records=args.records,
+        cells=tuple(c.strip() for c in args.cells.split(",") if c.strip()),
         sinks=tuple(s.strip() for s in args.sinks.split(",") if s.strip()),
+        full_crashes=args.full_crashes,
         custom=custom,
         fault_rounds=args.fault_rounds,
         kills=args.kills,
         restarts=tuple(args.restart),
         words=args.words,
+        master=args.master,
         seed=args.seed,
         stall_timeout=args.stall_timeout,
         work_dir=Path(args.work_dir or Path("verify-runs") / uuid.uuid4().hex[:8]),
@@ -96,6 +114,8 @@ def print_report(report: Report, plan: Plan) -> int:
     print(f"{len(report.runs)} runs, {report.crashes} crashes: " + ", ".join(ends))
     if report.sinks:
         print(report.table())
+    if report.fired or report.plan.get("schedule"):
+        print(report.fault_table())
     for sink in report.sinks:
         for leftover in sink.leftovers[:10]:
             print(f"  {sink.sink}: leftover {leftover}")
@@ -108,14 +128,9 @@ def print_report(report: Report, plan: Plan) -> int:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    """A word count into all three sinks, crashed at two fault points and killed twice."""
-    plan = Plan(
-        records=args.records,
-        fault_points=("after-decision", "between-commits"),
-        kills=2,
-        words=40,
-        work_dir=Path("verify-runs") / f"demo-{uuid.uuid4().hex[:8]}",
-    )
+    """A running word count into all three sinks, crossed at every fault point of every
+    sink (three of them whole-pipeline crashes, one a crash of the source) and killed once."""
+    plan = Plan(records=args.records, work_dir=Path("verify-runs") / f"demo-{uuid.uuid4().hex[:8]}")
     endpoints, crash = endpoints_and_crash()
     print(endpoints.describe(), end="", file=sys.stderr)
     return print_report(verify(plan, endpoints, sys.stderr, crash), plan)

@@ -1,102 +1,93 @@
-"""A keyed word-count pipeline run as its own OS process: ``eos_kafka`` -> state -> sink.
+"""A pipeline of streaming queries run as its own OS process: ``eos_kafka`` -> stage -> sink.
 
-``python -m connectors.harness.pipeline --topic T --checkpoint DIR --sink postgres ...``
+``python -m connectors.harness.pipeline SPEC.json`` (see ``spec.py``) starts every
+query of the spec in one Spark session and waits until all are done (availableNow)
+or one fails. With ``restart_failed`` > 0 it restarts a query that failed, from
+its checkpoint, in the same session, as an operator or an orchestrator would;
+a query that fails again without committing a batch in between ends the process.
+Each failure and restart is printed as an ``EOS-EVENT`` line, so the harness can
+tell a planned fault from a failure of its own.
 
-The stateful stage is Spark's ``groupBy().count()`` (``--state count``, complete
-mode) or a ``transformWithStateInPandas`` processor (``--state processor``,
-append mode: it emits each changed word's new count) keeping a running count
-per word; both end in (word, count) rows the sink upserts. The processor also
-emits ``delta``, the word's count in this batch, which the Redis sink adds to a
-counter with ``--redis-mode increment``. Fault points
-are armed through ``EOS_FAULT_*`` (see connectors/faults.py); the process puts
-its own process group in ``EOS_FAULT_PGID`` so a fault can crash the whole query.
+Fault points are armed through ``EOS_FAULT_*`` (see connectors/faults.py); the
+process puts its own process group in ``EOS_FAULT_PGID`` so a fault can crash the
+whole query.
 """
 
 from __future__ import annotations
 
-import argparse
+import contextlib
+import json
 import os
+import sys
+import time
+from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from connectors.harness.spec import WATERMARK_SECONDS, WINDOW_SECONDS, PipelineSpec, QuerySpec
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.streaming.readwriter import DataStreamWriter
+    from pyspark.sql.streaming.query import StreamingQuery
+
+EVENT_PREFIX = "EOS-EVENT "
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m connectors.harness.pipeline")
-    parser.add_argument("--bootstrap", default=os.environ.get("EOS_KAFKA_BOOTSTRAP"))
-    parser.add_argument("--topic", required=True)
-    parser.add_argument("--checkpoint", required=True)
-    parser.add_argument("--state", choices=["count", "processor", "none"], default="count")
-    parser.add_argument(
-        "--sink", action="append", default=[], choices=["postgres", "kafka", "redis"],
-        help="a built-in sink; repeat for several (one query and checkpoint each)",
-    )  # fmt: skip
-    parser.add_argument("--custom-format", default=None, help="another sink, by format name")
-    parser.add_argument(
-        "--custom-option", action="append", default=[], metavar="KEY=VALUE",
-        help="an option of the --custom-format sink; repeat for several",
-    )  # fmt: skip
-    parser.add_argument(
-        "--register", action="append", default=[], metavar="MODULE:CLASS",
-        help="a DataSource to register before starting (a connector author's sink)",
-    )  # fmt: skip
-    parser.add_argument("--out-topic", default=None, help="the Kafka sink's topic")
-    parser.add_argument("--dsn", default=os.environ.get("EOS_POSTGRES_DSN"))
-    parser.add_argument("--table", default="word_counts")
-    parser.add_argument("--redis-url", default=os.environ.get("EOS_REDIS_URL"))
-    parser.add_argument("--redis-mode", choices=["upsert", "increment"], default="upsert")
-    parser.add_argument("--key-prefix", default="count:", help="the Redis sink's key prefix")
-    parser.add_argument("--max-offsets", default="500")
-    parser.add_argument(
-        "--trigger", choices=["available-now", "continuous"], default="available-now"
-    )
-    parser.add_argument(
-        "--every", default="500 milliseconds", help="--trigger continuous's interval"
-    )
-    parser.add_argument("--delivery", default="exactly-once")
-    parser.add_argument(
-        "--connector", choices=["eos", "spark"], default="eos",
-        help="eos: this package's eos_kafka source and sink; spark: Spark's JVM kafka ones",
-    )  # fmt: skip
-    parser.add_argument(
-        "--events", action="store_true", help="print a JSON line per batch (eos bench reads them)"
-    )
-    parser.add_argument(
-        "--sink-id", default=None,
-        help="sinkId of each built-in sink is <this>-<sink> (default: derived from the query)",
-    )  # fmt: skip
-    return parser.parse_args(argv)
+def print_event(event: str, **fields: Any) -> None:
+    """One JSON line on stdout, stamped with the wall clock (the harness and bench read them)."""
+    print(EVENT_PREFIX + json.dumps({"event": event, "t": time.time(), **fields}), flush=True)
 
 
-def pipeline(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
-    """(word, count) from a stateful stage, or with ``--state none`` every record's
-    (word, partition, offset) for append mode."""
+# -- stages ---------------------------------------------------------------------------------
+
+
+def stage_frame(spark: SparkSession, spec: PipelineSpec, query: QuerySpec) -> DataFrame:
+    """The query's source read through its stage (see ``spec.STAGES``)."""
     records = (
-        spark.readStream.format("eos_kafka" if args.connector == "eos" else "kafka")
-        .option("kafka.bootstrap.servers", args.bootstrap)
-        .option("subscribe", args.topic)
+        spark.readStream.format(query.source)
+        .option("kafka.bootstrap.servers", spec.bootstrap)
+        .option("subscribe", query.topic)
         .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", args.max_offsets)
+        .option("maxOffsetsPerTrigger", str(spec.max_offsets))
         .load()
     )
-    if args.state == "none":
+    if query.stage == "records":
         return records.selectExpr("CAST(key AS STRING) AS word", "partition", "offset")
+    if query.stage == "window":
+        return _windowed_count(records)
     words = records.selectExpr("CAST(key AS STRING) AS word")
-    if args.state == "count":
+    if query.stage == "count":
         return words.groupBy("word").count()
-    return words.groupBy("word").transformWithStateInPandas(
-        statefulProcessor=_running_count_processor(),
-        outputStructType="word string, count long, delta long",
-        outputMode="Append",
-        timeMode="None",
+    if query.stage == "processor":
+        return words.groupBy("word").transformWithStateInPandas(
+            statefulProcessor=running_count_processor(),
+            outputStructType="word string, count long, delta long",
+            outputMode="Append",
+            timeMode="None",
+        )
+    raise SystemExit(f"query {query.name}: unknown stage {query.stage!r}")
+
+
+def _windowed_count(records: DataFrame) -> DataFrame:
+    """Per word and tumbling event-time window of the Kafka timestamp, once the watermark
+    passes the window's end: ``<word>@<window start>`` and the count."""
+    from pyspark.sql import functions as F
+
+    return (
+        records.selectExpr("CAST(key AS STRING) AS word", "timestamp")
+        .withWatermark("timestamp", f"{WATERMARK_SECONDS} seconds")
+        .groupBy(F.window("timestamp", f"{WINDOW_SECONDS} seconds"), "word")
+        .count()
+        .selectExpr(
+            "concat(word, '@', CAST(unix_timestamp(window.start) AS STRING)) AS word", "count"
+        )
     )
 
 
-def _running_count_processor() -> Any:
-    """A StatefulProcessor keeping each word's count in a ValueState."""
+def running_count_processor() -> Any:
+    """A StatefulProcessor keeping each word's count in a ValueState; it emits the word's
+    new count and this batch's delta."""
     import pandas as pd
     from pyspark.sql.streaming.stateful_processor import (
         StatefulProcessor,
@@ -122,125 +113,102 @@ def _running_count_processor() -> Any:
     return RunningCount()
 
 
-def with_trigger(writer: DataStreamWriter, trigger: str, every: str) -> DataStreamWriter:
-    """``available-now``: process what is there, then stop; ``continuous``: every ``every``."""
-    if trigger == "available-now":
-        return writer.trigger(availableNow=True)
-    return writer.trigger(processingTime=every)
+# -- queries --------------------------------------------------------------------------------
 
 
-def output_mode(state: str) -> str:
-    """PySpark's Python sinks take append and complete mode, not update: an aggregate
-    rewrites its whole (small) result each batch; the processor emits changed keys."""
-    return "complete" if state == "count" else "append"
-
-
-def postgres_writer(result: DataFrame, args: argparse.Namespace) -> DataStreamWriter:
-    if args.state != "none":
-        result = result.select("word", "count")
+def start_query(spark: SparkSession, spec: PipelineSpec, query: QuerySpec) -> StreamingQuery:
     writer = (
-        result.writeStream.format("eos_postgres")
-        .option("dsn", args.dsn)
-        .option("table", args.table)
-        .option("mode", "append" if args.state == "none" else "upsert")
-        .option("createTable", "true")
-        .option("deliveryGuarantee", args.delivery)
+        stage_frame(spark, spec, query)
+        .selectExpr(*query.columns)
+        .writeStream.format(query.format)
+        .outputMode(query.output_mode)
+        .queryName(query.name)
+        .option("checkpointLocation", str(Path(spec.checkpoint) / query.name))
     )
-    return writer if args.state == "none" else writer.option("keyColumns", "word")
-
-
-def kafka_writer(result: DataFrame, args: argparse.Namespace) -> DataStreamWriter:
-    """key = word; value = the count, or "partition:offset" of the input record."""
-    value = "CAST(count AS STRING)" if args.state != "none" else "concat(partition, ':', offset)"
-    rows = result.selectExpr("CAST(word AS BINARY) AS key", f"CAST({value} AS BINARY) AS value")
-    if args.connector == "spark":  # Spark's own sink: at-least-once, no sinkId
-        writer = rows.writeStream.format("kafka")
-    else:
-        writer = rows.writeStream.format("eos_kafka").option("deliveryGuarantee", args.delivery)
-    return writer.option("kafka.bootstrap.servers", args.bootstrap).option("topic", args.out_topic)
-
-
-def redis_writer(result: DataFrame, args: argparse.Namespace) -> DataStreamWriter:
-    """key = prefix + word; upsert the running count, or add each batch's delta."""
-    if args.redis_mode == "increment" and args.state != "processor":
-        raise SystemExit("--redis-mode increment needs --state processor (per-batch deltas)")
-    value = "delta" if args.redis_mode == "increment" else "count"
-    return (
-        result.select("word", value)
-        .writeStream.format("eos_redis")
-        .option("url", args.redis_url)
-        .option("keyColumn", "word")
-        .option("valueColumns", value)
-        .option("keyPrefix", args.key_prefix)
-        .option("mode", args.redis_mode)
-        .option("deliveryGuarantee", args.delivery)
-    )
-
-
-def custom_writer(result: DataFrame, args: argparse.Namespace) -> DataStreamWriter:
-    """(word, count) rows to the sink named by ``--custom-format`` and ``--custom-option``."""
-    if args.state != "none":
-        result = result.select("word", "count")
-    writer = result.writeStream.format(args.custom_format)
-    for option in args.custom_option:
-        key, sep, value = option.partition("=")
-        if not sep:
-            raise SystemExit(f"--custom-option {option!r}: expected KEY=VALUE")
+    for key, value in query.options.items():
         writer = writer.option(key, value)
-    return writer
+    if spec.trigger == "available-now":
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=spec.every)
+    return writer.start()
 
 
-def with_sink_id(writer: DataStreamWriter, args: argparse.Namespace, sink: str) -> DataStreamWriter:
-    return writer.option("sinkId", f"{args.sink_id}-{sink}") if args.sink_id else writer
+def committed(spec: PipelineSpec, query: QuerySpec) -> int:
+    commits = Path(spec.checkpoint) / query.name / "commits"
+    return sum(1 for f in commits.iterdir() if f.name.isdigit()) if commits.exists() else 0
 
 
-WRITERS = {
-    "postgres": postgres_writer,
-    "kafka": kafka_writer,
-    "redis": redis_writer,
-    "custom": custom_writer,
-}
+class Supervisor:
+    """Runs the spec's queries to their end, restarting failed ones within the allowance.
 
+    A query that fails while Spark is still initialising its sources (no code of a
+    sink has run: Spark gives a Python source's process 10 s to connect back, which a
+    busy machine can exceed) is started again up to ``START_RETRIES`` times; such a
+    failure is reported with ``"initializing": true``.
+    """
 
-def register_sources(spark: SparkSession, references: list[str]) -> None:
-    from pyspark.sql.datasource import DataSource
+    START_RETRIES = 3
 
-    from connectors.harness import load
+    def __init__(self, spark: SparkSession, spec: PipelineSpec) -> None:
+        self.spark = spark
+        self.spec = spec
+        self.by_name = {q.name: q for q in spec.queries}
+        self.running: dict[str, StreamingQuery] = {}
+        self.initialized: dict[str, bool] = {}
+        self.restarts: Counter[str] = Counter()
+        self.start_failures: Counter[str] = Counter()
+        self.failed_at: dict[str, int] = {}
 
-    for reference in references:
-        source = load(reference)
-        if not (isinstance(source, type) and issubclass(source, DataSource)):
-            raise SystemExit(f"--register {reference}: not a pyspark DataSource class")
-        spark.dataSource.register(source)
+    def run(self) -> None:
+        for query in self.spec.queries:
+            self._start(query)
+            if self.spec.events:
+                print_event("ready", query=query.name)
+        while self.running:
+            time.sleep(0.2)
+            for name, handle in list(self.running.items()):
+                if handle.isActive:
+                    continue
+                del self.running[name]
+                error = handle.exception()
+                if error is not None:
+                    self._failed(self.by_name[name], str(error))
 
+    def _start(self, query: QuerySpec, timeout: float = 60.0) -> None:
+        """Start ``query`` and wait until its sources are initialised, one query at a
+        time, so their Python processes do not all start at once."""
+        handle = start_query(self.spark, self.spec, query)
+        self.running[query.name] = handle
+        deadline = time.monotonic() + timeout
+        while handle.isActive and time.monotonic() < deadline:
+            if handle.status.get("message") != "Initializing sources":
+                break
+            time.sleep(0.05)
+        self.initialized[query.name] = handle.isActive
 
-def _wait_first_batch(query: Any, timeout: float = 60.0) -> None:
-    """Start queries one after the other: tasks of queries that started together
-    sometimes failed to deserialize (java.io.OptionalDataException, Spark 4.3)."""
-    import time
+    def _failed(self, query: QuerySpec, error: str) -> None:
+        first_line = next((line for line in error.splitlines() if line.strip()), error)
+        initializing = not self.initialized.get(query.name)
+        print_event("query-failed", query=query.name, error=first_line[:500],
+                    initializing=initializing)  # fmt: skip
+        if initializing and self.start_failures[query.name] < self.START_RETRIES:
+            self.start_failures[query.name] += 1
+            self._restart(query)
+            return
+        progress = committed(self.spec, query)
+        repeated = self.failed_at.get(query.name) == progress
+        if repeated or self.restarts[query.name] >= self.spec.restart_failed:
+            print(f"query {query.name} failed: {error}", file=sys.stderr, flush=True)
+            raise SystemExit(1)
+        self.failed_at[query.name] = progress
+        self.restarts[query.name] += 1
+        self._restart(query)
 
-    deadline = time.monotonic() + timeout
-    while query.isActive and not query.recentProgress and time.monotonic() < deadline:
-        time.sleep(0.2)
-
-
-def _connector_conf(connector: str) -> dict[str, str]:
-    if connector == "eos":
-        return {}
-    from connectors.compare.jars import spark_kafka_jars
-
-    return {"spark.jars": ",".join(str(jar) for jar in spark_kafka_jars())}
-
-
-EVENT_PREFIX = "EOS-EVENT "
-
-
-def print_event(event: str, **fields: Any) -> None:
-    """One JSON line on stdout, stamped with the wall clock (``eos bench`` reads them)."""
-    import json
-    import time
-
-    print(EVENT_PREFIX + json.dumps({"event": event, "t": time.time(), **fields}), flush=True)
+    def _restart(self, query: QuerySpec) -> None:
+        self.spark.streams.resetTerminated()
+        self._start(query)
+        print_event("query-restarted", query=query.name, committed=committed(self.spec, query))
 
 
 def _batch_events() -> Any:
@@ -254,8 +222,8 @@ def _batch_events() -> Any:
         def onQueryProgress(self, event: Any) -> None:
             progress = event.progress
             print_event(
-                "batch", batch=progress.batchId, records=progress.numInputRows,
-                durations=dict(progress.durationMs),
+                "batch", query=progress.name, batch=progress.batchId,
+                records=progress.numInputRows, durations=dict(progress.durationMs),
             )  # fmt: skip
 
         def onQueryIdle(self, event: Any) -> None:
@@ -267,36 +235,74 @@ def _batch_events() -> Any:
     return BatchEvents()
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
-    sinks = args.sink + (["custom"] if args.custom_format else [])
-    if not sinks:
-        raise SystemExit("name at least one --sink or a --custom-format")
-    os.environ["EOS_FAULT_PGID"] = str(os.getpgid(0))
-    from connectors.spark import local_session
+def register_sources(spark: SparkSession, references: tuple[str, ...]) -> None:
+    from pyspark.sql.datasource import DataSource
 
-    spark = local_session(f"eos-pipeline-{'-'.join(sinks)}", conf=_connector_conf(args.connector))
-    register_sources(spark, args.register)
-    if args.events:
+    from connectors.harness import load
+
+    for reference in references:
+        source = load(reference)
+        if not (isinstance(source, type) and issubclass(source, DataSource)):
+            raise SystemExit(f"register {reference}: not a pyspark DataSource class")
+        spark.dataSource.register(source)
+
+
+STANDBY_NICENESS = 10
+
+
+def wait_for(go: Path) -> None:
+    """A standby waits, warm, until the harness creates ``go`` (or stops waiting when
+    its parent, the harness, is gone), then takes back its normal priority."""
+    parent = os.getppid()
+    while not go.exists():
+        if os.getppid() != parent:
+            raise SystemExit("standby: the harness is gone")
+        time.sleep(0.05)
+    renice_tree(os.getpid(), 0)
+
+
+def renice_tree(root: int, niceness: int) -> None:
+    """Set every thread of ``root`` and of its descendants to ``niceness`` (Linux keeps
+    niceness per thread). Lowering it needs privileges; without them nothing changes
+    and the whole pipeline stays at the standby's niceness, which harms nothing: the
+    run it replaces is gone."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    pending = [root]
+    while pending:
+        pid = pending.pop()
+        pending.extend(children.get(pid, []))
+        for task in Path(f"/proc/{pid}/task").glob("[0-9]*"):
+            with contextlib.suppress(PermissionError, ProcessLookupError):
+                os.setpriority(os.PRIO_PROCESS, int(task.name), niceness)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``SPEC.json [--standby GO_FILE]``: with ``--standby`` the process starts Spark, warms
+    it up, then waits for GO_FILE before it starts the queries: the harness keeps one
+    ready so a restart after a crash skips Spark's start-up."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) not in (1, 3) or (len(args) == 3 and args[1] != "--standby"):
+        raise SystemExit("usage: python -m connectors.harness.pipeline SPEC.json [--standby GO]")
+    spec = PipelineSpec.read(Path(args[0]))
+    os.environ["EOS_FAULT_PGID"] = str(os.getpgid(0))
+    if len(args) == 3:
+        os.nice(STANDBY_NICENESS)  # its start-up must not starve the run it stands by for
+    from connectors.spark import local_session, warm_up
+
+    spark = local_session(spec.app, cores=spec.cores, conf=spec.conf, master=spec.master)
+    register_sources(spark, spec.register)
+    if len(args) == 3:
+        warm_up(spark)
+        wait_for(Path(args[2]))
+    if spec.events:
         spark.streams.addListener(_batch_events())
-    queries = []
-    for sink in sinks:
-        # A DataFrame of its own per query: queries starting together must not share
-        # plan objects (a shared plan made a task fail to deserialize in Spark 4.3).
-        result = pipeline(spark, args)
-        checkpoint = args.checkpoint if len(sinks) == 1 else f"{args.checkpoint}/{sink}"
-        writer = WRITERS[sink](result, args).outputMode(output_mode(args.state))
-        if sink != "custom" and args.connector == "eos":
-            writer = with_sink_id(writer, args, sink)
-        writer = writer.option("checkpointLocation", checkpoint).queryName(f"to_{sink}")
-        queries.append(with_trigger(writer, args.trigger, args.every).start())
-        if args.events:
-            print_event("ready", query=queries[-1].name)
-        _wait_first_batch(queries[-1])
-    if args.trigger == "continuous":
-        spark.streams.awaitAnyTermination()
-    for query in queries:
-        query.awaitTermination()
+    Supervisor(spark, spec).run()
 
 
 if __name__ == "__main__":

@@ -8,6 +8,10 @@ conftest, then::
                             (("url", "..."),), "my_pkg.sink:MySinkSource"))
         assert report.ok, report.problems or report.table()
 
+Each fault point of your sink fires in its own query (``rc-custom``); the report's
+``fault_table()`` says where each fired. Prove the protocol steps first, without
+Spark, with ``connectors.testing.SinkContract``.
+
 The services come from the ``EOS_*`` variables, else the package's stack.
 """
 

@@ -12,7 +12,7 @@ import pytest
 from connectors.cli import main
 from connectors.endpoints import Endpoints
 
-pytestmark = [pytest.mark.services, pytest.mark.spark]
+pytestmark = [pytest.mark.services, pytest.mark.spark, pytest.mark.bench]
 
 # One of each kind: this package (Redis: a polled sink), Spark's JVM connector (its
 # jars resolved from Maven Central), Quix Streams (its own virtualenv), the raw loop.

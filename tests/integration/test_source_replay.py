@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from connectors.endpoints import Endpoints
-from tests.kafka_util import Record, create_topic, produce_mixed, read_plain
+from connectors.topics import Record, create_topic, read_to_end
+from tests.kafka_util import produce_mixed
 from tests.pipeline_util import env, fault_env, kill_when, progress_after, run
 
 pytestmark = [pytest.mark.services, pytest.mark.spark]
@@ -53,7 +54,9 @@ def _expected_batches(
 ) -> dict[int, list[Record]]:
     """Each batch's records as a plain consumer reads [offsets/N-1, offsets/N)."""
     last = _offsets(checkpoint, batches[-1])
-    everything = read_plain(endpoints.kafka_bootstrap, topic, {p: (0, o) for p, o in last.items()})
+    everything = read_to_end(
+        endpoints.kafka_bootstrap, topic, ranges={p: (0, o) for p, o in last.items()}
+    )
     expected = {}
     for batch in batches:
         end = _offsets(checkpoint, batch)
@@ -103,6 +106,7 @@ def test_a_crashed_batch_replays_the_same_offsets_and_records(
     _check_every_batch(endpoints, topic, tmp_path, visible)
 
 
+@pytest.mark.soak
 def test_five_restarts_in_a_row_leave_no_gap_and_no_overlap(
     endpoints: Endpoints, unique: str, tmp_path: Path
 ) -> None:

@@ -106,14 +106,23 @@ def test_unknown_pipelines_are_named_with_the_choices() -> None:
         _chosen("raw,flink")
 
 
-def test_every_pipeline_has_a_command(tmp_path: Path) -> None:
+def test_every_pipeline_has_a_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from connectors.compare import jars
     from connectors.endpoints import Endpoints
+    from connectors.harness.spec import PipelineSpec
 
+    monkeypatch.setattr(jars, "spark_kafka_jars", lambda: [Path("/jars/spark-sql-kafka.jar")])
     endpoints = Endpoints("127.0.0.1:9092", "postgresql://u:p@h/db", "redis://h/0")
     for pipeline in pl.PIPELINES:
         argv = pl.command(_target(tmp_path, pipeline.key), endpoints, 5000)
         assert argv and all(isinstance(a, str) for a in argv)
+        assert "u:p@" not in " ".join(argv)  # credentials travel in the 0600 spec file
         if pipeline.spark:
-            assert argv[argv.index("--connector") + 1] == pipeline.engine
-            assert argv[argv.index("--delivery") + 1] == pipeline.guarantee
-            assert argv[argv.index("--max-offsets") + 1] == "5000"
+            spec = PipelineSpec.read(Path(argv[-1]))
+            (query,) = spec.queries
+            assert spec.max_offsets == 5000
+            assert query.source == ("eos_kafka" if pipeline.engine == "eos" else "kafka")
+            if pipeline.engine == "eos":
+                assert query.options["deliveryGuarantee"] == pipeline.guarantee
+            else:
+                assert "spark-sql-kafka" in spec.conf["spark.jars"]

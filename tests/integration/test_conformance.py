@@ -1,0 +1,74 @@
+"""The conformance cells on a real Spark pipeline: every fault point of every sink fires in
+its own query, the pipeline is killed and Redis is restarted, and every sink ends exact.
+
+One harness run (``eos verify``) holds every query of the three cells (see
+connectors/harness/cells.py) plus the example SQLite sink of a connector author
+(examples/sqlite_sink), each addressed by its own fault points.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from connectors.endpoints import Endpoints
+from connectors.faults import Entry
+from connectors.harness.cells import CELLS, KAFKA_POINTS, TWO_PHASE_POINTS, late_records
+from connectors.harness.verify import MIXED_GROUP_CRASHES, CustomSink, Names, Report
+from connectors.topics import read_to_end
+from examples.sqlite_sink import counts
+
+pytestmark = [pytest.mark.services, pytest.mark.spark]
+
+_SQLITE: dict[str, str] = {}
+
+
+def read_sqlite() -> dict[str, int]:
+    """The --sink-reader of the example sink: what its table holds."""
+    return counts(_SQLITE["path"], "counts")
+
+
+def test_every_cell_crosses_every_point_of_every_sink(
+    endpoints: Endpoints, eos_verify: Callable[..., Report], tmp_path: Path
+) -> None:
+    _SQLITE["path"] = str(tmp_path / "example-sink.db")
+    options = (("path", _SQLITE["path"]), ("table", "counts"), ("keyColumn", "word"),
+               ("valueColumn", "count"), ("mode", "upsert"))  # fmt: skip
+    custom = CustomSink("eos_sqlite", f"{__name__}:read_sqlite", options,
+                        "examples.sqlite_sink:SqliteDataSource")  # fmt: skip
+    report = eos_verify(records=4_000, cells=tuple(CELLS), custom=custom, kills=1,
+                        restarts=("redis",))  # fmt: skip
+    print(report.table(), report.fault_table(), sep="\n")
+    assert report.ok, (report.problems, report.table(), [s.leftovers for s in report.sinks])
+
+    queries = {s.sink for s in report.sinks}
+    assert queries == {f"{c.short}-{sink}" for c in CELLS.values() for sink, _ in c.sinks} | {
+        "rc-custom"
+    }
+    # Every point of every sink fired, in the query it was addressed to.
+    schedule = report.plan["schedule"]
+    assert set(report.fired) == set(schedule), "a planned fault point never fired"
+    for entry, where in report.fired.items():
+        assert where["query"] == Entry.parse(entry).query, f"{entry} fired in {where}"
+    crossed = {(Entry.parse(e).query, Entry.parse(e).point) for e in schedule}
+    for query in queries:
+        points = KAFKA_POINTS if query.endswith("-kafka") else TWO_PHASE_POINTS
+        assert {(query, p) for p in points} <= crossed, f"{query} missed a point"
+    whole = [e for e in schedule if Entry.parse(e).action == "group"]
+    assert len(whole) == MIXED_GROUP_CRASHES, whole  # one in a task, one in a commit
+    # Each run a group point ended was a crash (two may share a run), plus the random
+    # kill and the Redis crash.
+    assert report.crashes >= len({report.run_of(e) for e in whole}) + 2
+    assert all(s.expected > 1_000 for s in report.sinks)
+
+    # The event-time cell saw late records and dropped them, identically on every replay.
+    work = Path(report.plan["work_dir"])
+    timed = read_to_end(endpoints.kafka_bootstrap, Names(_tag(report)).timed)
+    assert late_records(timed, work / "checkpoint" / "et-kafka") > 20
+
+
+def _tag(report: Report) -> str:
+    spec = (Path(report.plan["work_dir"]) / "pipeline.json").read_text()
+    return spec.split("verify-in-timed-", 1)[1].split('"', 1)[0]

@@ -1,0 +1,58 @@
+"""The harness's fault schedule: every point of every query, addressed to that query."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from connectors.faults import Entry
+from connectors.harness.cells import CELLS, DRIVER_POINTS, CustomSink, targets
+from connectors.harness.verify import FAMILIES, MIXED_GROUP_CRASHES, Plan, schedule
+
+CUSTOM = CustomSink("my_sink", "my_pkg:counts", (), None)
+
+
+def _entries(
+    full_crashes: str, rounds: int = 1, master: str | None = None
+) -> tuple[list[Entry], list[str]]:
+    plan = Plan(cells=tuple(CELLS), custom=CUSTOM, full_crashes=full_crashes,
+                fault_rounds=rounds, master=master, work_dir=Path("unused"))  # fmt: skip
+    chosen = targets(plan.cells, FAMILIES, "tag", CUSTOM, plan.on_cluster)
+    return [Entry.parse(e) for e in schedule(plan, chosen)], [t.name for t in chosen]
+
+
+def test_every_point_of_every_query_is_planned_once_per_round_in_its_own_query() -> None:
+    entries, queries = _entries("mixed", rounds=2)
+    chosen = {t.name: t for t in targets(tuple(CELLS), FAMILIES, "tag", CUSTOM)}
+    assert len(queries) == 10 and "rc-custom" in queries
+    for name, target in chosen.items():
+        mine = [e for e in entries if e.query == name and e.point != "source-read"]
+        assert sorted(e.point for e in mine) == sorted(target.points * 2)
+        assert len({e.batch for e in mine}) == len(mine), "one point per batch"
+    assert [e.point for e in entries].count("source-read") == 1
+
+
+def test_a_mixed_plan_crashes_the_whole_pipeline_in_a_task_and_in_a_commit() -> None:
+    entries, _ = _entries("mixed")
+    whole = [e for e in entries if e.action == "group"]
+    assert len(whole) == MIXED_GROUP_CRASHES
+    assert {e.point in DRIVER_POINTS for e in whole} == {True, False}
+    assert len({e.query.split("-", 1)[1] for e in whole if e.query}) == 2, "two kinds of sink"
+
+
+def test_all_makes_every_point_a_whole_pipeline_crash() -> None:
+    entries, _ = _entries("all")
+    assert {e.action for e in entries} == {"group"}
+
+
+def test_on_a_cluster_each_query_gets_a_zombie_and_loses_an_executor_mid_write() -> None:
+    entries, queries = _entries("mixed", master="spark://127.0.0.1:7077")
+    for query in queries:
+        mine = {e.point: e.action for e in entries if e.query == query}
+        assert mine["before-prepare"] == "pause"
+        assert mine["after-prepare"] in ("executor", "group")
+        if not query.endswith("-kafka"):
+            assert mine["mid-prepare"] == "executor"
+            assert {mine[p] for p in DRIVER_POINTS} <= {"process", "group"}
+    assert len([e for e in entries if e.action == "group"]) == MIXED_GROUP_CRASHES
+    everything, _ = _entries("all", master="spark://127.0.0.1:7077")
+    assert {e.action for e in everything} == {"group", "pause"}
