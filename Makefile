@@ -5,7 +5,7 @@ PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
 .PHONY: help bootstrap demo verify soak test unit lint stack-up stack-down stack-status bench \
-	bench-connectors
+	bench-connectors bench-test
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -19,8 +19,10 @@ demo: bootstrap ## the main job: word count into Kafka, PostgreSQL, Redis; crash
 verify: bootstrap ## the harness: every fault point, random kills, all three sinks (eos verify)
 	$(BIN)/eos verify
 
-SOAK_ARGS ?= --records 1000000 --fault-rounds 10 --kills 3 --restart kafka --restart postgres --restart redis
-soak: bootstrap ## long harness run: 1M records, 56 crashes, each service restarted once
+SOAK_ARGS ?= --records 1000000 --cells running-count,aggregate,event-time --fault-rounds 3 \
+	--full-crashes all --kills 3 --restart kafka --restart postgres --restart redis
+soak: bootstrap ## the depth CI leaves out: soak tests, then 1M records through every cell, every point a full crash
+	$(BIN)/python -m pytest -v -m soak $(PYTEST_ARGS)
 	$(BIN)/eos verify $(SOAK_ARGS) --report soak-report.json
 
 test: bootstrap lint ## lint, then every test against real Kafka, PostgreSQL and Redis
@@ -33,6 +35,9 @@ lint: bootstrap ## ruff and mypy
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+
+bench-test: bootstrap ## the benchmark smoke tests (each pipeline of make bench runs and counts right)
+	$(BIN)/python -m pytest -v -m bench $(PYTEST_ARGS)
 
 bench: bootstrap ## the keyed count here vs Spark's JVM connector, Quix Streams, a raw loop (~20 min)
 	$(BIN)/eos bench compare
