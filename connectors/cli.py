@@ -16,6 +16,9 @@ def _stack_command(args: argparse.Namespace) -> int:
     if args.action == "up":
         endpoints = stack.up()
         print(f"Stack up under {stack.root}:\n{endpoints.describe()}", end="")
+        if args.spark_workers:
+            master = stack.up_spark(args.spark_workers)
+            print(f"Spark      {master} ({args.spark_workers} workers, one core each)")
         print('Use `eval "$(eos stack env)"` to export the endpoints.')
     elif args.action == "down":
         stopped = stack.down()
@@ -27,6 +30,9 @@ def _stack_command(args: argparse.Namespace) -> int:
         return 0 if stack.is_up() else 3
     elif args.action == "env":
         print(stack.endpoints().exports(), end="")
+        running = stack.spark_master()
+        if running:
+            print(f"export EOS_SPARK_MASTER={running}")
     elif args.action == "restart":
         record = stack.restart(args.service)
         print(f"{record.name} restarted (pid {record.pid})")
@@ -65,9 +71,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     stack = commands.add_parser("stack", help="the local Kafka/PostgreSQL/Redis stack")
     stack_actions = stack.add_subparsers(dest="action", required=True)
+    up = stack_actions.add_parser("up", help="start the services (reuses running ones)")
+    up.add_argument(
+        "--spark-workers", type=int, default=0, metavar="N",
+        help="also start a Spark standalone master and N one-core workers on loopback",
+    )  # fmt: skip
     for action, text in [
-        ("up", "start the services (reuses running ones)"),
-        ("down", "stop the services the stack started"),
+        ("down", "stop the services (and the Spark cluster) the stack started"),
         ("status", "show which services run (exit 3 unless all do)"),
         ("env", "print EOS_* endpoint exports for a shell"),
     ]:

@@ -47,10 +47,12 @@ from pathlib import Path
 from connectors.context import current_batch, current_query_name
 
 #: Every fault point, in protocol order. ``before-prepare`` is in a sink task after
-#: it checked that its batch is undecided, before it writes anything.
+#: it checked that its batch is undecided, before it writes anything; ``mid-prepare``
+#: once the store has taken the task's first Arrow batch of rows.
 POINTS = (
     "source-read",
     "before-prepare",
+    "mid-prepare",
     "after-prepare",
     "after-decision",
     "between-commits",

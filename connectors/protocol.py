@@ -241,7 +241,7 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter, UnitStore):
         faults.point("before-prepare", task.batch_id, role="worker", query=task.query_name)
         began = time.perf_counter()
         unit = UnitId(sink_id, task.batch_id, task.partition, task.attempt)
-        count = self.prepare(unit, rows)
+        count = self.prepare(unit, _mid_prepare_point(rows, task))
         timing.record_task("sink write", task.batch_id, time.perf_counter() - began)
         faults.point("after-prepare", task.batch_id, role="worker", query=task.query_name)
         return PreparedUnit(sink_id, task.query_id, task.batch_id, unit if count else None,
@@ -371,6 +371,15 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter, UnitStore):
             f"Could not commit unit {unit}. The decision is recorded: restart the query "
             "and recovery commits it."
         )
+
+
+def _mid_prepare_point(rows: Iterator[Any], task: TaskIdentity) -> Iterator[Any]:
+    """``rows`` as they are, with the ``mid-prepare`` fault point once the store has taken
+    the first Arrow batch and asks for the next: a crash while the unit is half written."""
+    for index, batch in enumerate(rows):
+        yield batch
+        if index == 0:
+            faults.point("mid-prepare", task.batch_id, role="worker", query=task.query_name)
 
 
 def _by_batch(units: Iterable[UnitId]) -> dict[int, list[UnitId]]:

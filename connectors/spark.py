@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -64,19 +65,82 @@ def local_session(
 
     ``master`` defaults to ``local[cores, 4]`` (a task may fail three times, as a
     killed Python worker makes it); give ``spark://host:port`` for a standalone
-    cluster. ``conf`` adds or overrides Spark settings.
+    cluster, ``sc://host:port`` for a Spark Connect server, or ``connect`` for a
+    Spark Connect session on a local Connect server this process starts (local mode
+    behind it). ``conf`` adds or overrides Spark settings.
     """
     from connectors.registry import register
 
+    master = master or f"local[{cores},{TASK_ATTEMPTS}]"
     settings = {
         **BASE_CONF,
         "spark.driver.memory": os.environ.get("EOS_SPARK_DRIVER_MEMORY", "2g"),
+        "spark.log.level": os.environ.get("EOS_SPARK_LOG_LEVEL", "WARN"),
+        **cluster_conf(master),
         **(conf or {}),
     }
-    spark = _start(app, master or f"local[{cores},{TASK_ATTEMPTS}]", with_class_archive(settings))
-    spark.sparkContext.setLogLevel(os.environ.get("EOS_SPARK_LOG_LEVEL", "WARN"))
+    if is_connect(master):
+        spark = _start_connect(app, master, cores, settings)
+    else:
+        spark = _start(app, master, with_class_archive(settings))
     register(spark)
     return spark
+
+
+CONNECT_LOCAL = "connect"
+
+
+def is_connect(master: str | None) -> bool:
+    """Whether ``master`` asks for a Spark Connect session (see :func:`local_session`)."""
+    return master is not None and (master == CONNECT_LOCAL or master.startswith("sc://"))
+
+
+def _start_connect(app: str, master: str, cores: int, settings: Mapping[str, str]) -> SparkSession:
+    """A Spark Connect session: to the server at ``sc://...`` (only ``spark.sql.*``
+    settings apply to a session there), or to a local Connect server started here."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if master == CONNECT_LOCAL:
+        # The local server takes its settings from here when it starts; set on the
+        # session afterwards, the static ones would only warn that they cannot change.
+        remote = f"local[{cores},{TASK_ATTEMPTS}]"
+        os.environ["PYSPARK_REMOTE_INIT_CONF_LEN"] = "1"
+        os.environ["PYSPARK_REMOTE_INIT_CONF_0"] = json.dumps(dict(settings))
+    else:
+        remote = master
+    builder = SparkSession.builder.remote(remote).appName(app)
+    for key, value in settings.items():
+        if key.startswith("spark.sql."):  # a session can set these on any server
+            builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+#: Environment variables a driver passes on to its executors on a cluster, where they do
+#: not inherit the driver's environment: the fault settings of the tests and the harness
+#: (never a secret), and the Python path the driver's own modules came from.
+FORWARDED_ENV_PREFIXES = ("EOS_FAULT_",)
+FORWARDED_ENV = ("PYTHONPATH",)
+
+
+def cluster_conf(master: str) -> dict[str, str]:
+    """Settings for a session on a cluster (``master`` not ``local``): one-core executors
+    that retry a failed task three times, and :data:`FORWARDED_ENV` as
+    ``spark.executorEnv.*``."""
+    if master.startswith("local") or is_connect(master):
+        return {}
+    forwarded = {
+        name: value
+        for name, value in os.environ.items()
+        if name in FORWARDED_ENV or name.startswith(FORWARDED_ENV_PREFIXES)
+    }
+    return {
+        "spark.executor.cores": "1",
+        "spark.executor.memory": os.environ.get("EOS_SPARK_EXECUTOR_MEMORY", "1g"),
+        "spark.task.maxFailures": str(TASK_ATTEMPTS),
+        **{f"spark.executorEnv.{name}": value for name, value in forwarded.items()},
+    }
 
 
 def _start(app: str, master: str, settings: Mapping[str, str]) -> SparkSession:

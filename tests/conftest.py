@@ -86,3 +86,22 @@ def crash_service(endpoints: Endpoints) -> Callable[[str], None]:
             "(`eos stack up`); the endpoints came from EOS_* variables or docker compose."
         )
     return crash
+
+
+@pytest.fixture(scope="session")
+def spark_master() -> Iterator[str]:
+    """A Spark standalone cluster on loopback (a master, two one-core workers):
+    ``EOS_SPARK_MASTER`` when set, else the package stack's, started for the session
+    and stopped after it unless it ran before or ``EOS_KEEP_STACK=1``."""
+    explicit = os.environ.get("EOS_SPARK_MASTER")
+    if explicit:
+        yield explicit
+        return
+    from connectors.stack import Stack
+
+    stack = Stack()
+    was_up = stack.spark_master() is not None
+    master = stack.up_spark(workers=2)
+    yield master
+    if not was_up and not os.environ.get("EOS_KEEP_STACK"):
+        stack.down_spark()

@@ -28,10 +28,11 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"cross each sink's fault points ({', '.join(TWO_PHASE_POINTS)}) this many times",
     )  # fmt: skip
     parser.add_argument(
-        "--full-crashes", choices=["mixed", "all"], default="mixed",
-        help="mixed: one whole-pipeline crash per kind of sink, the other points kill the "
-        f"process at the point ({', '.join(DRIVER_POINTS)}: the query restarts in the same "
-        "session); all: every point crashes the whole pipeline",
+        "--full-crashes", choices=["mixed", "all", "none"], default="mixed",
+        help="mixed: two points (one in a task, one in a commit) crash the whole pipeline, "
+        f"the others kill the process at the point ({', '.join(DRIVER_POINTS)}: the query "
+        "restarts in the same session); all: every point crashes the whole pipeline; "
+        "none: no point does",
     )  # fmt: skip
     parser.add_argument("--kills", type=int, default=1, help="SIGKILLs at random moments")
     parser.add_argument(

@@ -300,9 +300,17 @@ def main(argv: list[str] | None = None) -> None:
     if len(args) == 3:
         warm_up(spark)
         wait_for(Path(args[2]))
-    if spec.events:
-        spark.streams.addListener(_batch_events())
-    Supervisor(spark, spec).run()
+    listener = _batch_events() if spec.events else None
+    if listener is not None:
+        spark.streams.addListener(listener)
+    try:
+        Supervisor(spark, spec).run()
+    finally:
+        # Over Spark Connect the listener runs on a client thread that would keep the
+        # process alive; stopping the session ends it (and a local Connect server).
+        if listener is not None:
+            spark.streams.removeListener(listener)
+        spark.stop()
 
 
 if __name__ == "__main__":

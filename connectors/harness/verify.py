@@ -73,7 +73,7 @@ class Plan:
     fault_rounds: int = 1  # each point of each sink fires this many times
     kills: int = 1  # SIGKILLs of the whole pipeline at random moments
     restarts: tuple[str, ...] = ()  # services to SIGKILL and start again mid-run
-    full_crashes: str = "mixed"  # "mixed": one group crash per kind of sink; "all"
+    full_crashes: str = "mixed"  # "mixed": GROUP_POINTS as group crashes; "all"; "none"
     partitions: int = 2  # of each input topic
     shuffle_partitions: int = 2  # units per batch of a stateful query's sink
     words: int = 40
@@ -84,7 +84,7 @@ class Plan:
 
     @property
     def on_cluster(self) -> bool:
-        return self.master is not None and not self.master.startswith("local")
+        return self.master is not None and self.master.startswith("spark://")
 
     def batches_needed(self, points_per_query: int) -> int:
         """Each query crosses its own points one batch apart, from batch 1, plus the
@@ -190,7 +190,8 @@ def schedule(plan: Plan, chosen: list[Target]) -> list[str]:
             entry = faults.Entry.parse(text)
             zombie = target.action(entry.point) == "pause"
             whole = (plan.full_crashes == "all" and not zombie) or (
-                len(crashed) < len(GROUP_POINTS)
+                plan.full_crashes == "mixed"
+                and len(crashed) < len(GROUP_POINTS)
                 and target.family not in crashed
                 and entry.point == GROUP_POINTS[len(crashed)]
             )
@@ -275,8 +276,8 @@ def _check_plan(plan: Plan, crash_service: Callable[[str], None] | None) -> None
             "Service restarts need the package's own stack (`eos stack up`), not endpoints "
             "from EOS_* variables."
         )
-    if plan.full_crashes not in ("mixed", "all"):
-        raise VerifyError("full_crashes must be 'mixed' or 'all'.")
+    if plan.full_crashes not in ("mixed", "all", "none"):
+        raise VerifyError(f"full_crashes={plan.full_crashes!r}: choose 'mixed', 'all' or 'none'.")
     if plan.records < plan.batches_needed(4) * 50:
         raise VerifyError(
             f"{plan.records} records are too few for {plan.batches_needed(4)} batches of at "

@@ -22,6 +22,7 @@ from connectors.stack.postgres import POSTGRES_SETTINGS, PostgresService
 from connectors.stack.process import crash
 from connectors.stack.redis import REDIS_SETTINGS, RedisService
 from connectors.stack.service import Service, ServiceRecord
+from connectors.stack.spark import SparkMaster, SparkWorker
 
 __all__ = [
     "KAFKA_SETTINGS",
@@ -61,6 +62,46 @@ class Stack:
             s.name: s
             for s in (KafkaService(self.root), PostgresService(self.root), RedisService(self.root))
         }
+        self.master = SparkMaster(self.root)
+
+    def workers(self, count: int) -> list[SparkWorker]:
+        return [SparkWorker(self.root, i, self.master) for i in range(1, count + 1)]
+
+    def up_spark(self, workers: int) -> str:
+        """Start a standalone Spark master and ``workers`` workers (one core each) on
+        loopback, reusing running ones; return the master URL once every worker has
+        registered with it."""
+        if workers < 1:
+            raise StackError(f"--spark-workers {workers}: a cluster needs at least one worker.")
+        with self._locked():
+            master = self._ensure_running(self.master)
+            pending = []
+            for worker in self.workers(workers):
+                record = worker.running()
+                if record is None or not worker.answers(record):
+                    if record is not None:
+                        worker.stop()
+                    record = worker.start(worker.load())
+                    worker.save(record)
+                pending.append((worker, record))
+            for worker, record in pending:  # they start in parallel; wait for each
+                worker.wait_registered(record)
+            return master.endpoint
+
+    def spark_master(self) -> str | None:
+        """The URL of this stack's Spark master when it runs."""
+        record = self.master.running()
+        return record.endpoint if record is not None else None
+
+    def down_spark(self) -> list[str]:
+        """Stop the cluster's workers (and their executors), then its master."""
+        with self._locked():
+            return self._stop_spark()
+
+    def _stop_spark(self) -> list[str]:
+        started = sorted(p.name for p in self.root.glob("spark-worker-*") if p.is_dir())
+        workers = self.workers(len(started))
+        return [s.name for s in [*workers, self.master] if s.stop()]
 
     def up(self) -> Endpoints:
         """Start every service that is not running; idempotent."""
@@ -74,7 +115,8 @@ class Stack:
     def down(self) -> list[str]:
         """Stop the services this stack started; return the names stopped."""
         with self._locked():
-            return [s.name for s in reversed(self.services.values()) if s.stop()]
+            spark = self._stop_spark()
+            return spark + [s.name for s in reversed(self.services.values()) if s.stop()]
 
     def restart(self, name: str) -> ServiceRecord:
         """Stop and start one service on the same ports (for fault tests)."""

@@ -9,7 +9,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from connectors.errors import StackError
@@ -81,8 +81,11 @@ def owned_pid(pid: int | None, marker: Path) -> bool:
     return bool(pid) and pid_alive(int(pid or 0)) and str(marker) in pid_cmdline(int(pid or 0))
 
 
-def spawn(argv: Sequence[str], log_path: Path, cwd: Path) -> int:
-    """Start a detached server process (own session, output to ``log_path``); return its pid."""
+def spawn(
+    argv: Sequence[str], log_path: Path, cwd: Path, env: Mapping[str, str] | None = None
+) -> int:
+    """Start a detached server process (own session, output to ``log_path``, ``env`` or
+    this process's environment); return its pid."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
@@ -92,6 +95,7 @@ def spawn(argv: Sequence[str], log_path: Path, cwd: Path) -> int:
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            env=None if env is None else dict(env),
         )
     return proc.pid
 

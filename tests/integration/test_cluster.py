@@ -1,0 +1,68 @@
+"""Exactly once on a real Spark standalone cluster (a master and two one-core workers on
+loopback), with executors killed and zombie task attempts.
+
+The running-count cell (a shuffle before every sink, so a lost executor loses shuffle
+files and Spark resubmits the stage) runs on the cluster. Each sink's query gets:
+
+* a zombie: at ``before-prepare`` a task's Python worker stops, kills its own
+  executor JVM and waits; Spark re-runs the task on the other executor and commits
+  the batch; then the harness resumes the zombie, which prepares its unit after
+  the batch was decided (it must leave nothing visible and nothing in doubt);
+* an executor SIGKILLed while a task writes (``mid-prepare``) and after it
+  prepared (``after-prepare``), and the driver's points as in local mode.
+
+Whole-pipeline crashes are left to the local-mode cells (tests/integration/
+test_conformance.py): on a cluster they prove nothing more and cost a new
+application each.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from connectors.faults import Entry
+from connectors.harness.verify import Report
+
+pytestmark = [pytest.mark.services, pytest.mark.spark, pytest.mark.cluster]
+
+
+def test_zombies_and_lost_executors_on_a_cluster_lose_and_duplicate_nothing(
+    spark_master: str, eos_verify: Callable[..., Report]
+) -> None:
+    report = eos_verify(records=3_000, master=spark_master, kills=0, full_crashes="none")
+    print(report.table(), report.fault_table(), sep="\n")
+    assert report.ok, (report.problems, report.table(), [s.leftovers for s in report.sinks])
+    assert {s.sink for s in report.sinks} == {"rc-kafka", "rc-postgres", "rc-redis-increment"}
+
+    schedule = report.plan["schedule"]
+    assert set(report.fired) == set(schedule), "a planned fault point never fired"
+    for entry, where in report.fired.items():
+        assert where["query"] == Entry.parse(entry).query, f"{entry} fired in {where}"
+    zombies = [e for e in schedule if Entry.parse(e).action == "pause"]
+    assert len(zombies) == 3, zombies  # one per sink
+    markers = Path(report.plan["work_dir"]) / "fired"
+    for zombie in zombies:
+        woke = float(_json(markers / f"{zombie}.resumed")["at"])
+        where = report.fired[zombie]
+        commit = Path(report.plan["work_dir"]) / "checkpoint" / str(where["query"]) / "commits"
+        decided = (commit / str(where["batch"])).stat().st_mtime
+        assert woke >= decided, f"{zombie} went on before its batch was committed"
+    lost = [e for e in schedule if Entry.parse(e).action == "executor"]
+    assert len(lost) >= 5, lost
+
+    # Losing executors lost shuffle output: Spark re-ran map stages (fetch failures or
+    # resubmitted stages) and numbered task attempts again in new stage attempts.
+    runs = sorted(markers.parent.glob("run-*.log"))
+    logs = "\n".join(p.read_text(errors="replace") for p in runs)
+    assert re.search(r"FetchFailed|Resubmitt|Lost executor", logs), "no executor was ever lost"
+
+
+def _json(path: Path) -> dict[str, object]:
+    import json
+
+    loaded: dict[str, object] = json.loads(path.read_text())
+    return loaded
