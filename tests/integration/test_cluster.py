@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -61,8 +62,8 @@ def test_zombies_and_lost_executors_on_a_cluster_lose_and_duplicate_nothing(
     assert re.search(r"FetchFailed|Resubmitt|Lost executor", logs), "no executor was ever lost"
 
 
-def _json(path: Path) -> dict[str, object]:
+def _json(path: Path) -> dict[str, Any]:
     import json
 
-    loaded: dict[str, object] = json.loads(path.read_text())
+    loaded: dict[str, Any] = json.loads(path.read_text())
     return loaded
