@@ -50,10 +50,26 @@ def topic(endpoints: Endpoints, unique: str) -> str:
     return name
 
 
-def _nothing_written(endpoints: Endpoints, table: str) -> None:
+def _prepared(endpoints: Endpoints) -> set[str]:
     with psycopg.connect(endpoints.postgres_dsn) as conn:
-        prepared = conn.execute("SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'eos|%'")
-        assert prepared.fetchall() == []
+        rows = conn.execute("SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'eos|%'")
+        return {str(row[0]) for row in rows}
+
+
+@pytest.fixture(autouse=True)
+def _prepared_before(endpoints: Endpoints) -> Iterator[None]:
+    """What other runs on this server left prepared is theirs: a test compares with it."""
+    _BEFORE.clear()
+    _BEFORE.update(_prepared(endpoints))
+    yield
+
+
+_BEFORE: set[str] = set()
+
+
+def _nothing_written(endpoints: Endpoints, table: str) -> None:
+    assert _prepared(endpoints) - _BEFORE == set(), "this test's sink left units prepared"
+    with psycopg.connect(endpoints.postgres_dsn) as conn:
         exists = conn.execute("SELECT to_regclass(%s)", (table,)).fetchone()
         if exists and exists[0] is not None:
             count = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(table)))
