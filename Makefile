@@ -13,7 +13,7 @@ help: ## list the targets
 bootstrap: ## install OS packages, the .venv and the package (idempotent)
 	@bash scripts/bootstrap.sh
 
-demo: bootstrap ## the main job: word count into Kafka, PostgreSQL, Redis; crashed 4 times; counted
+demo: bootstrap ## the main job: word count into Kafka, PostgreSQL, Redis; crashed at every point of every sink; counted
 	$(BIN)/eos demo
 
 verify: bootstrap ## the harness: every fault point, random kills, all three sinks (eos verify)
@@ -21,9 +21,13 @@ verify: bootstrap ## the harness: every fault point, random kills, all three sin
 
 SOAK_ARGS ?= --records 1000000 --cells running-count,aggregate,event-time --fault-rounds 3 \
 	--full-crashes all --kills 3 --restart kafka --restart postgres --restart redis
-soak: bootstrap ## the depth CI leaves out: soak tests, then 1M records through every cell, every point a full crash
+SOAK_CLUSTER_ARGS ?= --records 100000 --fault-rounds 3 --kills 2
+soak: bootstrap ## the depth CI leaves out: soak tests, 1M records through every cell (every point a full crash), then 3 rounds on a 2-worker cluster
 	$(BIN)/python -m pytest -v -m soak $(PYTEST_ARGS)
 	$(BIN)/eos verify $(SOAK_ARGS) --report soak-report.json
+	$(BIN)/eos stack up --spark-workers 2
+	$(BIN)/eos verify $(SOAK_CLUSTER_ARGS) --report soak-cluster-report.json \
+		--master "$$($(BIN)/eos stack env | sed -n 's/^export EOS_SPARK_MASTER=//p')"
 
 test: bootstrap lint ## lint, then every test against real Kafka, PostgreSQL and Redis
 	$(BIN)/python -m pytest -v $(PYTEST_ARGS)

@@ -87,7 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
     stack.set_defaults(func=_stack_command)
 
     demo = commands.add_parser(
-        "demo", help="word count into Kafka, PostgreSQL and Redis, crashed 4 times, verified"
+        "demo",
+        help="running word count into Kafka, PostgreSQL and Redis, crashed at every fault "
+        "point of every sink and killed once, then counted",
     )
     demo.add_argument("--records", type=int, default=10_000)
     demo.set_defaults(func=_demo_command)
