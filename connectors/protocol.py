@@ -157,11 +157,12 @@ class UnitStore(ABC):
 
     @abstractmethod
     def sink_id(self, query_id: str) -> str:
-        """The sink's stable identity: an explicit option, else :func:`derive_sink_id`."""
+        """Driver and task: the sink's stable identity, an explicit option, else
+        :func:`derive_sink_id`."""
 
     @abstractmethod
     def find_decision(self, sink_id: str, batch_id: int) -> Decision | None:
-        """The recorded decision for a batch, if any."""
+        """Driver and task: the recorded decision for a batch, if any."""
 
     @abstractmethod
     def prepare(self, unit: UnitId, rows: Iterator[Any]) -> int:
@@ -171,33 +172,34 @@ class UnitStore(ABC):
 
     @abstractmethod
     def decide(self, decision: Decision) -> Decision:
-        """Atomically: if the batch has a decision, return it; else check that every
+        """Driver, atomically: if the batch has a decision, return it; else check that every
         unit of ``decision`` is prepared (raise :class:`UnitMissingError` naming those
         that are not), store it and return it."""
 
     @abstractmethod
     def commit_unit(self, unit: UnitId) -> Outcome:
-        """Make ``unit`` visible, recording durably (in the same atomic step) that it was.
+        """Driver: make ``unit`` visible, recording durably (in the same atomic step) that it was.
 
         Idempotent: a unit recorded as committed is ALREADY_COMMITTED; a unit neither
         prepared nor recorded is MISSING (never ALREADY_COMMITTED)."""
 
     @abstractmethod
     def rollback_unit(self, unit: UnitId) -> None:
-        """Discard ``unit``; a unit that is gone is fine. Called only for a unit that no
-        decision names while its batch's decision exists (a stray)."""
+        """Driver and task: discard ``unit``; a unit that is gone is fine. Called only for
+        a unit that no decision names while its batch's decision exists (a stray)."""
 
     @abstractmethod
     def rollback_undecided(self, sink_id: str, batch_id: int, units: Sequence[UnitId]) -> bool:
-        """Atomically with :meth:`decide`: unless batch ``batch_id`` is decided, discard
-        ``units`` and return True; return False (and discard nothing) when it is."""
+        """Driver and task, atomically with :meth:`decide`: unless batch ``batch_id`` is
+        decided, discard ``units`` and return True; return False (and discard nothing)
+        when it is."""
 
     @abstractmethod
     def units_in_doubt(self, sink_id: str) -> list[UnitId]:
-        """Every prepared, not yet committed or rolled back unit of the sink."""
+        """Driver and task: every prepared, not yet committed or rolled back unit of the sink."""
 
     def prune_decisions(self, sink_id: str, below_batch: int) -> None:  # noqa: B027
-        """Forget decisions (and commit records) of batches Spark can no longer replay."""
+        """Driver: forget decisions (and commit records) of batches Spark can no longer replay."""
 
     def close(self) -> None:  # noqa: B027
         """Release the writer's connections (optional; the test kit calls it for a crash)."""

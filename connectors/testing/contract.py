@@ -31,7 +31,7 @@ import itertools
 import pickle
 import uuid
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 
 import pyarrow as pa
 import pytest
@@ -51,16 +51,9 @@ from connectors.protocol import (
 CONTRACT_SCHEMA = StructType([StructField("word", StringType()), StructField("n", LongType())])
 _ARROW_SCHEMA = pa.schema([pa.field("word", pa.string()), pa.field("n", pa.int64())])
 
-#: Where a crash can happen during one batch, in protocol order. ``mid-prepare`` is a
-#: crash while the second task is writing (its rows half sent).
-CRASH_POINTS = (
-    "before-prepare",
-    "mid-prepare",
-    "after-prepare",
-    "after-decision",
-    "between-commits",
-    "after-commit",
-)
+#: Where a crash can happen during one batch, in protocol order: every fault point of a
+#: sink (``mid-prepare`` is a crash while a task's rows are half written).
+CRASH_POINTS = tuple(p for p in faults.POINTS if p != "source-read")
 
 
 def rows_of(pairs: list[tuple[str, int]]) -> pa.RecordBatch:
@@ -76,11 +69,6 @@ def batch_rows(batch: int, partition: int) -> list[pa.RecordBatch]:
     pairs = [(f"w{(batch + partition + i) % 8}", batch * 100 + partition * 10 + i % 3 + 1)
              for i in range(40)]  # fmt: skip
     return [rows_of(pairs[:20]), rows_of(pairs[20:])]
-
-
-def _crash_midway(batches: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    yield batches[0]
-    raise faults.SimulatedCrash("mid-prepare")
 
 
 class SinkContract:
@@ -120,21 +108,13 @@ class SinkContract:
         return TaskIdentity(self.query_id, "contract", self._run, batch, partition,
                             next(self._task_ids))  # fmt: skip
 
-    def prepare(
-        self, writer: TwoPhaseCommitWriter, batch: int, partition: int, midway: bool = False
-    ) -> PreparedUnit:
-        rows = batch_rows(batch, partition)
-        source = _crash_midway(rows) if midway else iter(rows)
-        return self.ship(writer).prepare_task(self.task(batch, partition), source)
+    def prepare(self, writer: TwoPhaseCommitWriter, batch: int, partition: int) -> PreparedUnit:
+        rows = iter(batch_rows(batch, partition))
+        return self.ship(writer).prepare_task(self.task(batch, partition), rows)
 
-    def run_batch(
-        self, writer: TwoPhaseCommitWriter, batch: int, crash_midway: bool = False
-    ) -> list[PreparedUnit]:
+    def run_batch(self, writer: TwoPhaseCommitWriter, batch: int) -> list[PreparedUnit]:
         """Every task of ``batch``, then the driver's commit: one micro-batch."""
-        messages = [
-            self.prepare(writer, batch, p, midway=crash_midway and p == self.partitions - 1)
-            for p in range(self.partitions)
-        ]
+        messages = [self.prepare(writer, batch, p) for p in range(self.partitions)]
         writer.commit(messages, batch)
         return messages
 
@@ -174,12 +154,8 @@ class SinkContract:
     def test_a_crash_at_each_step_then_a_replay_writes_each_row_once(self, point: str) -> None:
         writer = self.new_writer()
         self.run_batch(writer, 0)
-        with pytest.raises(faults.SimulatedCrash):
-            if point == "mid-prepare":
-                self.run_batch(writer, 1, crash_midway=True)
-            else:
-                with faults.simulate(f"{point}@1"):
-                    self.run_batch(writer, 1)
+        with pytest.raises(faults.SimulatedCrash), faults.simulate(f"{point}@1"):
+            self.run_batch(writer, 1)
         self.abandon(writer)
         self.new_run()
         fresh = self.new_writer()
