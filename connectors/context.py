@@ -7,6 +7,7 @@ properties, and the job description reads ``<query name>\\nid = <query id>\\nrun
 
 from __future__ import annotations
 
+import hashlib
 import re
 import uuid
 from dataclasses import dataclass
@@ -39,8 +40,10 @@ class TaskIdentity:
 
     @property
     def attempt(self) -> str:
-        """``<task attempt id>-<first 12 hex digits of the run id>``: unique per attempt."""
-        return f"{self.task_attempt_id}-{self.run_id.replace('-', '')[:12]}"
+        """``<task attempt id>-<first 12 hex digits of the run id>-<query tag>``: unique per
+        attempt, and telling which query made it."""
+        run = self.run_id.replace("-", "")[:12]
+        return f"{self.task_attempt_id}-{run}-{query_tag(self.query_id)}"
 
     @classmethod
     def current(cls) -> TaskIdentity:
@@ -64,6 +67,11 @@ class TaskIdentity:
             partition=context.partitionId(),
             task_attempt_id=context.taskAttemptId(),
         )
+
+
+def query_tag(query_id: str) -> str:
+    """12 hex digits that stand for a query id inside unit names (a gid has 200 bytes)."""
+    return hashlib.sha256(query_id.encode()).hexdigest()[:12]
 
 
 def current_batch() -> int | None:

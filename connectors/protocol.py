@@ -26,6 +26,11 @@ executor (a *zombie*) and attempt numbers repeat across stage attempts:
    "already committed" comes from a record the store writes with the commit: a
    named unit that is neither prepared nor recorded committed is a ProtocolError.
 
+A sink id belongs to one query (its :class:`Lineage`): the driver claims it
+atomically before its first decision, and a task or a commit of any other query
+fails with :class:`SinkClaimedError` instead of skipping batches the owner wrote
+or settling units the owner left.
+
 A sink author implements the store-specific hooks of :class:`UnitStore`; this
 module holds the order of the steps and every crash case (see docs/protocol.md).
 """
@@ -45,16 +50,16 @@ from typing import Any
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
 from connectors import faults, timing
-from connectors.context import TaskIdentity
+from connectors.context import TaskIdentity, query_tag
 from connectors.errors import EosError
 
 log = logging.getLogger(__name__)
 
 UNIT_SEPARATOR = "|"
 COMMIT_RETRIES = 5
-# "<task attempt id>-<run>"; a bare attempt number is a unit of an older version of this
-# package, still recognised so recovery settles it.
-_ATTEMPT = re.compile(r"^\d+(-[0-9a-z]+)?$")
+# "<task attempt id>-<run>-<query tag>"; a bare attempt number or "<id>-<run>" is a unit
+# of an older version of this package, still recognised so recovery settles it.
+_ATTEMPT = re.compile(r"^\d+(-[0-9a-z]+){0,2}$")
 
 
 class Outcome(Enum):
@@ -69,6 +74,21 @@ class Outcome(Enum):
 
 class ProtocolError(EosError):
     """The commit protocol cannot go on safely; the message says why and what to do."""
+
+
+class SinkClaimedError(ProtocolError):
+    """The sink id belongs to another query (a new checkpoint, or a second query, reuses it)."""
+
+    def __init__(self, sink_id: str, owner: Lineage, query_id: str) -> None:
+        self.sink_id = sink_id
+        self.owner = owner
+        super().__init__(
+            f"Sink {sink_id!r} belongs to query {owner.query_id}{owner.describe_origin()}, not to "
+            f"this query ({query_id}): a new checkpoint, or a second query, reuses its sink id. "
+            "Nothing was written. Give this query its own sinkId option (or leave sinkId unset: "
+            "it is then derived from the query id), or, if the other query is gone for good, "
+            f"run `eos sinks settle {sink_id}` and `eos sinks reset {sink_id}` first."
+        )
 
 
 class UnitMissingError(ProtocolError):
@@ -87,9 +107,9 @@ class UnitMissingError(ProtocolError):
 class UnitId:
     """One task attempt's prepared writes: ``eos|<sink>|<batch>|<partition>|<attempt>``.
 
-    ``attempt`` is ``<task attempt id>-<run>`` (see :class:`TaskIdentity`): unique across
-    task attempts, stage attempts and runs of the query. At most 64 + 60 characters,
-    within PostgreSQL's 200-byte transaction ids.
+    ``attempt`` is ``<task attempt id>-<run>-<query tag>`` (see :class:`TaskIdentity`):
+    unique across task attempts, stage attempts and runs of the query, and naming the
+    query that made it. At most 64 + 73 characters, within PostgreSQL's 200-byte gids.
     """
 
     sink_id: str
@@ -109,6 +129,11 @@ class UnitId:
         if not _ATTEMPT.match(parts[4]):
             return None
         return cls(parts[1], int(parts[2]), int(parts[3]), parts[4])
+
+    def made_by(self, query_id: str) -> bool:
+        """Whether the query ``query_id`` made this unit (True for an untagged older unit)."""
+        parts = self.attempt.split("-")
+        return len(parts) < 3 or parts[2] == query_tag(query_id)
 
     @staticmethod
     def prefix(sink_id: str, batch_id: int | None = None, partition: int | None = None) -> str:
@@ -141,6 +166,18 @@ class Decision:
     units: tuple[UnitId, ...]
 
 
+@dataclass(frozen=True)
+class Lineage:
+    """Which query owns a sink id: its query id, and the lineage it was restored from
+    (empty until savepoints restore one query's state into another)."""
+
+    query_id: str
+    origin: str = ""
+
+    def describe_origin(self) -> str:
+        return f" (restored from {self.origin})" if self.origin else ""
+
+
 def derive_sink_id(kind: str, query_id: str, *target: str) -> str:
     """A sink id stable across restarts of one checkpoint: ``<kind>-<16 hex digits>`` of
     the query id and what the sink writes to (table, key prefix, topic)."""
@@ -159,6 +196,15 @@ class UnitStore(ABC):
     def sink_id(self, query_id: str) -> str:
         """Driver and task: the sink's stable identity, an explicit option, else
         :func:`derive_sink_id`."""
+
+    @abstractmethod
+    def owner(self, sink_id: str) -> Lineage | None:
+        """Driver and task: the query that claimed the sink id, or None before any claim."""
+
+    @abstractmethod
+    def claim(self, sink_id: str, lineage: Lineage) -> Lineage:
+        """Driver, atomically: record ``lineage`` as the sink's owner unless one is recorded;
+        return the owner (``lineage`` itself, or the other query's)."""
 
     @abstractmethod
     def find_decision(self, sink_id: str, batch_id: int) -> Decision | None:
@@ -233,9 +279,11 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter, UnitStore):
 
         Step 1 comes before step 2: the units of a decided batch are the driver's to
         commit (a replay after a crash between decision and commit), never to discard.
-        Step 2 discards only while the batch is undecided, atomically (rule 2).
+        Step 2 discards only while the batch is undecided, atomically (rule 2). Before
+        both, a sink id another query owns fails the task (:class:`SinkClaimedError`).
         """
         sink_id = self.sink_id(task.query_id)
+        self._check_owner(sink_id, task.query_id)
         if self._already_done(sink_id, task) or not self._release_others(sink_id, task):
             log.info("batch %d of sink %s is decided: writing nothing", task.batch_id, sink_id)
             return PreparedUnit(sink_id, task.query_id, task.batch_id, None, 0, True,
@@ -249,6 +297,11 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter, UnitStore):
         return PreparedUnit(sink_id, task.query_id, task.batch_id, unit if count else None,
                             count, False, task.query_name)  # fmt: skip
 
+    def _check_owner(self, sink_id: str, query_id: str) -> None:
+        owner = self.owner(sink_id)
+        if owner is not None and owner.query_id != query_id:
+            raise SinkClaimedError(sink_id, owner, query_id)
+
     def _already_done(self, sink_id: str, task: TaskIdentity) -> bool:
         decided = self.find_decision(sink_id, task.batch_id)
         if decided is not None:
@@ -259,11 +312,14 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter, UnitStore):
     def _release_others(self, sink_id: str, task: TaskIdentity) -> bool:
         """Roll back earlier attempts' units of this (batch, partition) unless the batch got
         decided meanwhile (then False), and strays of earlier batches (they may hold locks
-        this task's writes would wait on)."""
-        by_batch = _by_batch(self.units_in_doubt(sink_id))
+        this task's writes would wait on). Only this query's: until a query claims the sink
+        id, another query's units may be the ones its first decision names."""
+        units = self.units_in_doubt(sink_id)
+        by_batch = _by_batch(u for u in units if u.made_by(task.query_id))
         for batch_id in sorted(b for b in by_batch if b < task.batch_id):
             self._settle_undecided_or_stray(sink_id, batch_id, by_batch[batch_id], commit=False)
-        mine = [u for u in by_batch.get(task.batch_id, []) if u.partition == task.partition]
+        mine = [u for u in by_batch.get(task.batch_id, [])
+                if u.partition == task.partition and u.made_by(task.query_id)]  # fmt: skip
         if mine:
             log.info("rolling back %s left by earlier attempts", ", ".join(map(str, mine)))
             return self.rollback_undecided(sink_id, task.batch_id, mine)
@@ -272,13 +328,15 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter, UnitStore):
     # -- commit: on the driver ---------------------------------------------------
 
     def commit(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
-        """Driver: 1. the units; 2. decide; 3. commit each; 4. recover leftovers; 5. prune."""
+        """Driver: 1. the units; 2. claim the sink id; 3. decide; 4. commit each; 5. recover
+        leftovers; 6. prune."""
         prepared = _prepared_units(messages, batchId)
         sink_id = _sink_of(prepared)
         if sink_id is None:
             return
         query = prepared[0].query_name
         began = time.perf_counter()
+        self._claim(sink_id, prepared)
         decision = self._decide(sink_id, batchId, prepared)
         faults.point("after-decision", batchId, role="driver", query=query)
         for index, unit in enumerate(decision.units):
@@ -336,6 +394,17 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter, UnitStore):
                 self._commit_with_retries(unit)
 
     # -- steps ---------------------------------------------------------------------
+
+    def _claim(self, sink_id: str, prepared: list[PreparedUnit]) -> None:
+        """Own the sink id, or roll back this batch's units (no decision of the owner can
+        name them) and fail."""
+        query_id = prepared[0].query_id
+        owner = self.claim(sink_id, Lineage(query_id))
+        if owner.query_id != query_id:
+            for message in prepared:
+                if message.unit is not None:
+                    self.rollback_unit(message.unit)
+            raise SinkClaimedError(sink_id, owner, query_id)
 
     def _decide(self, sink_id: str, batch_id: int, prepared: list[PreparedUnit]) -> Decision:
         """Record this batch's units, or get back what an earlier attempt recorded. A unit

@@ -1,13 +1,14 @@
 """The exactly-once contract of a two-phase sink, as a pytest base class (no Spark needed).
 
 Subclass :class:`SinkContract` in a test module and give it two methods:
-``new_writer()`` (a fresh writer for this test's target, built the way Spark's
-driver builds it, e.g. ``MyDataSource(options).streamWriter(CONTRACT_SCHEMA, False)``)
-and ``visible()`` (per word, the sum of ``n`` your store shows readers now).
-pytest then runs every ``test_*`` method below against your store::
+``new_writer(sink_id=None)`` (a fresh writer for this test's target, built the way
+Spark's driver builds it, e.g. ``MyDataSource(options).streamWriter(CONTRACT_SCHEMA,
+False)``, with your sink's ``sinkId`` option set when ``sink_id`` is given) and
+``visible()`` (per word, the sum of ``n`` your store shows readers now). pytest then
+runs every ``test_*`` method below against your store::
 
     class TestMySink(SinkContract):
-        def new_writer(self) -> TwoPhaseCommitWriter: ...
+        def new_writer(self, sink_id: str | None = None) -> TwoPhaseCommitWriter: ...
         def visible(self) -> Mapping[str, int]: ...
 
 Each test drives the protocol's steps itself: tasks are the writer shipped by
@@ -17,7 +18,8 @@ point armed with :func:`connectors.faults.simulate`: it unwinds from the point
 like a crash, the writer is abandoned (``close()``), and a fresh writer replays
 the batch as a restarted query would, with new task attempts. The interleavings
 a cluster adds (two live attempts of one task, a zombie that wakes after its
-batch was decided, an abort racing a late decision) are replayed step by step.
+batch was decided, an abort racing a late decision) are replayed step by step, and so
+are the ways a sink id gets reused (a new checkpoint, two queries at once).
 After each test every row must be visible exactly once and nothing left in doubt.
 
 Rows are ``(word string, n long)``: configure your sink so a row adds ``n`` to
@@ -43,6 +45,7 @@ from connectors.protocol import (
     Outcome,
     PreparedUnit,
     ProtocolError,
+    SinkClaimedError,
     TwoPhaseCommitWriter,
     UnitId,
     UnitMissingError,
@@ -79,8 +82,9 @@ class SinkContract:
 
     # -- what a subclass provides ----------------------------------------------------
 
-    def new_writer(self) -> TwoPhaseCommitWriter:
-        """A fresh writer for this test's target; the same target on every call."""
+    def new_writer(self, sink_id: str | None = None) -> TwoPhaseCommitWriter:
+        """A fresh writer for this test's target; the same target on every call. With
+        ``sink_id``, the sink's explicit sink id option set to it."""
         raise NotImplementedError
 
     def visible(self) -> Mapping[str, int]:
@@ -103,18 +107,23 @@ class SinkContract:
         shipped: TwoPhaseCommitWriter = pickle.loads(pickle.dumps(writer))  # noqa: S301
         return shipped
 
-    def task(self, batch: int, partition: int) -> TaskIdentity:
-        """A new task attempt of ``batch``/``partition`` in the current run."""
-        return TaskIdentity(self.query_id, "contract", self._run, batch, partition,
+    def task(self, batch: int, partition: int, query_id: str | None = None) -> TaskIdentity:
+        """A new task attempt of ``batch``/``partition`` in the current run (of this test's
+        query, or of the query ``query_id``)."""
+        return TaskIdentity(query_id or self.query_id, "contract", self._run, batch, partition,
                             next(self._task_ids))  # fmt: skip
 
-    def prepare(self, writer: TwoPhaseCommitWriter, batch: int, partition: int) -> PreparedUnit:
+    def prepare(
+        self, writer: TwoPhaseCommitWriter, batch: int, partition: int, query_id: str | None = None
+    ) -> PreparedUnit:
         rows = iter(batch_rows(batch, partition))
-        return self.ship(writer).prepare_task(self.task(batch, partition), rows)
+        return self.ship(writer).prepare_task(self.task(batch, partition, query_id), rows)
 
-    def run_batch(self, writer: TwoPhaseCommitWriter, batch: int) -> list[PreparedUnit]:
+    def run_batch(
+        self, writer: TwoPhaseCommitWriter, batch: int, query_id: str | None = None
+    ) -> list[PreparedUnit]:
         """Every task of ``batch``, then the driver's commit: one micro-batch."""
-        messages = [self.prepare(writer, batch, p) for p in range(self.partitions)]
+        messages = [self.prepare(writer, batch, p, query_id) for p in range(self.partitions)]
         writer.commit(messages, batch)
         return messages
 
@@ -251,10 +260,40 @@ class SinkContract:
         with pytest.raises(ProtocolError, match="neither prepared nor recorded"):
             self.run_batch(fresh, 0)
 
+    def test_a_new_checkpoint_that_reuses_the_sink_id_fails_instead_of_skipping(self) -> None:
+        """Its batch numbers start again at 0: without the owner check its tasks would
+        skip every batch the old query decided, writing nothing and saying nothing."""
+        sink_id = f"reused-{uuid.uuid4().hex[:8]}"
+        writer = self.new_writer(sink_id)
+        for batch in range(2):
+            self.run_batch(writer, batch)
+        self.new_run()
+        fresh = self.new_writer(sink_id)
+        with pytest.raises(SinkClaimedError, match=f"{sink_id}.*{self.query_id}.*new-query"):
+            self.prepare(fresh, 0, 0, query_id="new-query")
+        assert fresh.owner(sink_id) == writer.owner(sink_id) != None  # noqa: E711
+        assert dict(self.visible()) == dict(self.expected(range(2)))
+        assert fresh.units_in_doubt(sink_id) == []
+
+    def test_of_two_queries_sharing_a_sink_id_one_commits_and_the_other_fails(self) -> None:
+        """Both prepared batch 0 before either claimed the sink id: the first commit owns
+        it; the second rolls back its own units and fails, writing nothing."""
+        sink_id = f"shared-{uuid.uuid4().hex[:8]}"
+        writer, other = self.new_writer(sink_id), self.new_writer(sink_id)
+        mine = [self.prepare(writer, 0, p) for p in range(self.partitions)]
+        theirs = [self.prepare(other, 0, p, query_id="other-query") for p in range(self.partitions)]
+        writer.commit(mine, 0)
+        with pytest.raises(SinkClaimedError, match="other-query"):
+            other.commit(theirs, 0)
+        other.abort(theirs, 0)  # Spark aborts the failed batch
+        self.run_batch(writer, 1)
+        assert dict(self.visible()) == dict(self.expected(range(2)))
+        assert writer.units_in_doubt(sink_id) == []
+
     def test_unit_names_fit_the_store(self) -> None:
         """The longest name the protocol makes: a 64-character sink id, huge ids."""
         writer = self.new_writer()
-        unit = UnitId("s" * 64, 2**62, 2**31 - 1, f"{2**62}-{'f' * 12}")
+        unit = UnitId("s" * 64, 2**62, 2**31 - 1, f"{2**62}-{'f' * 12}-{'e' * 12}")
         assert UnitId.parse(str(unit)) == unit
         count = self.ship(writer).prepare(unit, iter(batch_rows(0, 0)))
         assert count == 40

@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from connectors.protocol import (
     Decision,
+    Lineage,
     Outcome,
     TwoPhaseCommitWriter,
     UnitId,
@@ -34,6 +35,7 @@ class MemoryServer:
     staged: dict[UnitId, list[tuple[str, int]]] = field(default_factory=dict)
     decisions: dict[tuple[str, int], Decision] = field(default_factory=dict)
     committed: set[UnitId] = field(default_factory=set)
+    owners: dict[str, Lineage] = field(default_factory=dict)
     data: Counter[str] = field(default_factory=Counter)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -60,6 +62,13 @@ class MemorySink(TwoPhaseCommitWriter):
 
     def sink_id(self, query_id: str) -> str:
         return self.fixed_sink_id or derive_sink_id("mem", query_id, self.server_name)
+
+    def owner(self, sink_id: str) -> Lineage | None:
+        return self.server.owners.get(sink_id)
+
+    def claim(self, sink_id: str, lineage: Lineage) -> Lineage:
+        with self.server.lock:
+            return self.server.owners.setdefault(sink_id, lineage)
 
     def find_decision(self, sink_id: str, batch_id: int) -> Decision | None:
         return self.server.decisions.get((sink_id, batch_id))

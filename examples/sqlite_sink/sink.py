@@ -27,6 +27,7 @@ from pyspark.sql.types import IntegralType, StructType
 from connectors.errors import ConfigError
 from connectors.protocol import (
     Decision,
+    Lineage,
     Outcome,
     TwoPhaseCommitWriter,
     UnitId,
@@ -35,6 +36,7 @@ from connectors.protocol import (
 )
 
 _BOOKKEEPING = """
+CREATE TABLE IF NOT EXISTS eos_owners (sink_id TEXT PRIMARY KEY, query_id TEXT, origin TEXT);
 CREATE TABLE IF NOT EXISTS eos_units (unit TEXT PRIMARY KEY, sink_id TEXT, batch_id INTEGER);
 CREATE TABLE IF NOT EXISTS eos_stage (unit TEXT, key TEXT, value INTEGER);
 CREATE INDEX IF NOT EXISTS eos_stage_unit ON eos_stage (unit);
@@ -99,6 +101,20 @@ class SqliteWriter(TwoPhaseCommitWriter):
 
     def sink_id(self, query_id: str) -> str:
         return self.options.sink_id or derive_sink_id("sq", query_id, self.options.table)
+
+    def owner(self, sink_id: str) -> Lineage | None:
+        row = self.conn.execute(
+            "SELECT query_id, origin FROM eos_owners WHERE sink_id = ?", (sink_id,)
+        ).fetchone()
+        return None if row is None else Lineage(row[0], row[1])
+
+    def claim(self, sink_id: str, lineage: Lineage) -> Lineage:
+        with _immediate(self.conn) as conn:
+            conn.execute("INSERT OR IGNORE INTO eos_owners VALUES (?, ?, ?)",
+                         (sink_id, lineage.query_id, lineage.origin))  # fmt: skip
+            owner = self.owner(sink_id)
+        assert owner is not None
+        return owner
 
     def find_decision(self, sink_id: str, batch_id: int) -> Decision | None:
         row = self.conn.execute(

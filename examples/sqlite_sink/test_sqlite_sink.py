@@ -17,9 +17,11 @@ class TestSqliteSink(SinkContract):
     def _target(self, tmp_path: Path) -> None:
         self.path = str(tmp_path / "sink.db")
 
-    def new_writer(self) -> TwoPhaseCommitWriter:
+    def new_writer(self, sink_id: str | None = None) -> TwoPhaseCommitWriter:
         options = {"path": self.path, "table": "totals", "keyColumn": "word",
                    "valueColumn": "n", "mode": "add"}  # fmt: skip
+        if sink_id:
+            options["sinkId"] = sink_id
         writer = SqliteDataSource(options).streamWriter(CONTRACT_SCHEMA, False)
         assert isinstance(writer, TwoPhaseCommitWriter)
         return writer

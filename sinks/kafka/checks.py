@@ -13,7 +13,7 @@ TIMEOUT = 30.0
 
 def check_broker(options: KafkaSinkOptions) -> None:
     """The named topics exist and transaction.timeout.ms fits the broker's maximum."""
-    admin = AdminClient(_client(options))
+    admin = AdminClient(options.client_config())
     try:
         metadata = admin.list_topics(timeout=TIMEOUT)
     except KafkaException as exc:
@@ -47,10 +47,3 @@ def _check_timeout(admin: AdminClient, options: KafkaSinkOptions, broker_id: int
             f"broker's transaction.max.timeout.ms = {maximum}; lower it (it must still exceed "
             "the longest batch plus a restart)."
         )
-
-
-def _client(options: KafkaSinkOptions) -> dict[str, str | int | float | bool]:
-    security = {
-        k: v for k, v in options.kafka.items() if k.startswith(("security.", "sasl.", "ssl."))
-    }
-    return {**security, "bootstrap.servers": options.bootstrap_servers}

@@ -41,6 +41,14 @@ class KafkaSinkOptions:
         assert topic is not None  # parse_options guarantees one of them
         return topic
 
+    def client_config(self) -> dict[str, Any]:
+        """What every client of the sink needs to reach the cluster: the bootstrap servers
+        and the ``kafka.security.*``/``sasl.*``/``ssl.*`` settings (SASL, TLS)."""
+        security = {
+            k: v for k, v in self.kafka.items() if k.startswith(("security.", "sasl.", "ssl."))
+        }
+        return {**security, "bootstrap.servers": self.bootstrap_servers}
+
     def producer_config(self) -> dict[str, Any]:
         return {
             "linger.ms": 5,

@@ -6,7 +6,9 @@ transaction, a progress marker (the committed offset ``batch + 1`` of a
 sink-owned consumer group). A retry or a replay first fences every earlier
 producer of its (sink, task partition) with ``init_transactions()`` (which also
 ends their open transactions), then reads the marker: a batch already marked is
-not written again.
+not written again. The marker's metadata is the query id that wrote it: a marker
+of another query (a new checkpoint, or a second query, with the same ``sinkId``)
+fails the task instead of skipping its batches.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMess
 from connectors import faults, timing
 from connectors.context import TaskIdentity
 from connectors.errors import EosError
-from connectors.protocol import derive_sink_id
+from connectors.protocol import Lineage, SinkClaimedError, derive_sink_id
 from sinks.kafka.errors import Action, classify, error_of
 from sinks.kafka.options import KafkaSinkOptions, transactional_id
 from sinks.kafka.records import Row, rows
@@ -79,7 +81,10 @@ class KafkaTransactionalWriter(DataSourceStreamArrowWriter):
         producer = _fenced_producer(self.options, name)
         marker = _MarkerGroup(self.options, name)
         try:
-            if marker.batches_done() > task.batch_id:
+            done, owner = marker.read()
+            if owner and owner != task.query_id:
+                raise SinkClaimedError(sid, Lineage(owner), task.query_id)
+            if done > task.batch_id:
                 log.info("batch %d partition %d is marked: skipping", task.batch_id, task.partition)
                 return TaskReport(task.batch_id, task.partition, 0, skipped=True)
             faults.point("before-prepare", task.batch_id, role="worker", query=task.query_name)
@@ -100,13 +105,15 @@ class KafkaTransactionalWriter(DataSourceStreamArrowWriter):
 
 class _MarkerGroup:
     """The sink-owned consumer group whose committed offset on the marker topic's
-    partition 0 is "the next batch to write" for one task partition."""
+    partition 0 is "the next batch to write" for one task partition, with the query
+    id that wrote it as the offset's metadata."""
 
     def __init__(self, options: KafkaSinkOptions, group: str) -> None:
         self.topic = options.marker_topic
+        self.group = group
         self.consumer = Consumer(
             {
-                "bootstrap.servers": options.bootstrap_servers,
+                **options.client_config(),
                 "group.id": group,
                 "isolation.level": "read_committed",  # only committed markers count
                 "enable.auto.commit": False,
@@ -114,9 +121,19 @@ class _MarkerGroup:
             }
         )
 
-    def batches_done(self) -> int:
-        committed = self.consumer.committed([TopicPartition(self.topic, 0)], timeout=CALL_TIMEOUT)
-        return max(int(committed[0].offset or 0), 0)
+    def read(self) -> tuple[int, str]:
+        """(batches done, the query id that marked them): (0, "") before any marker. A broker
+        error is raised with its code, never read as "nothing done"."""
+        position = TopicPartition(self.topic, 0)
+        marked = _call(lambda: self.consumer.committed([position], timeout=CALL_TIMEOUT),
+                       f"reading marker {self.group}")[0]  # fmt: skip
+        if marked.error is not None:
+            raise KafkaSinkError(
+                f"Reading the progress marker of {self.group} on {self.topic} failed "
+                f"({marked.error.name()}): {marked.error.str()}. Nothing was written; the "
+                "task fails so Spark retries it."
+            )
+        return max(int(marked.offset), 0), marked.metadata or ""
 
     def offset(self, next_batch: int, query_id: str) -> TopicPartition:
         return TopicPartition(self.topic, 0, next_batch, metadata=query_id)

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import logging
+import warnings
+
 from psycopg import sql
 from pyspark.sql.datasource import DataSource, DataSourceStreamWriter
 from pyspark.sql.types import StructType
 
 from connectors.errors import ConfigError
+from connectors.sinks_admin import ORPHAN_AGE_SECONDS, SinkRecord, orphan_warning, orphans
 from sinks.postgres import schema as pg_schema
 from sinks.postgres.options import PostgresSinkOptions, parse_options
 from sinks.postgres.writer import Connection, PostgresPlainWriter, PostgresTwoPhaseWriter, connect
+
+log = logging.getLogger(__name__)
 
 MIN_PREPARED_TRANSACTIONS = 1
 
@@ -43,10 +49,31 @@ class PostgresDataSource(DataSource):
             check_server(conn, options)
             ensure_bookkeeping(conn, options.bookkeeping_schema)
             ensure_table(conn, options, schema)
+        if options.exactly_once:
+            warn_about_orphans(options)
         columns = tuple(schema.fieldNames())
         if options.exactly_once:
             return PostgresTwoPhaseWriter(options, columns)
         return PostgresPlainWriter(options, columns)
+
+
+def warn_about_orphans(
+    options: PostgresSinkOptions, older_than: float = ORPHAN_AGE_SECONDS
+) -> list[SinkRecord]:
+    """Driver, at query start: prepared transactions of sink ids on this table (or of
+    unknown target) that nobody settled for ``older_than`` seconds, logged as a warning."""
+    from sinks.postgres.admin import PostgresSinkAdmin
+
+    admin = PostgresSinkAdmin(options.dsn, options.bookkeeping_schema)
+    try:
+        found = orphans(admin.records(), options.table_name, older_than)
+    finally:
+        admin.close()
+    if found:
+        message = orphan_warning(found, "PostgreSQL")
+        log.warning(message)
+        warnings.warn(message, stacklevel=2)
+    return found
 
 
 def check_server(conn: Connection, options: PostgresSinkOptions) -> None:
@@ -63,7 +90,8 @@ def check_server(conn: Connection, options: PostgresSinkOptions) -> None:
 
 
 def ensure_bookkeeping(conn: Connection, bookkeeping_schema: str) -> None:
-    """The decisions table, and the table each prepared transaction records its unit in.
+    """The decisions table, the table each prepared transaction records its unit in, and
+    the owner (query) and target of each sink id.
 
     No other DDL here: a statement that locks these tables would wait on every
     prepared transaction still holding its insert into ``committed_units``."""
@@ -84,6 +112,13 @@ def ensure_bookkeeping(conn: Connection, bookkeeping_schema: str) -> None:
             " committed_at timestamptz NOT NULL DEFAULT now(),"
             " PRIMARY KEY (sink_id, batch_id, unit))"
         ).format(sql.Identifier(bookkeeping_schema, "committed_units"))
+    )
+    conn.execute(
+        sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {} ("
+            " sink_id text PRIMARY KEY, query_id text NOT NULL, origin text NOT NULL DEFAULT '',"
+            " target text NOT NULL, claimed_at timestamptz NOT NULL DEFAULT now())"
+        ).format(sql.Identifier(bookkeeping_schema, "sinks"))
     )
 
 

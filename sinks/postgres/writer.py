@@ -16,6 +16,7 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMess
 from connectors.errors import ServiceUnavailableError
 from connectors.protocol import (
     Decision,
+    Lineage,
     Outcome,
     TwoPhaseCommitWriter,
     UnitId,
@@ -77,9 +78,10 @@ class PostgresTwoPhaseWriter(TwoPhaseCommitWriter):
     (each task's rows atomically; all of them once the commit or, after a crash,
     the recovery completes), and exactly once through any crash and replay.
 
-    Bookkeeping in ``<bookkeepingSchema>``: ``decisions`` (one row per decided batch)
-    and ``committed_units`` (a row each prepared transaction inserts, so it becomes
-    visible exactly when the transaction is committed). A per-(sink, batch) advisory
+    Bookkeeping in ``<bookkeepingSchema>``: ``sinks`` (each sink id's owner query and
+    target table), ``decisions`` (one row per decided batch) and ``committed_units``
+    (a row each prepared transaction inserts, so it becomes visible exactly when the
+    transaction is committed). A per-(sink, batch) advisory
     lock makes the decision exclusive with any rollback of that batch's units.
     """
 
@@ -104,6 +106,27 @@ class PostgresTwoPhaseWriter(TwoPhaseCommitWriter):
 
     def sink_id(self, query_id: str) -> str:
         return self.options.sink_id or derive_sink_id("pg", query_id, self.options.table_name)
+
+    def owner(self, sink_id: str) -> Lineage | None:
+        row = self.conn.execute(
+            sql.SQL("SELECT query_id, origin FROM {} WHERE sink_id = %s").format(
+                self._table("sinks")
+            ),
+            (sink_id,),
+        ).fetchone()
+        return None if row is None else Lineage(str(row[0]), str(row[1]))
+
+    def claim(self, sink_id: str, lineage: Lineage) -> Lineage:
+        self.conn.execute(
+            sql.SQL(
+                "INSERT INTO {} (sink_id, query_id, origin, target) VALUES (%s, %s, %s, %s) "
+                "ON CONFLICT (sink_id) DO NOTHING"
+            ).format(self._table("sinks")),
+            (sink_id, lineage.query_id, lineage.origin, self.options.table_name),
+        )
+        owner = self.owner(sink_id)
+        assert owner is not None  # sink rows are deleted only by `eos sinks reset`
+        return owner
 
     def find_decision(self, sink_id: str, batch_id: int) -> Decision | None:
         row = self.conn.execute(

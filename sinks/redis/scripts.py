@@ -145,3 +145,13 @@ for i = 2, #ARGV do
 end
 return 1
 """
+
+#: KEYS: the sink's owner hash. ARGV: query id, origin, target, write settings (JSON).
+#: Records the owner unless one is recorded; returns {query id, origin} of the owner.
+CLAIM = """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('HSET', KEYS[1], 'query', ARGV[1], 'origin', ARGV[2], 'target', ARGV[3],
+             'writes', ARGV[4])
+end
+return redis.call('HMGET', KEYS[1], 'query', 'origin')
+"""

@@ -13,6 +13,7 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMess
 from connectors.errors import ServiceUnavailableError
 from connectors.protocol import (
     Decision,
+    Lineage,
     Outcome,
     TwoPhaseCommitWriter,
     UnitId,
@@ -62,6 +63,11 @@ class _Keys:
     @property
     def units(self) -> str:
         return f"{self.base}:units"
+
+    @property
+    def owner(self) -> str:
+        """Hash: the query that owns the sink id (query, origin) and its target."""
+        return f"{self.base}:owner"
 
     @property
     def decisions(self) -> str:
@@ -120,6 +126,20 @@ class RedisStagedWriter(TwoPhaseCommitWriter):
     def applied_watermark(self, sink_id: str, query_id: str) -> int:
         value = self.client.get(self.keys(sink_id).watermark(query_id))
         return int(value) if value is not None else -1
+
+    def owner(self, sink_id: str) -> Lineage | None:
+        query, origin = self.client.hmget(self.keys(sink_id).owner, ["query", "origin"])
+        return None if query is None else Lineage(_text(query), _text(origin or b""))
+
+    def claim(self, sink_id: str, lineage: Lineage) -> Lineage:
+        script = self.client.register_script(scripts.CLAIM)
+        target = self.options.key_prefix + "*"
+        writes = values.dump_writes(self.spec, self.options.ttl_seconds)
+        query, origin = script(
+            keys=[self.keys(sink_id).owner],
+            args=[lineage.query_id, lineage.origin, target, writes],
+        )
+        return Lineage(_text(query), _text(origin or b""))
 
     def find_decision(self, sink_id: str, batch_id: int) -> Decision | None:
         raw = self.client.hget(self.keys(sink_id).decisions, str(batch_id))

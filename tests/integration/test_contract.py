@@ -28,8 +28,10 @@ class TestPostgresAppend(SinkContract):
         self.dsn = endpoints.postgres_dsn
         self.table = f"contract_{unique}"
 
-    def new_writer(self) -> TwoPhaseCommitWriter:
+    def new_writer(self, sink_id: str | None = None) -> TwoPhaseCommitWriter:
         options = {"dsn": self.dsn, "table": self.table, "createTable": "true"}
+        if sink_id:
+            options["sinkId"] = sink_id
         writer = PostgresDataSource(options).streamWriter(CONTRACT_SCHEMA, False)
         assert isinstance(writer, TwoPhaseCommitWriter)
         return writer
@@ -50,9 +52,11 @@ class TestRedisIncrement(SinkContract):
         self.url = endpoints.redis_url
         self.prefix = f"contract:{unique}:"
 
-    def new_writer(self) -> TwoPhaseCommitWriter:
+    def new_writer(self, sink_id: str | None = None) -> TwoPhaseCommitWriter:
         options = {"url": self.url, "keyColumn": "word", "valueColumns": "n",
                    "mode": "increment", "keyPrefix": self.prefix}  # fmt: skip
+        if sink_id:
+            options["sinkId"] = sink_id
         writer = RedisDataSource(options).streamWriter(CONTRACT_SCHEMA, False)
         assert isinstance(writer, TwoPhaseCommitWriter)
         return writer

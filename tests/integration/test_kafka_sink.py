@@ -24,6 +24,7 @@ from connectors.context import TaskIdentity
 from connectors.endpoints import Endpoints
 from connectors.harness.checks import open_transactions
 from connectors.harness.data import produce_words
+from connectors.protocol import SinkClaimedError
 from connectors.topics import create_topic, read_to_end
 from sinks.kafka.options import parse_options as sink_options
 from sinks.kafka.writer import KafkaTransactionalWriter, _fenced_producer, _MarkerGroup
@@ -34,8 +35,10 @@ pytestmark = pytest.mark.services
 _TASK_IDS = itertools.count(1)
 
 
-def _task(batch: int, run: str = "run-1", partition: int = 0) -> TaskIdentity:
-    return TaskIdentity("kafka-query", "kafka", run, batch, partition, next(_TASK_IDS))
+def _task(
+    batch: int, run: str = "run-1", partition: int = 0, query: str = "kafka-query"
+) -> TaskIdentity:
+    return TaskIdentity(query, "kafka", run, batch, partition, next(_TASK_IDS))
 
 
 def _rows(batch: int) -> list[pa.RecordBatch]:
@@ -95,11 +98,11 @@ def test_a_zombie_attempt_cannot_commit(
     # The retry fences the zombie, finds batch 7 unmarked, and commits its own records.
     marker = _MarkerGroup(options, name)
     retry = _fenced_producer(options, name)
-    assert marker.batches_done() == 0
+    assert marker.read() == (0, "")
     from sinks.kafka.writer import _transaction
 
     _transaction(retry, marker, task, iter([[(out, b"retry", b"k", None, None)]]), name)
-    assert marker.batches_done() == 8
+    assert marker.read() == (8, "kafka-query"), "the marker names the query that wrote it"
     marker.close()
     with pytest.raises(KafkaException, match=r"(?i)fenced|epoch"):
         zombie.commit_transaction(30)
@@ -107,7 +110,7 @@ def test_a_zombie_attempt_cannot_commit(
     assert _values(endpoints, writer, "read_uncommitted") == [b"retry", b"zombie"]
     # A third attempt of the same batch sees the marker and writes nothing.
     third = _MarkerGroup(options, name)
-    assert third.batches_done() > task.batch_id
+    assert third.read()[0] > task.batch_id
     third.close()
 
 
@@ -130,6 +133,39 @@ def test_a_zombie_that_passed_its_marker_check_is_fenced_by_the_retry(
         writer.write_task(zombie_task, (zombie_rows() for _ in range(1)))
     assert woke == ["zombie"]
     assert _values(endpoints, writer, "read_committed") == _expected(range(3, 4))
+
+
+def test_a_new_checkpoint_that_reuses_the_sink_id_fails_instead_of_skipping(
+    endpoints: Endpoints, writer: KafkaTransactionalWriter
+) -> None:
+    """The new query's batch 0 is below the old marker: without the marker's query id it
+    would be skipped silently, and every batch after it up to the old query's last."""
+    for batch in range(3):
+        writer.write_task(_task(batch), iter(_rows(batch)))
+    with pytest.raises(SinkClaimedError, match=r"belongs to query kafka-query.*new-query"):
+        writer.write_task(_task(0, run="new", query="new-query"), iter(_rows(9)))
+    assert _values(endpoints, writer, "read_committed") == _expected(range(3))
+
+
+def test_of_two_queries_sharing_a_sink_id_only_one_writes(
+    endpoints: Endpoints, writer: KafkaTransactionalWriter
+) -> None:
+    """The second query's task fences the first's open transaction; whichever commits
+    first marks the partition with its query id and the other fails from then on."""
+    first, second = _task(0, query="query-a"), _task(0, run="b", query="query-b")
+    outcome: list[str] = []
+
+    def first_rows() -> pa.RecordBatch:
+        writer.write_task(second, iter(_rows(1)))  # query B runs its whole task meanwhile
+        outcome.append("b committed")
+        return _rows(0)[0]
+
+    with pytest.raises(Exception, match=r"(?i)fenced|epoch"):
+        writer.write_task(first, (first_rows() for _ in range(1)))
+    with pytest.raises(SinkClaimedError, match="query-b"):
+        writer.write_task(_task(0, run="a2", query="query-a"), iter(_rows(0)))
+    assert outcome == ["b committed"]
+    assert _values(endpoints, writer, "read_committed") == _expected(range(1, 2))
 
 
 def _write(spark: SparkSession, endpoints: Endpoints, source: str, tmp_path: Path,

@@ -169,3 +169,23 @@ def test_server_without_prepared_transactions_is_refused_at_start(
             table="t",
             createTable="true",
         )
+
+
+def test_a_new_checkpoint_with_the_same_sink_id_fails_at_its_first_batch(
+    spark: SparkSession, endpoints: Endpoints, topic: str, unique: str, tmp_path: Path
+) -> None:
+    """The user deleted the checkpoint (or started a second query) but kept sinkId: the
+    new query's batch 0 must not be skipped as "decided" nor settle the old query's units."""
+    table, sink_id = f"pgerr_reuse_{unique}", f"reuse-{unique}"
+    options = {"dsn": endpoints.postgres_dsn, "table": table, "createTable": "true",
+               "sinkId": sink_id}  # fmt: skip
+    _run(_words(spark, endpoints, topic), tmp_path / "first", **options)
+    with psycopg.connect(endpoints.postgres_dsn) as conn:
+        before = conn.execute(sql.SQL("SELECT sum(count) FROM {}").format(sql.Identifier(table)))
+        assert before.fetchone() == (300,)
+    produce_words(endpoints.kafka_bootstrap, topic, 100, seed=7)
+    with pytest.raises(Exception, match=rf"Sink '{sink_id}' belongs to query .*sinkId"):
+        _run(_words(spark, endpoints, topic), tmp_path / "second", **options)
+    with psycopg.connect(endpoints.postgres_dsn) as conn:
+        after = conn.execute(sql.SQL("SELECT sum(count) FROM {}").format(sql.Identifier(table)))
+        assert after.fetchone() == (300,), "the second query wrote into the first one's sink"

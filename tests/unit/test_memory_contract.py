@@ -13,8 +13,8 @@ class TestMemorySink(SinkContract):
     def setup_method(self) -> None:
         self.server = f"contract-{uuid.uuid4().hex}"
 
-    def new_writer(self) -> TwoPhaseCommitWriter:
-        return MemorySink(self.server)
+    def new_writer(self, sink_id: str | None = None) -> TwoPhaseCommitWriter:
+        return MemorySink(self.server, sink_id)
 
     def visible(self) -> Mapping[str, int]:
         return memory_server(self.server).data

@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from connectors.context import TaskIdentity
+from connectors.context import TaskIdentity, query_tag
 from connectors.protocol import (
     Decision,
     Outcome,
@@ -40,10 +40,13 @@ def _rows() -> list[object]:
 def test_unit_names_are_unique_per_attempt_and_round_trip() -> None:
     task = _task(12, 3, task_id=881)
     unit = UnitId("pg-abc", 12, 3, task.attempt)
-    assert str(unit) == "eos|pg-abc|12|3|881-4f1c0e2a9b7d"
+    assert str(unit) == f"eos|pg-abc|12|3|881-4f1c0e2a9b7d-{query_tag('q')}"
+    assert unit.made_by("q") and not unit.made_by("another query")
     assert UnitId.parse(str(unit)) == unit
     assert UnitId.parse("someone-elses-gid") is None
     assert UnitId.parse("eos|s|1|2|not an attempt") is None
+    untagged = UnitId.parse("eos|pg-abc|12|3|1-4f1c0e2a9b7d")
+    assert untagged is not None and untagged.made_by("any"), "untagged: anyone's"
     assert UnitId.parse("eos|pg-abc|12|3|1") == UnitId("pg-abc", 12, 3, "1"), (
         "units named by an older version must still be recognised, so recovery settles them"
     )
