@@ -65,6 +65,12 @@ def _compare_command(args: argparse.Namespace) -> int:
     return run_compare(args)
 
 
+def _sinks_command(args: argparse.Namespace) -> int:
+    from connectors.sinks_command import run
+
+    return run(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="eos", description="Exactly-once connectors for PySpark")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -101,6 +107,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_verify_arguments(verify)
     verify.set_defaults(func=_verify_command)
+
+    from connectors import sinks_command
+
+    sinks = commands.add_parser(
+        "sinks", help="sink ids in PostgreSQL, Redis and Kafka: list, show, settle, reset"
+    )
+    sinks_command.add_arguments(sinks)
+    sinks.set_defaults(func=_sinks_command)
 
     from connectors.compare.command import add_arguments
 

@@ -36,6 +36,11 @@ class RedisSinkOptions:
     bookkeeping_prefix: str
     exactly_once: bool
 
+    @property
+    def bookkeeping_keys(self) -> str:
+        """How every bookkeeping key of the sink starts: ``<bookkeepingPrefix>:{``."""
+        return f"{self.bookkeeping_prefix}:{{"
+
     def __repr__(self) -> str:  # the URL's password never reaches a log line
         return (
             f"RedisSinkOptions(url={redact_url(self.url)!r}, key_column={self.key_column!r}, "

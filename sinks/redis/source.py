@@ -10,6 +10,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamWriter
 from pyspark.sql.types import StructType
 
 from connectors.errors import ConfigError
+from connectors.sinks_admin import ORPHAN_AGE_SECONDS, SinkRecord, orphan_warning, orphans
 from sinks.redis import values
 from sinks.redis.options import RedisSinkOptions, parse_options
 from sinks.redis.writer import RedisDirectWriter, RedisStagedWriter, connect
@@ -42,16 +43,42 @@ class RedisDataSource(DataSource):
             )
         client = connect(options)
         try:
-            check_server(client)
+            check_server(client, options.exactly_once)
         finally:
             client.close()
+        if options.exactly_once:
+            warn_about_orphans(options)
         if options.exactly_once:
             return RedisStagedWriter(options, spec)
         return RedisDirectWriter(options, spec)
 
 
-def check_server(client: redis.Redis) -> None:
-    """Refuse Redis Cluster; warn when the server would lose acknowledged writes on restart."""
+def warn_about_orphans(
+    options: RedisSinkOptions, older_than: float = ORPHAN_AGE_SECONDS
+) -> list[SinkRecord]:
+    """Driver, at query start: staged units of sink ids on this key prefix (or of unknown
+    target) idle for ``older_than`` seconds, logged as a warning."""
+    from sinks.redis.admin import RedisSinkAdmin
+
+    admin = RedisSinkAdmin(options.url, options.bookkeeping_prefix)
+    try:
+        found = orphans(admin.records(), options.key_prefix + "*", older_than)
+    finally:
+        admin.close()
+    if found:
+        message = orphan_warning(found, "Redis")
+        log.warning(message)
+        warnings.warn(message, stacklevel=2)
+    return found
+
+
+#: Eviction policies that never evict a key without a TTL (the sink's bookkeeping has none).
+SAFE_EVICTION = ("noeviction", "volatile-")
+
+
+def check_server(client: redis.Redis, exactly_once: bool = True) -> None:
+    """Refuse Redis Cluster, and for exactly-once an eviction policy that can evict the
+    sink's bookkeeping; warn when the server would lose acknowledged writes on restart."""
     info = client.info("cluster")
     if int(info.get("cluster_enabled", 0)):
         raise ConfigError(
@@ -60,10 +87,24 @@ def check_server(client: redis.Redis) -> None:
             "replicas."
         )
     try:
-        appendonly = client.config_get("appendonly").get("appendonly")
+        config = client.config_get("appendonly")
+        config.update(client.config_get("maxmemory-policy"))
     except redis.ResponseError:  # CONFIG is often disabled on managed services
-        log.info("could not read Redis's appendonly setting (CONFIG is disabled)")
+        log.warning(
+            "could not read Redis's appendonly and maxmemory-policy settings (CONFIG is "
+            "disabled): make sure maxmemory-policy is noeviction or volatile-*, or an evicted "
+            "stage or decision loses or duplicates a batch"
+        )
         return
+    policy = str(config.get("maxmemory-policy", "noeviction"))
+    if exactly_once and not policy.startswith(SAFE_EVICTION):
+        raise ConfigError(
+            f"Redis runs with maxmemory-policy {policy}: under memory pressure it can evict the "
+            "sink's staged units (a batch lost) or decisions (a batch written twice). Set "
+            "maxmemory-policy noeviction (or a volatile-* policy, which evicts only keys with "
+            "a TTL: the sink's bookkeeping has none), or use deliveryGuarantee=at-least-once."
+        )
+    appendonly = config.get("appendonly")
     if appendonly == "no":
         message = (
             "Redis runs with appendonly no: a server restart loses the writes since its last "

@@ -9,6 +9,7 @@ per task however many rows name it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
@@ -46,10 +47,26 @@ class Layout:
     fields: tuple[str, ...]  # hash fields; () for a string target
     mode: Literal["upsert", "increment"]
     number: Literal["int", "float"] | None  # increment mode's arithmetic
+    reserved: str | None = None  # the bookkeeping keys' prefix, when a data key can start so
 
     @property
     def stride(self) -> int:
         return 1 + max(1, len(self.fields))
+
+
+def dump_writes(spec: Layout, ttl: int | None) -> str:
+    """How a sink applies its stages (mode, arithmetic, hash fields, TTL), as JSON: kept
+    with the sink id's owner so ``eos sinks settle`` can apply them without the query."""
+    return json.dumps({"mode": spec.mode, "number": spec.number, "fields": list(spec.fields),
+                       "ttl": ttl})  # fmt: skip
+
+
+def load_writes(text: str) -> tuple[Layout, int | None]:
+    """The :class:`Layout` (only what applying a stage needs) and TTL from dump_writes."""
+    saved = json.loads(text)
+    fields = tuple(saved["fields"])
+    spec = Layout("-", "", fields or ("-",), fields, saved["mode"], saved["number"])
+    return spec, saved["ttl"]
 
 
 def layout(options: RedisSinkOptions, schema: StructType) -> Layout:
@@ -70,9 +87,16 @@ def layout(options: RedisSinkOptions, schema: StructType) -> Layout:
     else:
         fields = options.value_columns if len(value_types) > 1 else ()
     number = _number_kind(value_types) if options.mode == "increment" else None
-    return Layout(
-        options.key_column, options.key_prefix, tuple(value_types), fields, options.mode, number
-    )
+    reserved = options.bookkeeping_keys
+    if options.key_prefix.startswith(reserved):
+        raise ConfigError(
+            f"Option 'keyPrefix' {options.key_prefix!r} starts like the sink's bookkeeping keys "
+            f"({reserved}...): data would overwrite the sink's decisions and watermarks. Choose "
+            "another keyPrefix, or another bookkeepingPrefix."
+        )
+    can_collide = reserved.startswith(options.key_prefix)
+    return Layout(options.key_column, options.key_prefix, tuple(value_types), fields,
+                  options.mode, number, reserved if can_collide else None)  # fmt: skip
 
 
 def _column(types: dict[str, DataType], name: str, option: str) -> DataType:
@@ -117,10 +141,26 @@ def _keys(spec: Layout, column: pa.ChunkedArray) -> pa.ChunkedArray:
             "input: filter or fill null keys before the sink. Nothing of this task was written."
         )
     text = column if _is_bytes(column.type) else pc.cast(column, pa.string())
-    if not spec.key_prefix:
-        return text
-    prefix = pa.scalar(spec.key_prefix, type=text.type)
-    return pc.binary_join_element_wise(prefix, text, pa.scalar("", type=text.type))
+    if spec.key_prefix:
+        prefix = pa.scalar(spec.key_prefix, type=text.type)
+        text = pc.binary_join_element_wise(prefix, text, pa.scalar("", type=text.type))
+    if spec.reserved is not None:
+        _check_not_reserved(spec, text)
+    return text
+
+
+def _check_not_reserved(spec: Layout, keys: pa.ChunkedArray) -> None:
+    """A data key inside the bookkeeping keyspace would move a watermark or replace a
+    decision: refused, naming the record, before anything of the task is written."""
+    clashes = pc.starts_with(keys, spec.reserved)
+    if pc.any(clashes).as_py():
+        at = pc.index(clashes, True).as_py()
+        raise BadRecordError(
+            f"Key {keys[at].as_py()!r} (column '{spec.key_column}', row {at} of this task's "
+            f"input) starts like the sink's bookkeeping keys ({spec.reserved}...). Set option "
+            "'keyPrefix' (e.g. 'data:') or 'bookkeepingPrefix' so they cannot meet, or filter "
+            "the record. Nothing of this task was written."
+        )
 
 
 def _values(column: pa.ChunkedArray, name: str, keys: pa.ChunkedArray) -> pa.ChunkedArray:

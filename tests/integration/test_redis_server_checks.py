@@ -73,3 +73,17 @@ def test_the_stack_server_passes_quietly(
     assert isinstance(endpoints, Endpoints)
     check_server(redis.Redis.from_url(endpoints.redis_url))
     assert not [w for w in recwarn if "appendonly" in str(w.message)]
+
+
+@pytest.fixture
+def evicting(tmp_path: Path) -> Iterator[redis.Redis]:
+    yield from _server(tmp_path, "--appendonly", "yes", "--maxmemory-policy", "allkeys-lru")
+
+
+def test_an_eviction_policy_that_can_evict_bookkeeping_is_refused(evicting: redis.Redis) -> None:
+    """allkeys-* may evict a stage (a lost batch) or a decision (a batch written twice)."""
+    with pytest.raises(ConfigError, match=r"maxmemory-policy allkeys-lru.*noeviction"):
+        check_server(evicting)
+    check_server(evicting, exactly_once=False)  # at-least-once keeps no bookkeeping
+    evicting.config_set("maxmemory-policy", "volatile-lru")  # evicts only keys with a TTL
+    check_server(evicting)

@@ -100,3 +100,20 @@ def test_null_keys_and_values_are_refused_by_name() -> None:
 
 def test_an_empty_task_has_no_entries() -> None:
     assert entries(_layout(valueColumns="n"), iter([])) == ([], 0)
+
+
+def test_data_keys_never_enter_the_bookkeeping_keyspace() -> None:
+    """A data key like ``eos:{sink}:watermark:q`` would move the watermark (a loss); one
+    like ``eos:{sink}:decisions`` would stop the query."""
+    with pytest.raises(ConfigError, match=r"'keyPrefix' 'eos:\{x\}:' starts like"):
+        _layout(valueColumns="n", keyPrefix="eos:{x}:")
+    assert _layout(valueColumns="n", keyPrefix="data:").reserved is None, "no check needed"
+    spec = _layout(valueColumns="n", keyPrefix="eo")
+    assert spec.reserved == "eos:{"
+    keys: list[object] = ["a", "s:{sink}:decisions", "b"]
+    with pytest.raises(BadRecordError, match=r"Key 'eos:\{sink\}:decisions' .*row 1"):
+        entries(spec, iter([_batch(word=keys, n=[1, 2, 3])]))
+    fine = entries(_layout(valueColumns="n"), iter([_batch(word=["eos:x", "eos{"], n=[1, 2])]))
+    assert fine[1] == 2
+    other = _layout(valueColumns="n", bookkeepingPrefix="bk")
+    assert entries(other, iter([_batch(word=["eos:{s}:units"], n=[1])]))[1] == 1

@@ -1,0 +1,92 @@
+"""``eos sinks`` over PostgreSQL: sink ids from ``<bookkeepingSchema>``'s tables and the
+server's prepared transactions (driver-side tooling)."""
+
+from __future__ import annotations
+
+from psycopg import sql
+
+from connectors.protocol import Lineage, TwoPhaseCommitWriter, UnitId
+from connectors.sinks_admin import SinkAdmin, SinkRecord, UnitInDoubt
+from sinks.postgres.options import PostgresSinkOptions
+from sinks.postgres.writer import Connection, PostgresTwoPhaseWriter, connect
+
+
+class PostgresSinkAdmin(SinkAdmin):
+    store = "postgres"
+
+    def __init__(self, dsn: str, bookkeeping_schema: str = "eos") -> None:
+        self.options = PostgresSinkOptions(dsn, ("-",), "append", (), False,
+                                           bookkeeping_schema, None, True)  # fmt: skip
+        self._conn: Connection | None = None
+
+    @property
+    def conn(self) -> Connection:
+        if self._conn is None:
+            self._conn = connect(self.options)
+        return self._conn
+
+    def _table(self, name: str) -> sql.Composable:
+        return sql.Identifier(self.options.bookkeeping_schema, name)
+
+    def _exists(self) -> bool:
+        row = self.conn.execute(
+            "SELECT to_regclass(%s)", (self._table("sinks").as_string(self.conn),)
+        ).fetchone()
+        return row is not None and row[0] is not None
+
+    def records(self) -> list[SinkRecord]:
+        owners: dict[str, tuple[Lineage, str]] = {}
+        decided: dict[str, int] = {}
+        if self._exists():
+            for sink_id, query_id, origin, target in self.conn.execute(
+                sql.SQL("SELECT sink_id, query_id, origin, target FROM {}").format(
+                    self._table("sinks")
+                )
+            ):
+                owners[sink_id] = (Lineage(query_id, origin), target)
+            decided = dict(self.conn.execute(
+                sql.SQL("SELECT sink_id, max(batch_id) FROM {} GROUP BY sink_id").format(
+                    self._table("decisions")
+                )
+            ).fetchall())  # fmt: skip
+        doubt: dict[str, list[UnitInDoubt]] = {}
+        for gid, age in self.conn.execute(
+            "SELECT gid, extract(epoch FROM now() - prepared)::float8 FROM pg_prepared_xacts "
+            "WHERE database = current_database() AND starts_with(gid, 'eos|')"
+        ):
+            unit = UnitId.parse(gid)
+            if unit is not None:
+                doubt.setdefault(unit.sink_id, []).append(UnitInDoubt(unit, float(age)))
+        return [
+            SinkRecord(
+                self.store,
+                sink_id,
+                owners[sink_id][0] if sink_id in owners else None,
+                owners[sink_id][1] if sink_id in owners else "",
+                decided.get(sink_id),
+                tuple(sorted(doubt.get(sink_id, []), key=lambda u: u.unit)),
+            )
+            for sink_id in sorted({*owners, *decided, *doubt})
+        ]
+
+    def writer(self, record: SinkRecord) -> TwoPhaseCommitWriter:
+        table = tuple(record.target.split(".", 1)) if record.target else ("-",)
+        options = PostgresSinkOptions(self.options.dsn, table, "append", (), False,
+                                      self.options.bookkeeping_schema, record.sink_id,
+                                      True)  # fmt: skip
+        return PostgresTwoPhaseWriter(options, ())
+
+    def forget(self, sink_id: str) -> None:
+        if not self._exists():
+            return
+        with self.conn.transaction():
+            for table in ("sinks", "decisions", "committed_units"):
+                self.conn.execute(
+                    sql.SQL("DELETE FROM {} WHERE sink_id = %s").format(self._table(table)),
+                    (sink_id,),
+                )
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None

@@ -1,0 +1,82 @@
+"""``eos sinks`` over Redis: sink ids from the bookkeeping keys under ``<bookkeepingPrefix>``
+(driver-side tooling)."""
+
+from __future__ import annotations
+
+import redis
+
+from connectors.protocol import Lineage, TwoPhaseCommitWriter, UnitId
+from connectors.sinks_admin import SinkAdmin, SinkAdminError, SinkRecord, UnitInDoubt
+from sinks.redis import values
+from sinks.redis.options import RedisSinkOptions
+from sinks.redis.writer import RedisStagedWriter, _Keys, _text, connect
+
+
+class RedisSinkAdmin(SinkAdmin):
+    store = "redis"
+
+    def __init__(self, url: str, bookkeeping_prefix: str = "eos") -> None:
+        self.options = RedisSinkOptions(url, "-", ("-",), "", "upsert", None, None,
+                                        bookkeeping_prefix, True)  # fmt: skip
+        self._client: redis.Redis | None = None
+
+    @property
+    def client(self) -> redis.Redis:
+        if self._client is None:
+            self._client = connect(self.options)
+        return self._client
+
+    def _sink_ids(self) -> set[str]:
+        start = self.options.bookkeeping_keys
+        found = set()
+        for suffix in ("owner", "decisions", "units"):
+            for key in self.client.scan_iter(match=f"{start}*}}:{suffix}", count=1000):
+                found.add(_text(key)[len(start) : -len(suffix) - 2])
+        return found
+
+    def records(self) -> list[SinkRecord]:
+        return [self._record(sink_id) for sink_id in sorted(self._sink_ids())]
+
+    def _record(self, sink_id: str) -> SinkRecord:
+        keys = _Keys(self.options.bookkeeping_prefix, sink_id)
+        query, origin, target = self.client.hmget(keys.owner, ["query", "origin", "target"])
+        owner = None if query is None else Lineage(_text(query), _text(origin or b""))
+        batches = [int(b) for b in self.client.hkeys(keys.decisions)]
+        doubt = []
+        for name in self.client.smembers(keys.units):
+            unit = UnitId.parse(_text(name))
+            if unit is not None:
+                idle = self.client.object("idletime", keys.stage(unit))
+                doubt.append(UnitInDoubt(unit, None if idle is None else float(idle)))
+        in_doubt = tuple(sorted(doubt, key=lambda u: u.unit))
+        last = max(batches, default=None)
+        return SinkRecord(self.store, sink_id, owner, _text(target or b""), last, in_doubt)
+
+    def writer(self, record: SinkRecord) -> TwoPhaseCommitWriter:
+        keys = _Keys(self.options.bookkeeping_prefix, record.sink_id)
+        writes = self.client.hget(keys.owner, "writes")
+        if writes is None and record.last_decided is not None:
+            raise SinkAdminError(
+                f"Sink {record.sink_id!r} has decisions but no record of how it writes (an "
+                "older version of the sink made it): restart its query once to settle it."
+            )
+        spec, ttl = values.load_writes(_text(writes)) if writes else (_NO_WRITES, None)
+        prefix = self.options.bookkeeping_prefix
+        options = RedisSinkOptions(self.options.url, "-", ("-",), "", spec.mode, ttl,
+                                   record.sink_id, prefix, True)  # fmt: skip
+        return RedisStagedWriter(options, spec)
+
+    def forget(self, sink_id: str) -> None:
+        keys = _Keys(self.options.bookkeeping_prefix, sink_id)
+        names = [keys.owner, keys.decisions, keys.applied, keys.units]
+        names += [_text(k) for k in self.client.scan_iter(match=keys.watermark("*"))]
+        self.client.delete(*names)
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+
+#: A sink that never decided a batch only rolls back: how it writes does not matter.
+_NO_WRITES = values.Layout("-", "", ("-",), (), "upsert", None)

@@ -1,0 +1,124 @@
+"""``eos sinks`` against the real stores: a sink id whose query died with units in doubt
+is listed, warned about at the next query start on its target, settled, reset, and
+then claimed by a new query (no Spark: the protocol's steps are driven directly)."""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import uuid
+
+import pytest
+
+from connectors import faults
+from connectors.cli import main
+from connectors.endpoints import Endpoints
+from connectors.protocol import SinkClaimedError, TwoPhaseCommitWriter
+from connectors.sinks_admin import SinkAdminError
+from connectors.sinks_command import admins
+from connectors.testing import SinkContract
+from sinks.kafka.options import parse_options as kafka_options
+from sinks.kafka.writer import KafkaTransactionalWriter
+from sinks.postgres import source as pg_source
+from sinks.redis import source as redis_source
+from tests.integration import test_contract as contract
+from tests.integration.test_kafka_sink import _rows, _task
+
+pytestmark = pytest.mark.services
+
+
+def _suite(kind: type[SinkContract], endpoints: Endpoints, unique: str) -> SinkContract:
+    suite = kind()
+    if isinstance(suite, contract.TestPostgresAppend):
+        suite.dsn, suite.table = endpoints.postgres_dsn, f"admin_{unique}"
+    elif isinstance(suite, contract.TestRedisIncrement):
+        suite.url, suite.prefix = endpoints.redis_url, f"admin:{unique}:"
+    suite._task_ids, suite._run = itertools.count(1), uuid.uuid4().hex
+    return suite
+
+
+def _eos(capsys: pytest.CaptureFixture[str], *args: str) -> str:
+    assert main(["sinks", *args]) == 0
+    return capsys.readouterr().out
+
+
+def _orphans(suite: SinkContract, writer: TwoPhaseCommitWriter) -> list[str]:
+    """What the next query start on the same target warns about (any age)."""
+    options = writer.options  # type: ignore[attr-defined]
+    module = pg_source if isinstance(suite, contract.TestPostgresAppend) else redis_source
+    with pytest.warns(UserWarning, match="eos sinks settle"):
+        found = module.warn_about_orphans(options, older_than=0)
+    return [r.sink_id for r in found]
+
+
+@pytest.mark.parametrize("kind", [contract.TestPostgresAppend, contract.TestRedisIncrement])
+def test_an_abandoned_sink_id_is_listed_settled_reset_and_claimed_again(
+    kind: type[SinkContract],
+    endpoints: Endpoints,
+    unique: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name, value in endpoints.as_env().items():
+        monkeypatch.setenv(name, value)
+    suite, sink_id = _suite(kind, endpoints, unique), f"admin-{unique}"
+    writer = suite.new_writer(sink_id)
+    suite.run_batch(writer, 0)
+    with pytest.raises(faults.SimulatedCrash), faults.simulate("after-decision@1"):
+        suite.run_batch(writer, 1)  # decided, not committed: its query died here
+    suite.prepare(writer, 2, 0)  # prepared, never decided
+    writer.close()
+
+    listed = next(line for line in _eos(capsys, "list").splitlines() if sink_id in line)
+    query, last, in_doubt = listed.split()[2:5]
+    assert (query, last, in_doubt) == (suite.query_id, "1", str(suite.partitions + 1)), listed
+    assert sink_id in _orphans(suite, writer)
+    shown = _eos(capsys, "show", sink_id)
+    assert shown.count(f"eos|{sink_id}|") == suite.partitions + 1
+    with pytest.raises(SinkAdminError, match=r"settle .* first"):
+        _reset(suite, sink_id)
+
+    settled = _eos(capsys, "settle", sink_id)
+    assert f"committed {suite.partitions} unit(s), rolled back 1" in settled
+    assert dict(suite.visible()) == dict(suite.expected(range(2))), "lost or duplicated rows"
+    with pytest.raises(SinkClaimedError):
+        suite.prepare(suite.new_writer(sink_id), 0, 0, query_id="new-query")
+    assert "bookkeeping forgotten" in _eos(capsys, "reset", sink_id, "--yes")
+    assert sink_id not in _eos(capsys, "list")
+    fresh = suite.new_writer(sink_id)
+    suite.run_batch(fresh, 0, query_id="new-query")  # the new query claims the sink id
+    owner = fresh.owner(sink_id)
+    assert owner is not None and owner.query_id == "new-query"
+
+
+def _reset(suite: SinkContract, sink_id: str) -> None:
+    args = argparse.Namespace(bookkeeping_schema="eos", bookkeeping_prefix="eos",
+                              transactional_id_prefix="eos")  # fmt: skip
+    store = "postgres" if isinstance(suite, contract.TestPostgresAppend) else "redis"
+    with admins(args) as stores:
+        next(a for a in stores if a.store == store).reset(sink_id)
+
+
+def test_a_kafka_sink_id_is_listed_with_its_query_and_reset(
+    endpoints: Endpoints,
+    unique: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from connectors.topics import create_topic
+
+    for name, value in endpoints.as_env().items():
+        monkeypatch.setenv(name, value)
+    topic, sink_id = f"admin-{unique}", f"admin-{unique}"
+    create_topic(endpoints.kafka_bootstrap, topic, 1)
+    options = kafka_options({"kafka.bootstrap.servers": endpoints.kafka_bootstrap,
+                             "topic": topic, "sinkId": sink_id})  # fmt: skip
+    writer = KafkaTransactionalWriter(options)
+    for partition in range(2):
+        writer.write_task(_task(4, partition=partition), iter(_rows(4)))
+    listed = next(line for line in _eos(capsys, "list").splitlines() if sink_id in line)
+    assert listed.split()[:4] == ["kafka", sink_id, "kafka-query", "4"], listed
+    with pytest.raises(SinkClaimedError):
+        writer.write_task(_task(0, query="new-query"), iter(_rows(0)))
+    assert "bookkeeping forgotten" in _eos(capsys, "reset", sink_id, "--yes")
+    writer.write_task(_task(0, query="new-query"), iter(_rows(0)))  # claimed by the new query
