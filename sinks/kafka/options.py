@@ -28,7 +28,7 @@ class KafkaSinkOptions:
     transactional_id_prefix: str
     sink_id: str | None
     exactly_once: bool
-    kafka: dict[str, str] = field(default_factory=dict)
+    kafka: dict[str, str] = field(default_factory=dict, repr=False)  # may hold sasl.password
 
     @property
     def transaction_timeout_ms(self) -> int:

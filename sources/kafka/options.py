@@ -81,7 +81,7 @@ class KafkaSourceOptions:
     poll_timeout_ms: int = 120_000
     group_id_prefix: str = "eos-kafka-source"
     publish_group: str | None = None
-    kafka: dict[str, str] = field(default_factory=dict)
+    kafka: dict[str, str] = field(default_factory=dict, repr=False)  # may hold sasl.password
 
     @property
     def isolation_level(self) -> str:

@@ -28,3 +28,19 @@ def test_error_of_unwraps_the_exception() -> None:
     error = KafkaError(KafkaError._TIMED_OUT, retriable=True)
     assert error_of(KafkaException(error)) is error
     assert error_of(KafkaException("text only")).code() == KafkaError._FAIL
+
+
+def test_security_settings_reach_every_client_and_never_a_repr() -> None:
+    """The marker reader and the start checks need SASL/TLS like the producer."""
+    from sinks.kafka.options import parse_options
+
+    options = parse_options({"kafka.bootstrap.servers": "b:9093", "topic": "t",
+                             "kafka.security.protocol": "SASL_SSL",
+                             "kafka.sasl.mechanism": "PLAIN", "kafka.sasl.username": "u",
+                             "kafka.sasl.password": "hunter2", "kafka.linger.ms": "7"})  # fmt: skip
+    assert options.client_config() == {
+        "bootstrap.servers": "b:9093", "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "PLAIN", "sasl.username": "u", "sasl.password": "hunter2",
+    }  # fmt: skip
+    assert options.producer_config()["sasl.password"] == "hunter2"
+    assert "hunter2" not in repr(options)
