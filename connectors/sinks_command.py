@@ -34,6 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         ("--bookkeeping-schema", "eos", "eos_postgres's bookkeepingSchema"),
         ("--bookkeeping-prefix", "eos", "eos_redis's bookkeepingPrefix"),
         ("--transactional-id-prefix", "eos", "eos_kafka's transactionalIdPrefix"),
+        ("--marker-log-topic", "eos-sink-markers", "eos_kafka's markerLogTopic"),
     ]:
         parser.add_argument(option, default=default, help=text)
 
@@ -54,7 +55,7 @@ def admins(args: argparse.Namespace) -> Iterator[list[SinkAdmin]]:
         from sinks.kafka.admin import KafkaSinkAdmin
 
         config = {"bootstrap.servers": os.environ["EOS_KAFKA_BOOTSTRAP"]}
-        found.append(KafkaSinkAdmin(config, args.transactional_id_prefix))
+        found.append(KafkaSinkAdmin(config, args.transactional_id_prefix, args.marker_log_topic))
     if not found:
         raise ConfigError(
             "No store to look in: set EOS_POSTGRES_DSN, EOS_REDIS_URL and/or "

@@ -12,6 +12,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from confluent_kafka import Consumer, IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
@@ -31,15 +32,21 @@ class Record:
     timestamp: int = field(default=0, compare=False)  # milliseconds, as the broker has it
 
 
+#: Client settings beyond the bootstrap servers (SASL, TLS): ``settings=`` of each helper.
+Settings = Mapping[str, Any]
+
+
 def create_topic(bootstrap: str, topic: str, partitions: int = 1, **config: str) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, partitions, 1, config=config)])[topic].result(TIMEOUT)
 
 
-def end_offsets(bootstrap: str, topic: str, isolation: str = "read_committed") -> dict[int, int]:
+def end_offsets(
+    bootstrap: str, topic: str, isolation: str = "read_committed", settings: Settings | None = None
+) -> dict[int, int]:
     """Partition -> end offset now: the last stable offset under read_committed, else the
     high watermark."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({**(settings or {}), "bootstrap.servers": bootstrap})
     metadata = admin.list_topics(topic, timeout=TIMEOUT).topics[topic]
     level = (
         IsolationLevel.READ_COMMITTED
@@ -57,14 +64,17 @@ def read_to_end(
     isolation: str = "read_committed",
     ranges: Mapping[int, tuple[int, int]] | None = None,
     timeout: float = 120.0,
+    settings: Settings | None = None,
 ) -> list[Record]:
     """Every record of ``topic`` (or of ``ranges``: partition -> [start, end)) as a plain
     confluent-kafka consumer under ``isolation`` returns it, in partition and offset order."""
     if ranges is None:
-        ranges = {p: (0, end) for p, end in end_offsets(bootstrap, topic, isolation).items()}
+        ends = end_offsets(bootstrap, topic, isolation, settings)
+        ranges = {p: (0, end) for p, end in ends.items()}
     wanted = {p: r for p, r in ranges.items() if r[1] > r[0]}
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"eos-read-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False, "isolation.level": isolation})  # fmt: skip
+    consumer = Consumer({**(settings or {}), "bootstrap.servers": bootstrap,
+                         "group.id": f"eos-read-{uuid.uuid4().hex}", "enable.auto.commit": False,
+                         "isolation.level": isolation, "log_level": 3})  # fmt: skip
     consumer.assign([TopicPartition(topic, p, lo) for p, (lo, _hi) in wanted.items()])
     records: list[Record] = []
     deadline = time.monotonic() + timeout

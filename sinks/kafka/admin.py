@@ -4,7 +4,8 @@ A Kafka sink has nothing in doubt to settle: each task's transaction commits
 itself, and one that never did is aborted by the next attempt's fencing or by
 the broker after ``transaction.timeout.ms``. Its bookkeeping is one marker group
 per task partition, ``<transactionalIdPrefix>-<sink id>-<partition>``, whose
-committed offset is the next batch and whose metadata is the owner query's id.
+committed offset is the next batch and whose metadata is the owner query's id, and
+the same marker as a record keyed by the group's name in the compacted marker log.
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, Producer
 from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
 
 from connectors.errors import ServiceUnavailableError
 from connectors.protocol import Lineage, TwoPhaseCommitWriter
 from connectors.sinks_admin import Settled, SinkAdmin, SinkAdminError, SinkRecord
+from sinks.kafka.options import DEFAULT_MARKER_LOG
 
 TIMEOUT = 30.0
 
@@ -25,7 +27,14 @@ TIMEOUT = 30.0
 class KafkaSinkAdmin(SinkAdmin):
     store = "kafka"
 
-    def __init__(self, client_config: dict[str, Any], transactional_id_prefix: str = "eos") -> None:
+    def __init__(
+        self,
+        client_config: dict[str, Any],
+        transactional_id_prefix: str = "eos",
+        marker_log: str = DEFAULT_MARKER_LOG,
+    ) -> None:
+        self.config = client_config
+        self.marker_log = marker_log
         self.admin = AdminClient(client_config)
         self.group = re.compile(rf"^{re.escape(transactional_id_prefix)}-(.+)-(\d+)$")
         self.prefix = transactional_id_prefix
@@ -71,8 +80,15 @@ class KafkaSinkAdmin(SinkAdmin):
         return Settled((), ())
 
     def forget(self, sink_id: str) -> None:
+        """Delete the marker groups and write a tombstone for each to the marker log."""
         groups = self._groups().get(sink_id, [])
-        if groups:
-            deleted = self.admin.delete_consumer_groups(groups, request_timeout=TIMEOUT)
-            for future in deleted.values():
-                future.result()
+        if not groups:
+            return
+        producer = Producer({**self.config, "enable.idempotence": True})
+        for group in groups:
+            producer.produce(self.marker_log, None, group.encode(), partition=0)
+        if producer.flush(TIMEOUT):
+            raise SinkAdminError(f"Could not write tombstones to {self.marker_log!r}.")
+        deleted = self.admin.delete_consumer_groups(groups, request_timeout=TIMEOUT)
+        for future in deleted.values():
+            future.result()

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
+from confluent_kafka.cimpl import NewTopic
 
 from connectors.errors import ConfigError, ServiceUnavailableError
 from sinks.kafka.options import KafkaSinkOptions
@@ -29,6 +30,41 @@ def check_broker(options: KafkaSinkOptions) -> None:
             )
     if options.exactly_once:
         _check_timeout(admin, options, next(iter(metadata.brokers)))
+        ensure_marker_log(admin, options, options.marker_log in metadata.topics)
+
+
+def ensure_marker_log(admin: AdminClient, options: KafkaSinkOptions, exists: bool) -> None:
+    """The compacted topic whose partition 0 keeps each task partition's last marker for
+    good: created when missing (one partition, the broker's replication factor), refused
+    when it exists without compaction (deleted markers would be replayed batches)."""
+    topic = options.marker_log
+    if not exists:
+        # hourly segments: only closed segments are compacted, and a task partition whose
+        # group offset is gone reads the log's uncompacted tail
+        config = {"cleanup.policy": "compact", "segment.ms": "3600000"}
+        new = NewTopic(topic, 1, -1, config=config)
+        try:
+            admin.create_topics([new])[topic].result(TIMEOUT)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise ConfigError(
+                    f"Could not create the sink's marker log topic {topic!r} (option "
+                    f"'markerLogTopic'): {exc.args[0].str()}. Create it with one partition and "
+                    "cleanup.policy=compact, or grant the sink CREATE on it."
+                ) from None
+        return
+    resource = ConfigResource("TOPIC", topic)
+    try:
+        configs = admin.describe_configs([resource])[resource].result(timeout=TIMEOUT)
+    except KafkaException:
+        return  # not allowed to describe it: the operator vouches for it
+    policy = configs.get("cleanup.policy")
+    if policy is not None and "compact" not in str(policy.value):
+        raise ConfigError(
+            f"Topic {topic!r} (option 'markerLogTopic') has cleanup.policy={policy.value}: "
+            "retention would delete the markers that stop replayed batches from being written "
+            "twice. Set cleanup.policy=compact on it, or name another topic."
+        )
 
 
 def _check_timeout(admin: AdminClient, options: KafkaSinkOptions, broker_id: int) -> None:

@@ -9,7 +9,14 @@ from typing import Any
 from connectors import options as opt
 from connectors.errors import ConfigError
 
-_KNOWN = {"topic", "transactionalIdPrefix", "sinkId", "deliveryGuarantee", "progressTopic"}
+_KNOWN = {
+    "topic",
+    "transactionalIdPrefix",
+    "sinkId",
+    "deliveryGuarantee",
+    "progressTopic",
+    "markerLogTopic",
+}
 _OWNED = {
     "kafka.transactional.id": "it is derived per task; set transactionalIdPrefix instead",
     "kafka.enable.idempotence": "transactions need the idempotent producer; it is always on",
@@ -17,6 +24,7 @@ _OWNED = {
     "kafka.value.serializer": "write the value column as binary or string",
 }
 MAX_TRANSACTIONAL_ID = 200
+DEFAULT_MARKER_LOG = "eos-sink-markers"
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
 
 
@@ -28,6 +36,7 @@ class KafkaSinkOptions:
     transactional_id_prefix: str
     sink_id: str | None
     exactly_once: bool
+    marker_log: str = DEFAULT_MARKER_LOG
     kafka: dict[str, str] = field(default_factory=dict, repr=False)  # may hold sasl.password
 
     @property
@@ -85,6 +94,7 @@ def parse_options(raw: Mapping[str, str]) -> KafkaSinkOptions:
         transactional_id_prefix=prefix,
         sink_id=sink_id,
         exactly_once=guarantee == "exactly-once",
+        marker_log=options.get("markerlogtopic", "").strip() or DEFAULT_MARKER_LOG,
         kafka=kafka,
     )
 

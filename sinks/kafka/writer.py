@@ -6,13 +6,18 @@ transaction, a progress marker (the committed offset ``batch + 1`` of a
 sink-owned consumer group). A retry or a replay first fences every earlier
 producer of its (sink, task partition) with ``init_transactions()`` (which also
 ends their open transactions), then reads the marker: a batch already marked is
-not written again. The marker's metadata is the query id that wrote it: a marker
-of another query (a new checkpoint, or a second query, with the same ``sinkId``)
-fails the task instead of skipping its batches.
+not written again. The same transaction also writes the marker as a record, keyed
+by the transactional id, to a compacted *marker log* topic: group offsets expire
+(``offsets.retention.minutes``) once a sink stops, the log never does, so a
+marker missing from the group is looked up there before a batch counts as new.
+Both carry the query id that wrote them: a marker of another query (a new
+checkpoint, or a second query, with the same ``sinkId``) fails the task instead
+of skipping its batches.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -26,6 +31,7 @@ from connectors import faults, timing
 from connectors.context import TaskIdentity
 from connectors.errors import EosError
 from connectors.protocol import Lineage, SinkClaimedError, derive_sink_id
+from connectors.topics import read_to_end
 from sinks.kafka.errors import Action, classify, error_of
 from sinks.kafka.options import KafkaSinkOptions, transactional_id
 from sinks.kafka.records import Row, rows
@@ -111,6 +117,7 @@ class _MarkerGroup:
     def __init__(self, options: KafkaSinkOptions, group: str) -> None:
         self.topic = options.marker_topic
         self.group = group
+        self.options = options
         self.consumer = Consumer(
             {
                 **options.client_config(),
@@ -133,7 +140,37 @@ class _MarkerGroup:
                 f"({marked.error.name()}): {marked.error.str()}. Nothing was written; the "
                 "task fails so Spark retries it."
             )
-        return max(int(marked.offset), 0), marked.metadata or ""
+        if marked.offset < 0:  # never marked, or the group's offsets expired
+            return self.read_log()
+        return int(marked.offset), marked.metadata or ""
+
+    def read_log(self) -> tuple[int, str]:
+        """The task partition's last marker in the marker log (read_committed, to the last
+        stable offset): (0, "") when it never wrote one."""
+        options = self.options
+        try:
+            records = read_to_end(
+                options.bootstrap_servers,
+                options.marker_log,
+                settings=options.client_config(),
+                timeout=CALL_TIMEOUT,
+            )
+        except EosError as exc:
+            raise KafkaSinkError(
+                f"Reading the marker log {options.marker_log!r} failed: {exc}. Nothing was "
+                "written; the task fails so Spark retries it."
+            ) from None
+        key = self.group.encode()
+        mine = [r for r in records if r.key == key]
+        if not mine or not mine[-1].value:  # none, or a tombstone of `eos sinks reset`
+            return 0, ""
+        saved = json.loads(mine[-1].value)
+        return int(saved["next_batch"]), str(saved["query"])
+
+    def log_record(self, next_batch: int, query_id: str) -> tuple[str, bytes, bytes]:
+        """(topic, key, value) of the marker record the transaction writes to the log."""
+        value = json.dumps({"next_batch": next_batch, "query": query_id})
+        return self.options.marker_log, self.group.encode(), value.encode()
 
     def offset(self, next_batch: int, query_id: str) -> TopicPartition:
         return TopicPartition(self.topic, 0, next_batch, metadata=query_id)
@@ -166,6 +203,8 @@ def _transaction(
     _call(producer.begin_transaction, "begin_transaction")
     try:
         count = _produce(producer, batches)
+        topic, key, value = marker.log_record(task.batch_id + 1, task.query_id)
+        producer.produce(topic, value, key, partition=0)
         offsets = [marker.offset(task.batch_id + 1, task.query_id)]
         metadata = marker.group_metadata()
         _call(

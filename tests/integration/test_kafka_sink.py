@@ -17,15 +17,18 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
 from pyspark.sql import SparkSession
 
 from connectors import faults
 from connectors.context import TaskIdentity
 from connectors.endpoints import Endpoints
+from connectors.errors import ConfigError
 from connectors.harness.checks import open_transactions
 from connectors.harness.data import produce_words
 from connectors.protocol import SinkClaimedError
 from connectors.topics import create_topic, read_to_end
+from sinks.kafka.checks import check_broker
 from sinks.kafka.options import parse_options as sink_options
 from sinks.kafka.writer import KafkaTransactionalWriter, _fenced_producer, _MarkerGroup
 from tests.sink_util import stream_into
@@ -53,6 +56,7 @@ def writer(endpoints: Endpoints, unique: str) -> KafkaTransactionalWriter:
     create_topic(endpoints.kafka_bootstrap, topic, 2)
     options = sink_options({"kafka.bootstrap.servers": endpoints.kafka_bootstrap,
                             "topic": topic, "sinkId": f"ks-{unique}"})  # fmt: skip
+    check_broker(options)  # what the driver does at query start: creates the marker log
     return KafkaTransactionalWriter(options)
 
 
@@ -166,6 +170,47 @@ def test_of_two_queries_sharing_a_sink_id_only_one_writes(
         writer.write_task(_task(0, run="a2", query="query-a"), iter(_rows(0)))
     assert outcome == ["b committed"]
     assert _values(endpoints, writer, "read_committed") == _expected(range(1, 2))
+
+
+def test_a_marker_whose_group_offsets_expired_is_found_in_the_marker_log(
+    endpoints: Endpoints, writer: KafkaTransactionalWriter
+) -> None:
+    """Group offsets expire after offsets.retention.minutes once a sink stops writing; a
+    replay after that must still find the marker, or it writes the batch again."""
+    for batch in range(3):
+        writer.write_task(_task(batch), iter(_rows(batch)))
+    options = writer.options
+    groups = _marker_groups(writer)
+    admin = AdminClient(options.client_config())
+    for future in admin.delete_consumer_groups(groups, request_timeout=30).values():
+        future.result()  # what expiry does
+    replay = writer.write_task(_task(2, run="after-expiry"), iter(_rows(2)))
+    assert replay.skipped, "a batch marked before the group expired was written again"
+    with pytest.raises(SinkClaimedError, match="kafka-query"):
+        writer.write_task(_task(0, run="new", query="new-query"), iter(_rows(9)))
+    writer.write_task(_task(3, run="after-expiry"), iter(_rows(3)))
+    assert _values(endpoints, writer, "read_committed") == _expected(range(4))
+    resource = ConfigResource("TOPIC", options.marker_log)
+    config = admin.describe_configs([resource])[resource].result(timeout=30)
+    assert config["cleanup.policy"].value == "compact"
+
+
+def _marker_groups(writer: KafkaTransactionalWriter) -> list[str]:
+    from sinks.kafka.options import transactional_id
+
+    sink_id = writer.options.sink_id
+    assert sink_id is not None
+    return [transactional_id(writer.options, sink_id, 0)]
+
+
+def test_a_marker_log_without_compaction_is_refused(endpoints: Endpoints, unique: str) -> None:
+    topic, log = f"ks-{unique}", f"ks-log-{unique}"
+    create_topic(endpoints.kafka_bootstrap, topic, 1)
+    create_topic(endpoints.kafka_bootstrap, log, 1, **{"cleanup.policy": "delete"})
+    options = sink_options({"kafka.bootstrap.servers": endpoints.kafka_bootstrap,
+                            "topic": topic, "markerLogTopic": log})  # fmt: skip
+    with pytest.raises(ConfigError, match=rf"'{log}' .*cleanup.policy=delete.*compact"):
+        check_broker(options)
 
 
 def _write(spark: SparkSession, endpoints: Endpoints, source: str, tmp_path: Path,

@@ -17,6 +17,7 @@ from connectors.protocol import SinkClaimedError, TwoPhaseCommitWriter
 from connectors.sinks_admin import SinkAdminError
 from connectors.sinks_command import admins
 from connectors.testing import SinkContract
+from sinks.kafka.checks import check_broker
 from sinks.kafka.options import parse_options as kafka_options
 from sinks.kafka.writer import KafkaTransactionalWriter
 from sinks.postgres import source as pg_source
@@ -93,7 +94,8 @@ def test_an_abandoned_sink_id_is_listed_settled_reset_and_claimed_again(
 
 def _reset(suite: SinkContract, sink_id: str) -> None:
     args = argparse.Namespace(bookkeeping_schema="eos", bookkeeping_prefix="eos",
-                              transactional_id_prefix="eos")  # fmt: skip
+                              transactional_id_prefix="eos",
+                              marker_log_topic="eos-sink-markers")  # fmt: skip
     store = "postgres" if isinstance(suite, contract.TestPostgresAppend) else "redis"
     with admins(args) as stores:
         next(a for a in stores if a.store == store).reset(sink_id)
@@ -113,6 +115,7 @@ def test_a_kafka_sink_id_is_listed_with_its_query_and_reset(
     create_topic(endpoints.kafka_bootstrap, topic, 1)
     options = kafka_options({"kafka.bootstrap.servers": endpoints.kafka_bootstrap,
                              "topic": topic, "sinkId": sink_id})  # fmt: skip
+    check_broker(options)
     writer = KafkaTransactionalWriter(options)
     for partition in range(2):
         writer.write_task(_task(4, partition=partition), iter(_rows(4)))
