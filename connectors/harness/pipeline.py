@@ -143,12 +143,15 @@ class Supervisor:
     """Runs the spec's queries to their end, restarting failed ones within the allowance.
 
     A query that fails while Spark is still initialising its sources (no code of a
-    sink has run: Spark gives a Python source's process 10 s to connect back, which a
-    busy machine can exceed) is started again up to ``START_RETRIES`` times; such a
-    failure is reported with ``"initializing": true``.
+    sink has run) is started again up to ``START_RETRIES`` times; such a failure is
+    reported with ``"initializing": true``. So is one whose Python worker never
+    started: Spark gives a new worker 10 s (not configurable) to connect back, which a
+    busy 2-core machine can exceed at any batch; that attempt ran no sink code, and the
+    restart replays the batch like any crash. It is reported with ``"starved": true``.
     """
 
     START_RETRIES = 3
+    STARVED = "Python worker failed to connect back"
 
     def __init__(self, spark: SparkSession, spec: PipelineSpec) -> None:
         self.spark = spark
@@ -190,9 +193,10 @@ class Supervisor:
     def _failed(self, query: QuerySpec, error: str) -> None:
         first_line = next((line for line in error.splitlines() if line.strip()), error)
         initializing = not self.initialized.get(query.name)
+        starved = first_line.startswith(self.STARVED)
         print_event("query-failed", query=query.name, error=first_line[:500],
-                    initializing=initializing)  # fmt: skip
-        if initializing and self.start_failures[query.name] < self.START_RETRIES:
+                    initializing=initializing, starved=starved)  # fmt: skip
+        if (initializing or starved) and self.start_failures[query.name] < self.START_RETRIES:
             self.start_failures[query.name] += 1
             self._restart(query)
             return

@@ -542,10 +542,14 @@ class _Runner:
         return found
 
     def _query_failures(self, number: int) -> dict[str, int]:
-        """Failures per query, but those while Spark initialised the query's sources: no
-        sink code had run (the pipeline restarts such a query itself)."""
+        """Failures per query, but those where no sink code had run: while Spark
+        initialised the query's sources, or a Python worker that never started (the
+        pipeline restarts such a query itself; see ``pipeline.Supervisor``)."""
+        return dict(Counter(e["query"] for e in self._sink_failures(number)))
+
+    def _sink_failures(self, number: int) -> list[dict[str, Any]]:
         failures = self._events(number, "query-failed")
-        return dict(Counter(e["query"] for e in failures if not e.get("initializing")))
+        return [e for e in failures if not e.get("initializing") and not e.get("starved")]
 
     def _unplanned_failures(self, runs: list[Run]) -> list[str]:
         """Every query failure must be one of the planned driver-side ``process`` kills (or
@@ -561,8 +565,8 @@ class _Runner:
             )
             for query, count in run.query_failures.items():
                 if count > planned.get(query, 0):
-                    errors = [e["error"] for e in self._events(run.number, "query-failed")
-                              if e["query"] == query and not e.get("initializing")]  # fmt: skip
+                    errors = [e["error"] for e in self._sink_failures(run.number)
+                              if e["query"] == query]  # fmt: skip
                     problems.append(
                         f"Query {query} failed {count} time(s) in run {run.number}, "
                         f"{planned.get(query, 0)} planned: {errors}"

@@ -36,6 +36,7 @@ def _server(tmp_path: Path, *settings: str) -> Iterator[redis.Redis]:
                 client.ping()
                 break
             except redis.ConnectionError:
+                assert proc.poll() is None, f"redis-server {settings} exited: {proc.returncode}"
                 assert time.monotonic() < deadline, "redis-server did not start"
                 time.sleep(0.1)
         yield client
@@ -47,7 +48,11 @@ def _server(tmp_path: Path, *settings: str) -> Iterator[redis.Redis]:
 
 @pytest.fixture
 def cluster_node(tmp_path: Path) -> Iterator[redis.Redis]:
-    yield from _server(tmp_path, "--cluster-enabled", "yes", "--appendonly", "yes")
+    # The cluster bus listens on port + 10000 unless told otherwise: past 55535 it
+    # cannot, so it gets a free port of its own.
+    bus = str(free_port())
+    yield from _server(tmp_path, "--cluster-enabled", "yes", "--cluster-port", bus,
+                       "--appendonly", "yes")  # fmt: skip
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from connectors.faults import Entry
@@ -56,3 +57,30 @@ def test_on_a_cluster_each_query_gets_a_zombie_and_loses_an_executor_mid_write()
     assert len([e for e in entries if e.action == "group"]) == MIXED_GROUP_CRASHES
     everything, _ = _entries("all", master="spark://127.0.0.1:7077")
     assert {e.action for e in everything} == {"group", "pause"}
+
+
+def test_only_failures_after_sink_code_ran_count_against_the_plan(tmp_path: Path) -> None:
+    """A query that failed while initialising, or whose Python worker never started
+    (Spark's 10 s connect-back on a busy machine), ran no sink code: the harness lets
+    the pipeline restart it. Any other failure beyond the planned kills is a problem."""
+    from connectors.harness.pipeline import EVENT_PREFIX
+    from connectors.harness.verify import Run, _Runner
+
+    def failed(query: str, error: str, **flags: bool) -> str:
+        event = {"event": "query-failed", "query": query, "error": error, **flags}
+        return EVENT_PREFIX + json.dumps(event)
+
+    (tmp_path / "run-001.log").write_text("\n".join([
+        failed("rc-postgres", "Python worker exited unexpectedly (crashed)."),
+        failed("rc-postgres", "Python worker failed to connect back.", starved=True),
+        failed("rc-redis", "Python worker failed to connect back.", initializing=True),
+        failed("rc-kafka", "ProtocolError: unit vanished"),
+    ]))  # fmt: skip
+    runner = _Runner.__new__(_Runner)
+    runner.plan = Plan(cells=tuple(CELLS), work_dir=tmp_path)
+    failures = runner._query_failures(1)
+    assert failures == {"rc-postgres": 1, "rc-kafka": 1}
+    run = Run(1, 0, "finished", 1.0, faults=["after-decision@2:rc-postgres=process"],
+              query_failures=failures)  # fmt: skip
+    problems = runner._unplanned_failures([run])
+    assert len(problems) == 1 and "rc-kafka" in problems[0] and "unit vanished" in problems[0]
