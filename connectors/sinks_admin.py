@@ -11,6 +11,8 @@ query can claim it. Each store implements :class:`SinkAdmin` next to its sink.
 
 from __future__ import annotations
 
+import logging
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -20,6 +22,9 @@ from connectors.protocol import Lineage, TwoPhaseCommitWriter, UnitId
 
 #: Units in doubt older than this at a query's start are reported as orphans.
 ORPHAN_AGE_SECONDS = 300.0
+
+
+log = logging.getLogger(__name__)
 
 
 class SinkAdminError(EosError):
@@ -126,6 +131,22 @@ def orphans(records: Iterable[SinkRecord], target: str, older_than: float) -> li
         r for r in records
         if r.target in (target, "") and (r.oldest() or 0.0) >= older_than and r.in_doubt
     ]  # fmt: skip
+
+
+def warn_about_orphans(
+    admin: SinkAdmin, target: str, store: str, older_than: float
+) -> list[SinkRecord]:
+    """Driver, at a query's start: :func:`orphans` on ``target``, logged as a warning
+    (and a Python warning); closes ``admin``."""
+    try:
+        found = orphans(admin.records(), target, older_than)
+    finally:
+        admin.close()
+    if found:
+        message = orphan_warning(found, store)
+        log.warning(message)
+        warnings.warn(message, stacklevel=3)
+    return found
 
 
 def orphan_warning(found: list[SinkRecord], store: str) -> str:

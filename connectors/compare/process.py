@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -15,7 +14,7 @@ from typing import Any
 
 import psutil  # type: ignore[import-untyped]
 
-from connectors.harness.pipeline import EVENT_PREFIX
+from connectors.harness.pipeline import parse_event
 
 SAMPLE_SECONDS = 0.25
 
@@ -72,8 +71,9 @@ class PipelineProcess:
     def _read_events(self) -> None:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
-            if line.startswith(EVENT_PREFIX):
-                self.events.append(json.loads(line[len(EVENT_PREFIX) :]))
+            event = parse_event(line)
+            if event is not None:
+                self.events.append(event)
 
     def _sample_memory(self) -> None:
         while self.proc.poll() is None:

@@ -35,8 +35,27 @@ EVENT_PREFIX = "EOS-EVENT "
 
 
 def print_event(event: str, **fields: Any) -> None:
-    """One JSON line on stdout, stamped with the wall clock (the harness and bench read them)."""
-    print(EVENT_PREFIX + json.dumps({"event": event, "t": time.time(), **fields}), flush=True)
+    """One JSON line on stdout, stamped with the wall clock (the harness and bench read them).
+
+    Written in one call: the JVM writes its log to the same file, and between two writes
+    (``print`` writes the line and its end separately when unbuffered) it can wedge its
+    own text in."""
+    line = EVENT_PREFIX + json.dumps({"event": event, "t": time.time(), **fields})
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def parse_event(line: str) -> dict[str, Any] | None:
+    """The event a log line holds, wherever it starts in the line and whatever follows
+    it (another process's text); None for any other line."""
+    start = line.find(EVENT_PREFIX)
+    if start < 0:
+        return None
+    try:
+        event, _ = json.JSONDecoder().raw_decode(line, start + len(EVENT_PREFIX))
+    except json.JSONDecodeError:
+        return None
+    return event if isinstance(event, dict) else None
 
 
 # -- stages ---------------------------------------------------------------------------------

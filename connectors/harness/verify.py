@@ -50,7 +50,7 @@ from connectors.harness.cells import (
     window_counts,
 )
 from connectors.harness.data import produce_timed_words, produce_words
-from connectors.harness.pipeline import EVENT_PREFIX
+from connectors.harness.pipeline import parse_event
 from connectors.harness.spec import PipelineSpec
 from connectors.topics import create_topic, read_to_end
 
@@ -533,13 +533,9 @@ class _Runner:
         return "\n".join(interesting[-lines:])
 
     def _events(self, number: int, kind: str) -> list[dict[str, Any]]:
-        found = []
-        for line in self._log(number).read_text(errors="replace").splitlines():
-            if line.startswith(EVENT_PREFIX):
-                event = json.loads(line[len(EVENT_PREFIX) :])
-                if event.get("event") == kind:
-                    found.append(event)
-        return found
+        lines = self._log(number).read_text(errors="replace").splitlines()
+        events = (parse_event(line) for line in lines)
+        return [e for e in events if e is not None and e.get("event") == kind]
 
     def _query_failures(self, number: int) -> dict[str, int]:
         """Failures per query, but those where no sink code had run: while Spark

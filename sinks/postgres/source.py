@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import logging
-import warnings
 
 from psycopg import sql
 from pyspark.sql.datasource import DataSource, DataSourceStreamWriter
 from pyspark.sql.types import StructType
 
 from connectors.errors import ConfigError
-from connectors.sinks_admin import ORPHAN_AGE_SECONDS, SinkRecord, orphan_warning, orphans
+from connectors.sinks_admin import ORPHAN_AGE_SECONDS, SinkRecord
+from connectors.sinks_admin import warn_about_orphans as shared_warning
 from sinks.postgres import schema as pg_schema
 from sinks.postgres.options import PostgresSinkOptions, parse_options
 from sinks.postgres.writer import Connection, PostgresPlainWriter, PostgresTwoPhaseWriter, connect
@@ -65,15 +65,7 @@ def warn_about_orphans(
     from sinks.postgres.admin import PostgresSinkAdmin
 
     admin = PostgresSinkAdmin(options.dsn, options.bookkeeping_schema)
-    try:
-        found = orphans(admin.records(), options.table_name, older_than)
-    finally:
-        admin.close()
-    if found:
-        message = orphan_warning(found, "PostgreSQL")
-        log.warning(message)
-        warnings.warn(message, stacklevel=2)
-    return found
+    return shared_warning(admin, options.table_name, "PostgreSQL", older_than)
 
 
 def check_server(conn: Connection, options: PostgresSinkOptions) -> None:

@@ -10,7 +10,8 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamWriter
 from pyspark.sql.types import StructType
 
 from connectors.errors import ConfigError
-from connectors.sinks_admin import ORPHAN_AGE_SECONDS, SinkRecord, orphan_warning, orphans
+from connectors.sinks_admin import ORPHAN_AGE_SECONDS, SinkRecord
+from connectors.sinks_admin import warn_about_orphans as shared_warning
 from sinks.redis import values
 from sinks.redis.options import RedisSinkOptions, parse_options
 from sinks.redis.writer import RedisDirectWriter, RedisStagedWriter, connect
@@ -61,15 +62,7 @@ def warn_about_orphans(
     from sinks.redis.admin import RedisSinkAdmin
 
     admin = RedisSinkAdmin(options.url, options.bookkeeping_prefix)
-    try:
-        found = orphans(admin.records(), options.key_prefix + "*", older_than)
-    finally:
-        admin.close()
-    if found:
-        message = orphan_warning(found, "Redis")
-        log.warning(message)
-        warnings.warn(message, stacklevel=2)
-    return found
+    return shared_warning(admin, options.key_prefix + "*", "Redis", older_than)
 
 
 #: Eviction policies that never evict a key without a TTL (the sink's bookkeeping has none).
