@@ -29,7 +29,7 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--full-crashes", choices=["mixed", "all", "none"], default="mixed",
-        help="mixed: two points (one in a task, one in a commit) crash the whole pipeline, "
+        help="mixed: one point (after-prepare, in a task) crashes the whole pipeline, "
         f"the others kill the process at the point ({', '.join(DRIVER_POINTS)}: the query "
         "restarts in the same session); all: every point crashes the whole pipeline; "
         "none: no point does",
@@ -130,7 +130,8 @@ def print_report(report: Report, plan: Plan) -> int:
 
 def run_demo(args: argparse.Namespace) -> int:
     """A running word count into all three sinks, crossed at every fault point of every
-    sink (three of them whole-pipeline crashes, one a crash of the source) and killed once."""
+    sink (each in its own query; one of them, after-prepare, crashes the whole pipeline),
+    once while the source reads, and killed once at a random moment."""
     plan = Plan(records=args.records, work_dir=Path("verify-runs") / f"demo-{uuid.uuid4().hex[:8]}")
     endpoints, crash = endpoints_and_crash()
     print(endpoints.describe(), end="", file=sys.stderr)

@@ -11,6 +11,7 @@ from pyspark.sql.types import StructType
 from connectors.errors import ConfigError
 from connectors.sinks_admin import ORPHAN_AGE_SECONDS, SinkRecord
 from connectors.sinks_admin import warn_about_orphans as shared_warning
+from connectors.startup import once_per_driver, start_key
 from sinks.postgres import schema as pg_schema
 from sinks.postgres.options import PostgresSinkOptions, parse_options
 from sinks.postgres.writer import Connection, PostgresPlainWriter, PostgresTwoPhaseWriter, connect
@@ -45,16 +46,22 @@ class PostgresDataSource(DataSource):
         missing = [k for k in options.key_columns if k not in schema.fieldNames()]
         if missing:
             raise ConfigError(f"Option 'keyColumns' names columns not in the stream: {missing}.")
-        with connect(options) as conn:
-            check_server(conn, options)
-            ensure_bookkeeping(conn, options.bookkeeping_schema)
-            ensure_table(conn, options, schema)
-        if options.exactly_once:
-            warn_about_orphans(options)
+        once_per_driver(start_key("eos_postgres", self.options, schema),
+                        lambda: start_checks(options, schema))  # fmt: skip
         columns = tuple(schema.fieldNames())
         if options.exactly_once:
             return PostgresTwoPhaseWriter(options, columns)
         return PostgresPlainWriter(options, columns)
+
+
+def start_checks(options: PostgresSinkOptions, schema: StructType) -> None:
+    """Driver, at a query's start: the server, the bookkeeping, the table, orphans."""
+    with connect(options) as conn:
+        check_server(conn, options)
+        ensure_bookkeeping(conn, options.bookkeeping_schema)
+        ensure_table(conn, options, schema)
+    if options.exactly_once:
+        warn_about_orphans(options)
 
 
 def warn_about_orphans(

@@ -12,6 +12,7 @@ from pyspark.sql.types import StructType
 from connectors.errors import ConfigError
 from connectors.sinks_admin import ORPHAN_AGE_SECONDS, SinkRecord
 from connectors.sinks_admin import warn_about_orphans as shared_warning
+from connectors.startup import once_per_driver, start_key
 from sinks.redis import values
 from sinks.redis.options import RedisSinkOptions, parse_options
 from sinks.redis.writer import RedisDirectWriter, RedisStagedWriter, connect
@@ -42,16 +43,22 @@ class RedisDataSource(DataSource):
                 "every counter would grow by its total each batch. Use mode=upsert, or emit "
                 "per-batch changes in outputMode 'append'."
             )
-        client = connect(options)
-        try:
-            check_server(client, options.exactly_once)
-        finally:
-            client.close()
-        if options.exactly_once:
-            warn_about_orphans(options)
+        once_per_driver(start_key("eos_redis", self.options, schema),
+                        lambda: start_checks(options))  # fmt: skip
         if options.exactly_once:
             return RedisStagedWriter(options, spec)
         return RedisDirectWriter(options, spec)
+
+
+def start_checks(options: RedisSinkOptions) -> None:
+    """Driver, at a query's start: the server's settings, then orphans."""
+    client = connect(options)
+    try:
+        check_server(client, options.exactly_once)
+    finally:
+        client.close()
+    if options.exactly_once:
+        warn_about_orphans(options)
 
 
 def warn_about_orphans(

@@ -67,6 +67,7 @@ class KafkaDataSource(DataSource):
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         """``eos_kafka`` as a sink: Spark's Kafka sink columns and options, transactional."""
+        from connectors.startup import once_per_driver, start_key
         from sinks.kafka import KafkaPlainWriter, KafkaTransactionalWriter
         from sinks.kafka import parse_options as parse_sink_options
         from sinks.kafka.checks import check_broker
@@ -74,7 +75,7 @@ class KafkaDataSource(DataSource):
 
         options = parse_sink_options(self.options)
         check_schema(schema, has_topic_option=options.topic is not None)
-        check_broker(options)
+        once_per_driver(start_key("eos_kafka", self.options, schema), lambda: check_broker(options))
         if options.exactly_once:
             return KafkaTransactionalWriter(options)
         return KafkaPlainWriter(options)

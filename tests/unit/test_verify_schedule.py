@@ -32,12 +32,11 @@ def test_every_point_of_every_query_is_planned_once_per_round_in_its_own_query()
     assert [e.point for e in entries].count("source-read") == 1
 
 
-def test_a_mixed_plan_crashes_the_whole_pipeline_in_a_task_and_in_a_commit() -> None:
+def test_a_mixed_plan_crashes_the_whole_pipeline_once_in_a_task() -> None:
     entries, _ = _entries("mixed")
     whole = [e for e in entries if e.action == "group"]
-    assert len(whole) == MIXED_GROUP_CRASHES
-    assert {e.point in DRIVER_POINTS for e in whole} == {True, False}
-    assert len({e.query.split("-", 1)[1] for e in whole if e.query}) == 2, "two kinds of sink"
+    assert len(whole) == MIXED_GROUP_CRASHES == 1
+    assert whole[0].point == "after-prepare" and whole[0].point not in DRIVER_POINTS
 
 
 def test_all_makes_every_point_a_whole_pipeline_crash() -> None:
@@ -55,7 +54,8 @@ def test_on_a_cluster_each_query_gets_a_zombie_and_loses_an_executor_mid_write()
             assert mine["mid-prepare"] == "executor"
             assert mine["after-decision"] in ("process", "group")
             assert not set(mine) & set(DRIVER_POINTS[1:]), "the cells cross those locally"
-    assert len([e for e in entries if e.action == "group"]) == MIXED_GROUP_CRASHES
+    assert len([e for e in entries if e.action == "group"]) <= MIXED_GROUP_CRASHES
+    assert "source-read" not in {e.point for e in entries}, "the source's replay is local"
     everything, _ = _entries("all", master="spark://127.0.0.1:7077")
     assert {e.action for e in everything} == {"group", "pause"}
 

@@ -1,0 +1,67 @@
+"""A sink's start checks, once per Spark driver rather than at every batch.
+
+Spark calls a Python sink's ``streamWriter`` in a new Python process of the driver for
+the query's start, again for each batch's writer factory and again for each batch's
+commit (``pyspark.sql.worker.python_streaming_sink_runner``). The checks against the
+service (reachable, configured as the guarantee needs, table and bookkeeping in place,
+orphans to warn about) belong to the query's start: run at every call, they cost each
+batch a connection and a scan, and repeat the orphan warning twice a batch.
+
+:func:`once_per_driver` runs them in the first call of a driver and records that they
+passed in a marker named by the driver's JVM (the parent of the Python processes Spark
+starts: its pid and start time) and the sink's settings. A failed check records
+nothing, so the next call checks again. Outside a Python process started by Spark (a
+test, a script) the checks always run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
+
+#: Set by Spark in every Python process it starts (PythonWorkerFactory).
+SPARK_WORKER_ENV = ("PYTHON_WORKER_FACTORY_PORT", "PYTHON_WORKER_FACTORY_SOCK_PATH")
+
+
+def once_per_driver(key: str, check: Callable[[], None]) -> None:
+    """Driver: run ``check`` unless it passed before for ``key`` under this driver."""
+    marker = _marker(key)
+    if marker is not None and marker.exists():
+        return
+    check()
+    if marker is not None:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()
+
+
+def start_key(source: str, options: Mapping[str, str], schema: StructType) -> str:
+    """What makes two sinks' start checks the same: the format, options and schema (only
+    a digest of it is ever written)."""
+    return "|".join((source, repr(sorted(options.items())), schema.json()))
+
+
+def _marker(key: str) -> Path | None:
+    if not any(name in os.environ for name in SPARK_WORKER_ENV):
+        return None
+    driver = _process_identity(os.getppid())
+    if driver is None:
+        return None
+    digest = hashlib.sha256(key.encode()).hexdigest()[:24]
+    return Path(tempfile.gettempdir()) / "eos-start-checks" / f"{driver}-{digest}"
+
+
+def _process_identity(pid: int) -> str | None:
+    """``pid`` plus its start time (a reused pid is another process); None without /proc."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[-1].split()
+    return f"{pid}-{fields[19]}" if len(fields) > 19 else None

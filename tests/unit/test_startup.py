@@ -1,0 +1,50 @@
+"""Start checks run once per driver: Spark calls streamWriter at a query's start and
+twice per batch, each in a new Python process of the driver JVM."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from connectors.startup import once_per_driver
+
+
+def _counting(fail: list[bool]) -> tuple[list[int], Callable[[], None]]:
+    calls: list[int] = []
+
+    def check() -> None:
+        calls.append(1)
+        if fail and fail.pop(0):
+            raise RuntimeError("server not configured")
+
+    return calls, check
+
+
+def test_in_a_process_spark_started_the_checks_run_once_after_they_pass(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv("PYTHON_WORKER_FACTORY_PORT", "40000")
+    calls, check = _counting([True])
+    with pytest.raises(RuntimeError):
+        once_per_driver("eos_redis|a", check)
+    for _ in range(3):
+        once_per_driver("eos_redis|a", check)
+    assert len(calls) == 2, "a failed check is repeated; a passed one is not"
+    once_per_driver("eos_redis|b", check)
+    assert len(calls) == 3, "other settings are checked on their own"
+
+
+def test_outside_spark_the_checks_always_run(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.delenv("PYTHON_WORKER_FACTORY_PORT", raising=False)
+    monkeypatch.delenv("PYTHON_WORKER_FACTORY_SOCK_PATH", raising=False)
+    calls, check = _counting([])
+    for _ in range(3):
+        once_per_driver("eos_postgres|a", check)
+    assert len(calls) == 3
