@@ -22,7 +22,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--keys", type=int, default=10_000)
     parser.add_argument("--rate", type=int, default=5_000, help="latency phase, records/s")
-    parser.add_argument("--latency-seconds", type=float, default=15.0)
+    parser.add_argument("--latency-seconds", type=float, default=15.0,
+                        help="steady state before the kill of the latency and recovery "
+                        "phase; 0 skips the phase")  # fmt: skip
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="throughput rounds per pipeline, interleaved; medians reported",
+    )
     parser.add_argument(
         "--pipelines", default=",".join(pl.BY_KEY),
         help=f"comma-separated, from: {', '.join(pl.BY_KEY)}",
@@ -37,7 +45,7 @@ def _chosen(names: str) -> list[pl.Pipeline]:
     if unknown or not keys:
         raise ConfigError(f"--pipelines: unknown {', '.join(unknown) or '(none given)'}; "
                           f"choose from {', '.join(pl.BY_KEY)}")  # fmt: skip
-    return [pl.BY_KEY[key] for key in keys]
+    return [pl.BY_KEY[key] for key in dict.fromkeys(keys)]
 
 
 def ensure_quix() -> None:
@@ -58,18 +66,21 @@ def run_compare(args: argparse.Namespace) -> int:
     from connectors.compare.jars import spark_kafka_jars
 
     chosen = _chosen(args.pipelines)
+    if args.rounds < 1 or args.latency_seconds < 0:
+        raise ConfigError(f"--rounds must be 1 or more (got {args.rounds}), --latency-"
+                          f"seconds 0 or more (got {args.latency_seconds:g})")  # fmt: skip
     if any(p.engine == "quix" for p in chosen):
         ensure_quix()
     if any(p.engine == "spark" for p in chosen):
         spark_kafka_jars()
     endpoints = _endpoints()
     settings = runner.Settings(args.records, args.keys, args.rate, args.latency_seconds,
-                               runner.work_dir())  # fmt: skip
+                               runner.work_dir(), args.rounds)  # fmt: skip
     topic = f"eos-bench-compare-{uuid.uuid4().hex[:8]}"
     print(f"Writing {args.records:,} records of ~100 bytes over {args.keys:,} keys to {topic}...")
     fill_topic(endpoints.kafka_bootstrap, topic, args.records, args.keys)
     began = time.monotonic()
-    results = [runner.run(pipeline, topic, endpoints, settings) for pipeline in chosen]
+    results = runner.run_all(chosen, topic, endpoints, settings)
     command = _command(args)
     text = report.markdown(results, settings, report.machine_facts(endpoints), command)
     out = Path(args.report_dir)
@@ -98,6 +109,7 @@ def _command_argv(args: argparse.Namespace) -> list[str]:
     return [
         "--records", str(args.records), "--keys", str(args.keys), "--rate", str(args.rate),
         "--latency-seconds", f"{args.latency_seconds:g}", "--pipelines", args.pipelines,
+        *(["--rounds", str(args.rounds)] if args.rounds > 1 else []),
     ]  # fmt: skip
 
 

@@ -15,7 +15,12 @@
   its latency is that moment minus its timestamp. After ``latency_seconds`` the
   pipeline is SIGKILLed and started again: recovery is the time from the kill to
   the new process's first committed batch. Production goes on, and the phase
-  ends when every record is counted in the sink.
+  ends when every record is counted in the sink. ``latency_seconds`` 0 skips it.
+
+With ``rounds`` above 1 the throughput phase runs that many times, interleaved (every
+pipeline's first round, then every pipeline's second, ...), so a drift of the machine
+falls on every pipeline alike; a pipeline reports its median round, and a ratio of two
+pipelines is the median of their ratios within a round.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +63,7 @@ class Result:
     driver_mb: float = 0.0
     workers_mb: float = 0.0
     stages_ms: dict[str, float] = field(default_factory=dict)  # Spark's per-batch split
+    round_rates: list[float] = field(default_factory=list)  # records/s of each round
     error: str | None = None
 
     @property
@@ -81,6 +88,7 @@ class Settings:
     rate: int
     latency_seconds: float
     work_dir: Path
+    rounds: int = 1
 
 
 def start(target: pl.Target, endpoints: Endpoints, max_offsets: int) -> PipelineProcess:
@@ -292,18 +300,49 @@ def _latencies(
     return latencies
 
 
-def run(pipeline: pl.Pipeline, topic: str, endpoints: Endpoints, s: Settings) -> Result:
-    """Both phases; a pipeline that fails is reported with its error, not hidden."""
-    result = Result(pipeline)
+def run_all(
+    chosen: list[pl.Pipeline], topic: str, endpoints: Endpoints, s: Settings
+) -> list[Result]:
+    """Every pipeline through both phases (the throughput phase ``s.rounds`` times,
+    interleaved); a pipeline that fails is reported with its error, not hidden, and
+    runs no further round."""
+    rounds: dict[str, list[Result]] = {p.key: [] for p in chosen}
+    failed: dict[str, Result] = {}
+    for number in range(1, s.rounds + 1):
+        of = f" (round {number} of {s.rounds})" if s.rounds > 1 else ""
+        for pipeline in (p for p in chosen if p.key not in failed):
+            result = Result(pipeline)
+            print(f"  {pipeline.key}: throughput{of}...", flush=True)
+            if _phase(result, partial(throughput, pipeline, topic, endpoints, s, result)):
+                print(f"  {pipeline.key}: {result.rate:,.0f} records/s", flush=True)
+                rounds[pipeline.key].append(result)
+            else:
+                failed[pipeline.key] = result
+    results = [failed.get(p.key) or median_round(rounds[p.key]) for p in chosen]
+    for result in results:
+        if not result.error and s.latency_seconds > 0:
+            print(f"  {result.pipeline.key}: latency, recovery...", flush=True)
+            _phase(result, partial(latency_and_recovery, result.pipeline, endpoints, s, result))
+    return results
+
+
+def _phase(result: Result, phase: Callable[[], None]) -> bool:
     try:
-        print(f"  {pipeline.key}: throughput...", flush=True)
-        throughput(pipeline, topic, endpoints, s, result)
-        print(f"  {pipeline.key}: {result.rate:,.0f} records/s; latency, recovery...", flush=True)
-        latency_and_recovery(pipeline, endpoints, s, result)
+        phase()
+        return True
     except (RuntimeError, TimeoutError, AssertionError) as exc:
-        print(f"  {pipeline.key}: FAILED: {exc}", flush=True)
+        print(f"  {result.pipeline.key}: FAILED: {exc}", flush=True)
         result.error = str(exc)
-    return result
+        return False
+
+
+def median_round(rounds: list[Result]) -> Result:
+    """The round with the median records/s (the lower of the two middle ones), carrying
+    every round's records/s."""
+    rates = [r.rate for r in rounds]
+    median = next(r for r in rounds if r.rate == statistics.median_low(rates))
+    median.round_rates = rates
+    return median
 
 
 def work_dir() -> Path:

@@ -82,6 +82,21 @@ def test_targets_say_met_or_where_the_time_goes() -> None:
     assert "Quix Streams | not measured | - |" in rows
 
 
+def test_a_pipeline_reports_its_median_round_and_a_ratio_pairs_rounds() -> None:
+    # Rounds of one pipeline: 1,000, 1,200 and 900 records/s; the median round's figures
+    # stand for it. The baseline ran 1,000, 1,000 and 800 in the same rounds: the ratio is
+    # the median of 1.00, 1.20 and 1.125, not 1,000 / 1,000.
+    eo = runner.median_round([_result("eos-kafka", r, 1.0) for r in (1000, 1200, 900)])
+    alo = runner.median_round([_result("eos-kafka-alo", r, 1.0) for r in (1000, 1000, 800)])
+    assert (eo.rate, eo.round_rates) == (1000, [1000, 1200, 900])
+    ratio, spread = report.paired_ratio(eo, alo)
+    assert ratio == pytest.approx(1.125) and spread == " (1.00-1.20 in 3 rounds)"
+    assert "| (1) >= 0.9x (2): Kafka | 1.12x (1.00-1.20 in 3 rounds) | yes |" in "\n".join(
+        report.targets_table([eo, alo])
+    )
+    assert report.paired_ratio(_result("eos-kafka", 900, 1.0), alo) == (0.9, "")
+
+
 def test_the_results_table_has_a_row_per_pipeline_with_ratios_to_eos_kafka() -> None:
     failed = runner.Result(pl.BY_KEY["quix"], error="the pipeline exited (1) before start")
     rows = report.results_table(
@@ -101,7 +116,7 @@ def test_latency_quantiles() -> None:
 
 
 def test_unknown_pipelines_are_named_with_the_choices() -> None:
-    assert [p.key for p in _chosen("raw, quix")] == ["raw", "quix"]
+    assert [p.key for p in _chosen("raw, quix, raw")] == ["raw", "quix"]
     with pytest.raises(ConfigError, match=r"unknown flink.*choose from eos-kafka"):
         _chosen("raw,flink")
 
