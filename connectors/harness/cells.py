@@ -32,12 +32,11 @@ from connectors.topics import Record
 TWO_PHASE_POINTS = ("after-prepare", "after-decision", "between-commits", "after-commit")
 KAFKA_POINTS = ("after-prepare", "after-commit")
 DRIVER_POINTS = ("after-decision", "between-commits", "after-commit")
-#: On a cluster, each sink also gets a zombie (``before-prepare``: paused, its executor
-#: killed, resumed after the batch is committed) and an executor lost mid-write. Of the
-#: driver's points only ``after-decision`` (a decided batch recovered while executors
-#: run its successor): the driver is one local process on a cluster as in local mode,
-#: where the conformance cells cross every driver point.
-CLUSTER_TWO_PHASE_POINTS = ("before-prepare", "mid-prepare", "after-prepare", "after-decision")
+#: On a cluster, each sink gets a zombie (``before-prepare``: paused, its executor
+#: killed, resumed after the batch is committed) and executors lost mid-write and after
+#: the prepare. No driver point: the driver is one local process on a cluster as in local
+#: mode, where the conformance cells cross every one of them.
+CLUSTER_TWO_PHASE_POINTS = ("before-prepare", "mid-prepare", "after-prepare")
 CLUSTER_KAFKA_POINTS = ("before-prepare", *KAFKA_POINTS)
 
 

@@ -9,11 +9,12 @@ files and Spark resubmits the stage) runs on the cluster. Each sink's query gets
   the batch; then the harness resumes the zombie, which prepares its unit after
   the batch was decided (it must leave nothing visible and nothing in doubt);
 * an executor SIGKILLed while a task writes (``mid-prepare``) and after it
-  prepared (``after-prepare``), and the driver's points as in local mode.
+  prepared (``after-prepare``; the Kafka sink's ``after-commit`` too, its commit runs
+  in the task).
 
-Whole-pipeline crashes are left to the local-mode cells (tests/integration/
-test_conformance.py): on a cluster they prove nothing more and cost a new
-application each.
+The driver's points and whole-pipeline crashes are left to the local-mode cells
+(tests/integration/test_conformance.py): the driver is one local process on a cluster
+too, so there they prove nothing more and cost a query restart or a new application.
 """
 
 from __future__ import annotations
