@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from connectors.endpoints import Endpoints
-from connectors.harness.pytest_plugin import eos_verify  # noqa: F401  (the harness as a fixture)
+from connectors.harness.pytest_plugin import harness_runner
+from connectors.harness.verify import Report
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -86,6 +87,13 @@ def crash_service(endpoints: Endpoints) -> Callable[[str], None]:
             "(`eos stack up`); the endpoints came from EOS_* variables or docker compose."
         )
     return crash
+
+
+@pytest.fixture
+def eos_verify(endpoints: Endpoints, tmp_path: Path) -> Callable[..., Report]:
+    """The harness (connectors.harness.pytest_plugin) on the session's services: run
+    first, it would start the stack itself and the session would not stop it."""
+    return harness_runner(tmp_path)
 
 
 @pytest.fixture(scope="session")

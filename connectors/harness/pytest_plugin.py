@@ -31,6 +31,12 @@ from connectors.harness.verify import Plan, Report, verify
 @pytest.fixture
 def eos_verify(tmp_path: Path) -> Callable[..., Report]:
     """``eos_verify(**plan fields)`` runs the harness and returns its report."""
+    return harness_runner(tmp_path)
+
+
+def harness_runner(tmp_path: Path) -> Callable[..., Report]:
+    """What the fixture returns, for a conftest that wraps it (say, to make the
+    services its own session fixture's, so the session stops them)."""
 
     def run(**fields: Any) -> Report:
         endpoints, crash = endpoints_and_crash()

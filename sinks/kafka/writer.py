@@ -169,7 +169,7 @@ class _MarkerGroup:
 
     def log_record(self, next_batch: int, query_id: str) -> tuple[str, bytes, bytes]:
         """(topic, key, value) of the marker record the transaction writes to the log."""
-        value = json.dumps({"next_batch": next_batch, "query": query_id})
+        value = json.dumps({"next_batch": next_batch, "query": query_id, "topic": self.topic})
         return self.options.marker_log, self.group.encode(), value.encode()
 
     def offset(self, next_batch: int, query_id: str) -> TopicPartition:

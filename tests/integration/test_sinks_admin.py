@@ -19,6 +19,7 @@ from connectors.sinks_command import admins
 from connectors.testing import SinkContract
 from sinks.kafka.checks import check_broker
 from sinks.kafka.options import parse_options as kafka_options
+from sinks.kafka.options import transactional_id
 from sinks.kafka.writer import KafkaTransactionalWriter
 from sinks.postgres import source as pg_source
 from sinks.redis import source as redis_source
@@ -107,6 +108,10 @@ def test_a_kafka_sink_id_is_listed_with_its_query_and_reset(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """Listed from its marker groups, and from the marker log once the groups are gone
+    (what offset retention does); reset forgets both, so a new query may claim it."""
+    from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
+
     from connectors.topics import create_topic
 
     for name, value in endpoints.as_env().items():
@@ -121,7 +126,14 @@ def test_a_kafka_sink_id_is_listed_with_its_query_and_reset(
         writer.write_task(_task(4, partition=partition), iter(_rows(4)))
     listed = next(line for line in _eos(capsys, "list").splitlines() if sink_id in line)
     assert listed.split()[:4] == ["kafka", sink_id, "kafka-query", "4"], listed
+    groups = [transactional_id(options, sink_id, partition) for partition in range(2)]
+    admin = AdminClient({"bootstrap.servers": endpoints.kafka_bootstrap})
+    for future in admin.delete_consumer_groups(groups, request_timeout=30).values():
+        future.result()
+    listed = next(line for line in _eos(capsys, "list").splitlines() if sink_id in line)
+    assert listed.split()[:4] == ["kafka", sink_id, "kafka-query", "4"], listed
     with pytest.raises(SinkClaimedError):
         writer.write_task(_task(0, query="new-query"), iter(_rows(0)))
     assert "bookkeeping forgotten" in _eos(capsys, "reset", sink_id, "--yes")
+    assert sink_id not in _eos(capsys, "list")
     writer.write_task(_task(0, query="new-query"), iter(_rows(0)))  # claimed by the new query
