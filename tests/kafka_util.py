@@ -4,14 +4,48 @@ Topics are created and read back with :mod:`connectors.topics`."""
 
 from __future__ import annotations
 
-from confluent_kafka import Producer
+import time
+from pathlib import Path
+
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewPartitions
+
+from connectors.topics import create_topic
 
 
 def add_partitions(bootstrap: str, topic: str, total: int) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_partitions([NewPartitions(topic, total)])[topic].result(timeout=30)
+
+
+def recreate_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
+    """Delete ``topic`` and create it again under the same name (it gets a new topic id)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.delete_topics([topic])[topic].result(timeout=30)
+    deadline = time.monotonic() + 60
+    while True:  # the name is free once the brokers have finished deleting
+        try:
+            create_topic(bootstrap, topic, partitions)
+            return
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def uncommit(checkpoint: Path, batch: int) -> None:
+    """Remove ``commits/<batch>`` (and its checksum) as a crash before Spark wrote it would."""
+    for name in (str(batch), f".{batch}.crc"):
+        (checkpoint / "commits" / name).unlink(missing_ok=True)
+
+
+def delete_records_before(bootstrap: str, topic: str, partition: int, before: int) -> None:
+    """Move the partition's log start to ``before``, as retention would."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.delete_records([TopicPartition(topic, partition, before)])
+    for future in futures.values():
+        future.result(timeout=30)
 
 
 def produce_mixed(

@@ -20,13 +20,15 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from connectors.endpoints import Endpoints
 from connectors.harness import checks, load
 from connectors.harness.spec import WINDOW_SECONDS, QuerySpec
+from connectors.secrets import redact_options
 from connectors.topics import Record
+from sources.kafka.offsets import from_spark
 
 #: Fault points of each kind of sink, in protocol order.
 TWO_PHASE_POINTS = ("after-prepare", "after-decision", "between-commits", "after-commit")
@@ -75,6 +77,13 @@ class CustomSink:
     reader: str
     options: tuple[tuple[str, str], ...] = ()
     register: str | None = None
+
+    def public(self) -> dict[str, object]:
+        """This sink as a report may show it: credentials in its options masked."""
+        return {**asdict(self), "options": redact_options(dict(self.options))}
+
+    def __repr__(self) -> str:
+        return f"CustomSink({self.public()})"
 
 
 @dataclass(frozen=True)
@@ -255,7 +264,6 @@ def _offsets_log(checkpoint: Path) -> dict[int, tuple[int, dict[int, int]]]:
             continue
         lines = path.read_text().splitlines()
         metadata = json.loads(lines[1])
-        (topic_offsets,) = json.loads(lines[2]).values()
-        ends = {int(p): int(o) for p, o in topic_offsets.items()}
+        ends = {p: o for (_topic, p), o in from_spark(json.loads(lines[2])).items()}
         found[int(path.name)] = (int(metadata.get("batchWatermarkMs", 0)), ends)
     return found

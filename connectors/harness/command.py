@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import uuid
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 from connectors.harness.cells import CELLS, DRIVER_POINTS, TWO_PHASE_POINTS
 from connectors.harness.services import endpoints_and_crash
 from connectors.harness.verify import FAMILIES, SERVICES, CustomSink, Plan, Report, verify
+from connectors.secrets import is_secret_option, secret_values
 
 
 def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,7 +55,15 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
         help="seconds without a committed batch before the run is failed",
     )
     parser.add_argument("--sink-format", default=None, help="your own sink, by format name")
-    parser.add_argument("--sink-option", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument(
+        "--sink-option", action="append", default=[], metavar="KEY=VALUE",
+        help="an option of your sink (repeatable); credentials go in --sink-options-file, "
+        "since a command line is visible to every user of the machine",
+    )  # fmt: skip
+    parser.add_argument(
+        "--sink-options-file", default=None, metavar="PATH",
+        help="a JSON object of your sink's options, credentials included",
+    )  # fmt: skip
     parser.add_argument(
         "--sink-register",
         default=None,
@@ -79,8 +89,7 @@ def plan_from(args: argparse.Namespace) -> Plan:
     if args.sink_format:
         if not args.sink_reader:
             raise SystemExit("eos verify: --sink-format needs --sink-reader MODULE:FUNCTION")
-        pairs = (o.partition("=") for o in args.sink_option)
-        options = tuple((key, value) for key, sep, value in pairs if sep)
+        options = _sink_options(args.sink_option, args.sink_options_file)
         custom = CustomSink(args.sink_format, args.sink_reader, options, args.sink_register)
     return Plan(
         records=args.records,
@@ -97,6 +106,27 @@ def plan_from(args: argparse.Namespace) -> Plan:
         stall_timeout=args.stall_timeout,
         work_dir=Path(args.work_dir or Path("verify-runs") / uuid.uuid4().hex[:8]),
     )
+
+
+def _sink_options(given: list[str], path: str | None) -> tuple[tuple[str, str], ...]:
+    """--sink-option pairs, then the file's; a credential on the command line is refused."""
+    options: dict[str, str] = {}
+    for pair in given:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise SystemExit(f"eos verify: --sink-option takes KEY=VALUE, got {key!r}")
+        if is_secret_option(key) or secret_values({key: value}):
+            raise SystemExit(
+                f"eos verify: --sink-option {key} holds a credential, which `ps` would show to "
+                "every user of this machine; put it in a JSON file given as --sink-options-file."
+            )
+        options[key] = value
+    if path:
+        loaded = json.loads(Path(path).read_text())
+        if not isinstance(loaded, dict):
+            raise SystemExit(f"eos verify: --sink-options-file {path} must hold a JSON object")
+        options.update({str(k): str(v) for k, v in loaded.items()})
+    return tuple(options.items())
 
 
 def run_verify(args: argparse.Namespace) -> int:

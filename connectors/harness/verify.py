@@ -237,7 +237,8 @@ def verify(
     if not problems:
         results = _check_sinks(plan, endpoints, names, chosen, expected_words, runner.checkpoint)
     fired = faults.fired(runner.markers)
-    report = Report({**asdict(plan), "schedule": entries}, runs, results, problems, fired)
+    shown = {**asdict(plan), "custom": plan.custom.public() if plan.custom else None}
+    report = Report({**shown, "schedule": entries}, runs, results, problems, fired)
     (plan.work_dir / "report.json").write_text(report.to_json())
     return report
 

@@ -162,10 +162,13 @@ class Stack:
             raise StackError(
                 f"Not running: {', '.join(down)}. Start the stack with `eos stack up`."
             )
+        kafka = records["kafka"]
+        assert kafka is not None and isinstance(self.services["kafka"], KafkaService)
         return Endpoints(
-            kafka_bootstrap=records["kafka"].endpoint,  # type: ignore[union-attr]
+            kafka_bootstrap=kafka.endpoint,
             postgres_dsn=records["postgres"].endpoint,  # type: ignore[union-attr]
             redis_url=records["redis"].endpoint,  # type: ignore[union-attr]
+            kafka_sasl=self.services["kafka"].sasl(kafka),
         )
 
     def _ensure_running(self, service: Service) -> ServiceRecord:

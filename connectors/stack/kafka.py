@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import base64
+import json
 import os
+import secrets
 import uuid
 from pathlib import Path
 
 from connectors.cache import cache_root
+from connectors.endpoints import SASL_MECHANISM, KafkaSasl
 from connectors.errors import StackError
 from connectors.stack.process import (
     LOOPBACK,
@@ -24,6 +27,9 @@ KAFKA_VERSION = "4.3.1"
 SCALA_VERSION = "2.13"
 LOG4J_VERSION = "2.24.3"
 SLF4J_VERSION = "2.0.17"
+
+SASL_USER = "eos"
+SCRAM_ITERATIONS = 4096
 
 # Broker settings shared with docker-compose.yml (a test checks that they match).
 KAFKA_SETTINGS: dict[str, str] = {
@@ -121,6 +127,23 @@ def kafka_answers(bootstrap: str, timeout: float = 2.0) -> bool:
     return bool(metadata.brokers)
 
 
+def add_scram_user(bootstrap: str, user: tuple[str, str]) -> None:
+    """Create (or reset) the SASL listener's SCRAM user through the plain listener."""
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]
+        AdminClient,
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialUpsertion,
+    )
+
+    name, password = user
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, SCRAM_ITERATIONS)
+    upsert = UserScramCredentialUpsertion(name, info, password.encode())
+    for future in admin.alter_user_scram_credentials([upsert]).values():
+        future.result(timeout=60)
+
+
 def _cluster_id() -> str:
     """A random Kafka cluster id (22 characters of URL-safe base64). Like Kafka's own
     Uuid.randomUuid, never one starting with '-', which the storage tool would take for
@@ -145,16 +168,12 @@ class KafkaService(Service):
 
     def start(self, previous: ServiceRecord | None) -> ServiceRecord:
         libs = ensure_jars()
-        old = previous.ports if previous else (None, None)
-        port = free_port(old[0])
-        controller_port = free_port(old[1])
-        if controller_port == port:
-            controller_port = free_port()
-        self._write_config(port, controller_port)
+        ports = self._ports(previous.ports if previous else ())
+        self._write_config(*ports)
         classpath = f"{libs}/*"
         self._format_storage(classpath)
         pid = spawn(self._java(classpath, "kafka.Kafka", str(self.marker)), self.log_path, self.dir)
-        record = ServiceRecord(self.name, pid, (port, controller_port), f"{LOOPBACK}:{port}")
+        record = ServiceRecord(self.name, pid, ports, f"{LOOPBACK}:{ports[0]}")
         wait_until(
             lambda: self.answers(record),
             timeout=120,
@@ -162,7 +181,37 @@ class KafkaService(Service):
             alive=lambda: pid_alive(pid),  # ours: just spawned (its title may be mid-rewrite)
             log_path=self.log_path,
         )
+        add_scram_user(record.endpoint, self.sasl_user())
         return record
+
+    @staticmethod
+    def _ports(old: tuple[int, ...]) -> tuple[int, int, int]:
+        """The plain, controller and SASL ports: the previous ones where still free."""
+        chosen: list[int] = []
+        for i in range(3):
+            port = free_port(old[i] if i < len(old) else None)
+            while port in chosen:
+                port = free_port()
+            chosen.append(port)
+        return chosen[0], chosen[1], chosen[2]
+
+    def sasl_user(self) -> tuple[str, str]:
+        """The SASL listener's user and its password, made once per stack directory."""
+        path = self.dir / "sasl-user.json"
+        if not path.exists():
+            self.dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as out:
+                json.dump({"username": SASL_USER, "password": secrets.token_hex(16)}, out)
+        user = json.loads(path.read_text())
+        return user["username"], user["password"]
+
+    def sasl(self, record: ServiceRecord) -> KafkaSasl | None:
+        """The SASL listener of a running broker (None for one started before it had one)."""
+        if len(record.ports) < 3:
+            return None
+        username, password = self.sasl_user()
+        return KafkaSasl(f"{LOOPBACK}:{record.ports[2]}", username, password)
 
     def answers(self, record: ServiceRecord) -> bool:
         return kafka_answers(record.endpoint)
@@ -182,16 +231,24 @@ class KafkaService(Service):
             *args,
         ]
 
-    def _write_config(self, port: int, controller_port: int) -> None:
+    def _write_config(self, port: int, controller_port: int, sasl_port: int) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
+        plain, sasl = f"PLAINTEXT://{LOOPBACK}:{port}", f"SASL_PLAINTEXT://{LOOPBACK}:{sasl_port}"
         settings = {
             **KAFKA_SETTINGS,
             "controller.quorum.voters": f"1@{LOOPBACK}:{controller_port}",
-            "listeners": f"PLAINTEXT://{LOOPBACK}:{port},CONTROLLER://{LOOPBACK}:{controller_port}",
-            "advertised.listeners": f"PLAINTEXT://{LOOPBACK}:{port}",
+            "listeners": f"{plain},{sasl},CONTROLLER://{LOOPBACK}:{controller_port}",
+            "advertised.listeners": f"{plain},{sasl}",
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "listener.security.protocol.map": (
+                "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT"
+            ),
+            "sasl.enabled.mechanisms": SASL_MECHANISM,
+            # The broker's side of SCRAM needs a login module; users live in the metadata log.
+            f"listener.name.sasl_plaintext.{SASL_MECHANISM.lower()}.sasl.jaas.config": (
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+            ),
             "log.dirs": str(self.dir / "data"),
         }
         self.marker.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))

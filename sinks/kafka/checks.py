@@ -7,6 +7,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[at
 from confluent_kafka.cimpl import NewTopic
 
 from connectors.errors import ConfigError, ServiceUnavailableError
+from connectors.kafka_errors import ClientErrors
 from sinks.kafka.options import KafkaSinkOptions
 
 TIMEOUT = 30.0
@@ -14,14 +15,17 @@ TIMEOUT = 30.0
 
 def check_broker(options: KafkaSinkOptions) -> None:
     """The named topics exist and transaction.timeout.ms fits the broker's maximum."""
-    admin = AdminClient(options.client_config())
+    errors = ClientErrors()
+    admin = AdminClient(errors.watching(options.client_config()))
     try:
         metadata = admin.list_topics(timeout=TIMEOUT)
     except KafkaException as exc:
+        reason = errors.reason(admin, exc, options.client_config())
         raise ServiceUnavailableError(
             f"Kafka at {options.bootstrap_servers} (option 'kafka.bootstrap.servers') did not "
-            f"answer within {TIMEOUT:.0f} s."
-        ) from exc
+            f"answer within {TIMEOUT:.0f} s: {reason}. Check that the brokers run and are "
+            "reachable, and the kafka.security.protocol and kafka.sasl.* options."
+        ) from None
     for option, topic in (("topic", options.topic), ("progressTopic", options.progress_topic)):
         if topic and (topic not in metadata.topics or metadata.topics[topic].error is not None):
             raise ConfigError(

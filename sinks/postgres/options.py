@@ -6,9 +6,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+
 from connectors import options as opt
 from connectors.errors import ConfigError
-from connectors.secrets import redact_url
+from connectors.secrets import redact
 
 _KNOWN = {
     "dsn",
@@ -35,7 +38,7 @@ class PostgresSinkOptions:
 
     def __repr__(self) -> str:  # the DSN's password never reaches a log line
         return (
-            f"PostgresSinkOptions(dsn={redact_url(self.dsn)!r}, table={self.table!r}, "
+            f"PostgresSinkOptions(dsn={redact(self.dsn)!r}, table={self.table!r}, "
             f"mode={self.mode!r}, key_columns={self.key_columns!r})"
         )
 
@@ -47,6 +50,7 @@ class PostgresSinkOptions:
 def parse_options(raw: Mapping[str, str]) -> PostgresSinkOptions:
     options = opt.lowered(raw, _KNOWN, "eos_postgres")
     dsn = opt.required(options, "dsn", "a libpq connection string or postgresql:// URL")
+    _check_dsn(dsn)
     table = _table(opt.required(options, "table", "the target table, as name or schema.name"))
     mode = opt.choice(options, "mode", ("append", "upsert"), "append")
     keys = opt.names(options, "keyColumns")
@@ -65,6 +69,19 @@ def parse_options(raw: Mapping[str, str]) -> PostgresSinkOptions:
         sink_id=_sink_id(options.get("sinkid")),
         exactly_once=guarantee == "exactly-once",
     )
+
+
+def _check_dsn(dsn: str) -> None:
+    """Refuse a ``dsn`` libpq cannot parse. libpq's own message is left out: it quotes the text
+    around the mistake, which is often the password."""
+    try:
+        conninfo_to_dict(dsn)
+    except psycopg.Error:
+        raise ConfigError(
+            "Option 'dsn' is not a valid libpq connection string or postgresql:// URL. "
+            "Check its quoting: a value with spaces goes in single quotes, with \\' and \\\\ "
+            "escaped inside; in a URL, percent-encode @, : and / in the user and password."
+        ) from None
 
 
 def _table(value: str) -> tuple[str, ...]:

@@ -23,7 +23,7 @@ from connectors.protocol import (
     UnitMissingError,
     derive_sink_id,
 )
-from connectors.secrets import redact_url
+from connectors.secrets import redact, secret_values
 from sinks.postgres import copy
 from sinks.postgres.options import PostgresSinkOptions
 
@@ -38,15 +38,18 @@ def connect(options: PostgresSinkOptions, autocommit: bool = True) -> Connection
     """A connection, or a ServiceUnavailableError that never shows the password."""
     try:
         return psycopg.connect(options.dsn, autocommit=autocommit, connect_timeout=15)
-    except psycopg.OperationalError as exc:
+    except psycopg.Error as exc:
         raise ServiceUnavailableError(
-            f"PostgreSQL at {redact_url(options.dsn)} (option 'dsn') is unreachable: "
-            f"{_first_line(exc)}"
+            f"PostgreSQL at {redact(options.dsn)} (option 'dsn') is unreachable: "
+            f"{_first_line(exc, options)}"
         ) from None
 
 
-def _first_line(exc: Exception) -> str:
-    return redact_url(str(exc).strip().splitlines()[0]) if str(exc).strip() else type(exc).__name__
+def _first_line(exc: Exception, options: PostgresSinkOptions) -> str:
+    text = str(exc).strip()
+    if not text:
+        return type(exc).__name__
+    return redact(text.splitlines()[0], secret_values({"dsn": options.dsn}))
 
 
 class _Rows:
@@ -190,7 +193,7 @@ class PostgresTwoPhaseWriter(TwoPhaseCommitWriter):
         except psycopg.errors.UndefinedObject:
             return Outcome.ALREADY_COMMITTED if self._recorded(unit) else Outcome.MISSING
         except psycopg.OperationalError as exc:
-            log.warning("COMMIT PREPARED %s: %s; retrying", unit, _first_line(exc))
+            log.warning("COMMIT PREPARED %s: %s; retrying", unit, _first_line(exc, self.options))
             self._conn = None
             return Outcome.RETRY
         return Outcome.COMMITTED

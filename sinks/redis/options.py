@@ -6,9 +6,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from redis.connection import parse_url
+
 from connectors import options as opt
 from connectors.errors import ConfigError
-from connectors.secrets import redact_url
+from connectors.secrets import redact
 
 _KNOWN = {
     "url",
@@ -43,7 +45,7 @@ class RedisSinkOptions:
 
     def __repr__(self) -> str:  # the URL's password never reaches a log line
         return (
-            f"RedisSinkOptions(url={redact_url(self.url)!r}, key_column={self.key_column!r}, "
+            f"RedisSinkOptions(url={redact(self.url)!r}, key_column={self.key_column!r}, "
             f"value_columns={self.value_columns!r}, mode={self.mode!r})"
         )
 
@@ -53,8 +55,15 @@ def parse_options(raw: Mapping[str, str]) -> RedisSinkOptions:
     url = opt.required(options, "url", "a redis:// or rediss:// URL, e.g. redis://host:6379/0")
     if not url.startswith(("redis://", "rediss://", "unix://")):
         raise ConfigError(
-            f"Option 'url' must start with redis://, rediss:// or unix://, got {redact_url(url)!r}."
+            f"Option 'url' must start with redis://, rediss:// or unix://, got {redact(url)!r}."
         )
+    try:
+        parse_url(url)  # type: ignore[no-untyped-call]
+    except ValueError:
+        raise ConfigError(
+            f"Option 'url' is not a valid Redis URL: {redact(url)!r}. Percent-encode @, : and / "
+            "in the user and password; the port is a number."
+        ) from None
     values = opt.names(options, "valueColumns")
     if not values:
         raise ConfigError(

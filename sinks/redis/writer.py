@@ -20,7 +20,7 @@ from connectors.protocol import (
     UnitMissingError,
     derive_sink_id,
 )
-from connectors.secrets import redact_url
+from connectors.secrets import redact, secret_values
 from sinks.redis import scripts, values
 from sinks.redis.options import RedisSinkOptions
 
@@ -41,8 +41,8 @@ def connect(options: RedisSinkOptions) -> redis.Redis:
     except redis.RedisError as exc:
         client.close()
         raise ServiceUnavailableError(
-            f"Redis at {redact_url(options.url)} (option 'url') is unreachable: "
-            f"{redact_url(str(exc))}"
+            f"Redis at {redact(options.url)} (option 'url') is unreachable: "
+            f"{redact(str(exc), secret_values({'url': options.url}))}"
         ) from None
     return client
 
@@ -188,7 +188,7 @@ class RedisStagedWriter(TwoPhaseCommitWriter):
                 args=args,
             )
         except (redis.ConnectionError, redis.TimeoutError, ServiceUnavailableError) as exc:
-            log.warning("applying %s: %s; retrying", unit, redact_url(str(exc)))
+            log.warning("applying %s: %s; retrying", unit, redact(str(exc)))
             self._client = None
             return Outcome.RETRY
         if failed:

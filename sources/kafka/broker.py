@@ -10,14 +10,23 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka import (
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    TopicCollection,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
 from connectors.errors import ConfigError, EosError, ServiceUnavailableError
+from connectors.kafka_errors import ClientErrors
 from sources.kafka.offsets import Offsets, TopicPartitionKey
 from sources.kafka.options import EARLIEST, LATEST, KafkaSourceOptions
 
 log = logging.getLogger(__name__)
+
+NO_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"  # the all-zero id of brokers that keep none
 
 
 class BrokerView:
@@ -27,11 +36,12 @@ class BrokerView:
         self.options = options
         self.timeout = min(30.0, options.poll_timeout_ms / 1000)
         self._admin: AdminClient | None = None
+        self._errors = ClientErrors()
 
     @property
     def admin(self) -> AdminClient:
         if self._admin is None:
-            self._admin = AdminClient(self.options.client_config())
+            self._admin = AdminClient(self._errors.watching(self.options.client_config()))
         return self._admin
 
     def partitions(self) -> list[TopicPartitionKey]:
@@ -59,6 +69,36 @@ class BrokerView:
     def for_times(self, times: Mapping[TopicPartitionKey, int]) -> dict[TopicPartitionKey, int]:
         """First offset with a timestamp >= the given one; -1 where there is none."""
         return self._list_offsets({tp: OffsetSpec.for_timestamp(ts) for tp, ts in times.items()})
+
+    def topic_ids(self, topics: Iterable[str]) -> dict[str, str]:
+        """Each topic's id, which changes when a topic is deleted and created again.
+
+        A topic that vanished since it was listed is left out; a broker older
+        than Kafka 2.8 gives no ids, and then only offsets that go back reveal
+        a recreated topic.
+        """
+        names = sorted(set(topics))
+        if not names:
+            return {}
+        try:
+            futures = self.admin.describe_topics(
+                TopicCollection(names), request_timeout=self.timeout
+            )
+        except KafkaException as exc:
+            raise self._unavailable("describe topics", exc) from None
+        ids = {}
+        for name, future in futures.items():
+            try:
+                topic_id = future.result(timeout=self.timeout).topic_id
+            except KafkaException as exc:
+                if exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    continue
+                raise self._unavailable("describe topics", exc) from None
+            except TimeoutError as exc:
+                raise self._unavailable("describe topics", exc) from None
+            if topic_id is not None and str(topic_id) != NO_TOPIC_ID:
+                ids[name] = str(topic_id)
+        return ids
 
     def initial(self) -> Offsets:
         """Resolve ``startingOffsets`` / ``startingOffsetsByTimestamp`` into real offsets."""
@@ -119,7 +159,7 @@ class BrokerView:
         try:
             metadata = self.admin.list_topics(timeout=self.timeout)
         except KafkaException as exc:
-            raise self._unavailable("list topics") from exc
+            raise self._unavailable("list topics", exc) from None
         return {
             name: sorted(meta.partitions)
             for name, meta in metadata.topics.items()
@@ -158,13 +198,17 @@ class BrokerView:
                 for tp, future in futures.items()
             }
         except (KafkaException, TimeoutError) as exc:
-            raise self._unavailable("list offsets") from exc
+            raise self._unavailable("list offsets", exc) from None
 
-    def _unavailable(self, what: str) -> ServiceUnavailableError:
+    def _unavailable(self, what: str, exc: BaseException) -> ServiceUnavailableError:
+        """The error for a failed look-up, with the broker's reason (an authentication
+        failure reads as one); the client settings' secrets are redacted from it."""
+        reason = self._errors.reason(self.admin, exc, self.options.client_config())
         return ServiceUnavailableError(
             f"Kafka at {self.options.bootstrap_servers} (option 'kafka.bootstrap.servers') did "
-            f"not answer '{what}' within {self.timeout:.0f} s. Check that the brokers run and "
-            "are reachable; raise kafkaConsumer.pollTimeoutMs for slow clusters."
+            f"not answer '{what}' within {self.timeout:.0f} s: {reason}. "
+            "Check that the brokers run and are reachable, and the kafka.security.protocol and "
+            "kafka.sasl.* options; raise kafkaConsumer.pollTimeoutMs for slow clusters."
         )
 
 

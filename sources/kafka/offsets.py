@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from pyspark.sql.datasource import InputPartition
 
@@ -38,12 +39,87 @@ def to_spark(offsets: Mapping[TopicPartitionKey, int]) -> dict[str, dict[str, in
     return result
 
 
-def from_spark(value: Mapping[str, Mapping[str, int]]) -> Offsets:
+def from_spark(value: Mapping[str, Any]) -> Offsets:
+    """The end offsets of ``offsets/N`` (the ``@`` entries of :class:`SourceOffset` left out)."""
     return {
         (topic, int(partition)): int(offset)
         for topic, partitions in value.items()
+        if not topic.startswith("@")
         for partition, offset in partitions.items()
     }
+
+
+# Kafka topic names are made of [a-zA-Z0-9._-], so an "@" key never names a topic.
+TOPIC_IDS = "@topicIds"
+STARTS = "@starts"
+
+
+@dataclass(frozen=True)
+class SourceOffset:
+    """What ``offsets/N`` holds: where batch N ends, and what batch N+1 must check.
+
+    ``topic_ids`` are the ids the brokers gave each topic (Kafka 4 topics carry
+    one), so a topic deleted and recreated under the same name is told apart
+    from the old one. ``starts`` names the partitions batch N reads from a
+    position decided while planning it (a partition that appeared, or one
+    whose log went back, read from its log start) instead of from batch N-1's
+    end: checkpointed, so a replay of batch N plans exactly the same ranges.
+    """
+
+    ends: Offsets
+    topic_ids: Mapping[str, str] = field(default_factory=dict)
+    starts: Offsets = field(default_factory=dict)
+
+    def to_spark(self) -> dict[str, Any]:
+        value: dict[str, Any] = to_spark(self.ends)
+        if self.topic_ids:
+            value[TOPIC_IDS] = dict(sorted(self.topic_ids.items()))
+        if self.starts:
+            value[STARTS] = to_spark(self.starts)
+        return value
+
+    @classmethod
+    def from_spark(cls, value: Mapping[str, Any]) -> SourceOffset:
+        return cls(
+            ends=from_spark(value),
+            topic_ids=dict(value.get(TOPIC_IDS, {})),
+            starts=from_spark(value.get(STARTS, {})),
+        )
+
+    def begin_of_next(self, following: SourceOffset) -> Offsets:
+        """Where the batch ending at ``following`` starts: this batch's ends, overridden."""
+        return {**self.ends, **following.starts}
+
+
+def moved_back(
+    previous: SourceOffset, latest: Mapping[TopicPartitionKey, int], ids: Mapping[str, str]
+) -> dict[TopicPartitionKey, str]:
+    """Partitions of ``latest`` whose log no longer continues ``previous``, and why.
+
+    Either the topic's id changed (deleted and recreated), or the partition now
+    ends below the offset the checkpoint reached (recreated, or truncated by an
+    unclean leader election). Offsets never go back otherwise: the last stable
+    offset and the high watermark only grow.
+    """
+    found = {}
+    for (topic, partition), end in sorted(latest.items()):
+        reached = previous.ends.get((topic, partition))
+        if reached is None:
+            continue
+        old_id, new_id = previous.topic_ids.get(topic), ids.get(topic)
+        if old_id and new_id and old_id != new_id:
+            found[(topic, partition)] = (
+                f"topic {topic!r} was deleted and recreated (its id changed from {old_id} to "
+                f"{new_id}); the checkpoint had read partition {partition} up to offset "
+                f"{reached} of the old topic"
+            )
+        elif end < reached:
+            found[(topic, partition)] = (
+                f"{topic}-{partition} now ends at offset {end}, below the offset {reached} the "
+                "checkpoint had read up to (the topic was recreated, or its log truncated by "
+                "an unclean leader election)"
+            )
+    return found
 
 
 def limit_offsets(start: Offsets, latest: Offsets, max_records: int) -> Offsets:

@@ -99,7 +99,7 @@ def _checked_start(consumer: Consumer, options: KafkaSourceOptions, work: KafkaR
         ) from exc
     if work.start >= low:
         return work.start
-    return _data_loss(
+    return report_data_loss(
         options,
         f"{work.topic}-{work.partition}: offsets {work.start}..{low - 1} were deleted "
         f"(log start is now {low}) before they were read",
@@ -107,7 +107,8 @@ def _checked_start(consumer: Consumer, options: KafkaSourceOptions, work: KafkaR
     )
 
 
-def _data_loss(options: KafkaSourceOptions, what: str, resume: int) -> int:
+def report_data_loss(options: KafkaSourceOptions, what: str, resume: int) -> int:
+    """Driver or task. Fail naming ``what`` (failOnDataLoss), or warn and go on at ``resume``."""
     if options.fail_on_data_loss:
         raise DataLossError(
             f"{what}. Records may have been lost (retention, or the topic was recreated). "
@@ -166,10 +167,11 @@ def _split_events(
         elif error.code() == KafkaError._PARTITION_EOF:
             if _offset(message.offset()) < work.end:
                 where = f"ends at {message.offset()}, before the planned end {work.end}"
-                _data_loss(options, f"{work.topic}-{work.partition} {where}", work.end)
+                report_data_loss(options, f"{work.topic}-{work.partition} {where}", work.end)
                 return records, True
         elif error.code() == KafkaError.OFFSET_OUT_OF_RANGE:
-            _data_loss(options, f"{work.topic}-{work.partition}: offset out of range", work.end)
+            what = f"{work.topic}-{work.partition}: offset out of range"
+            report_data_loss(options, what, work.end)
             return records, True
         elif error.fatal() or not error.retriable():
             raise ServiceUnavailableError(

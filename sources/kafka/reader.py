@@ -24,13 +24,15 @@ from sources.kafka.broker import BrokerView
 from sources.kafka.offsets import (
     KafkaRange,
     Offsets,
+    SourceOffset,
     from_spark,
     limit_offsets,
+    moved_back,
     plan_ranges,
     to_spark,
 )
 from sources.kafka.options import KafkaSourceOptions
-from sources.kafka.read import read_range
+from sources.kafka.read import read_range, report_data_loss
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +51,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._broker
 
     def initialOffset(self) -> dict[str, Any]:
-        return to_spark(self.broker.initial())
+        """Driver. Where the query's first batch starts, with the topics' ids."""
+        initial = self.broker.initial()
+        return SourceOffset(initial, self.broker.topic_ids(t for t, _ in initial)).to_spark()
 
     def getDefaultReadLimit(self) -> ReadLimit:
         limit = self.options.max_offsets_per_trigger
@@ -59,23 +63,38 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._available_now = self._latest_now()
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        begin = from_spark(start)
-        self._publish(begin)  # Spark plans the next batch only after the previous one completed
+        """Driver. The end of the next batch: what is there now, under the read limit.
+
+        Partitions that appeared, or whose log went back (failOnDataLoss decides),
+        start at their log start; where each starts is written into the offsets,
+        so a replay plans the same ranges without asking the brokers again.
+        """
+        previous = SourceOffset.from_spark(start)
+        self._publish(previous.ends)  # Spark plans the next batch only after this one completed
         latest = self._available_now or self._latest_now()
+        ids = {**previous.topic_ids, **self.broker.topic_ids(t for t, _ in latest)}
+        starts = self._restarts(previous, latest, ids)
+        begin = {**previous.ends, **starts}
         latest = {tp: max(offset, begin.get(tp, offset)) for tp, offset in latest.items()}
-        begin_new = self._with_new_partitions(begin, latest)
         if isinstance(limit, ReadMaxRows):
-            latest = limit_offsets(begin_new, latest, limit.max_rows)
-        for tp, offset in begin.items():  # a partition no longer listed keeps its position
+            latest = limit_offsets(begin, latest, limit.max_rows)
+        for tp, offset in previous.ends.items():  # a partition no longer listed keeps its position
             latest.setdefault(tp, offset)
-        return to_spark(latest)
+        if latest == previous.ends and not starts and ids == previous.topic_ids:
+            return start  # nothing new: the same offsets, so Spark runs no batch
+        return SourceOffset(latest, ids, starts).to_spark()
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         return to_spark(self._latest_now())
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        begin = self._with_new_partitions(from_spark(start), from_spark(end))
-        return plan_ranges(begin, from_spark(end), self.options.min_partitions)
+        """Driver. The ranges of the batch from ``start`` to ``end``, the same on every replay."""
+        following = SourceOffset.from_spark(end)
+        begin = SourceOffset.from_spark(start).begin_of_next(following)
+        unplaced = [tp for tp in following.ends if tp not in begin]
+        if unplaced:  # offsets written before starts were checkpointed
+            begin = {**begin, **self.broker.earliest(unplaced)}
+        return plan_ranges(begin, following.ends, self.options.min_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, KafkaRange)
@@ -104,14 +123,28 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _latest_now(self) -> Offsets:
         return self.broker.latest(self.broker.partitions())
 
-    def _with_new_partitions(self, begin: Offsets, end: Offsets) -> Offsets:
-        """``begin`` plus partitions that appeared since, starting at their earliest offset.
+    def _restarts(self, previous: SourceOffset, latest: Offsets, ids: dict[str, str]) -> Offsets:
+        """Where partitions that appeared or went back start: their log start, checked.
 
-        The earliest offset only moves through retention, so a replay plans the same
-        start (or reports the loss through failOnDataLoss when reading).
+        A partition that appears after the query started should begin at offset 0
+        (Spark's own source reads it so too); a later log start means records
+        were deleted before anyone read them.
         """
-        new = [tp for tp in end if tp not in begin]
-        if not new:
-            return begin
-        log.info("eos_kafka: new partitions %s start at their earliest offset", new)
-        return {**begin, **self.broker.earliest(new)}
+        back = moved_back(previous, latest, ids)
+        new = [tp for tp in latest if tp not in previous.ends]
+        if not back and not new:
+            return {}
+        earliest = self.broker.earliest([*back, *new])
+        for tp, why in back.items():
+            report_data_loss(self.options, why, resume=earliest[tp])
+        for topic, partition in new:
+            first = earliest[(topic, partition)]
+            if first > 0:
+                report_data_loss(
+                    self.options,
+                    f"{topic}-{partition} appeared after the query started, and its log starts "
+                    f"at offset {first}: offsets 0..{first - 1} were deleted before they were read",
+                    resume=first,
+                )
+        log.info("eos_kafka: reading %s from their log start %s", sorted(earliest), earliest)
+        return earliest

@@ -10,13 +10,20 @@ from typing import Any
 
 import pytest
 from confluent_kafka import TopicPartition
-from confluent_kafka.admin import AdminClient
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from connectors.endpoints import Endpoints
 from connectors.topics import Record, create_topic, read_to_end
-from tests.kafka_util import add_partitions, produce_mixed, produce_plain
+from sources.kafka.offsets import SourceOffset
+from tests.kafka_util import (
+    add_partitions,
+    delete_records_before,
+    produce_mixed,
+    produce_plain,
+    recreate_topic,
+    uncommit,
+)
 
 pytestmark = [pytest.mark.services, pytest.mark.spark]
 
@@ -43,6 +50,21 @@ def _run_available_now(df: DataFrame, checkpoint: Path) -> tuple[list[Any], list
     assert not query.isActive, "availableNow query did not finish"
     rows = df.sparkSession.table(name).collect()
     return rows, list(query.recentProgress)
+
+
+def _run_from_checkpoint(df: DataFrame, checkpoint: Path) -> list[Any]:
+    """An availableNow run that may resume ``checkpoint``; the rows of the batches it ran
+    (the memory sink refuses to resume a checkpoint, foreachBatch does not)."""
+    rows: list[Any] = []
+    query = (
+        df.writeStream.foreachBatch(lambda batch, _id: rows.extend(batch.collect()))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(300)
+    assert not query.isActive, "availableNow query did not finish"
+    return rows
 
 
 def _start_memory(df: DataFrame, name: str, checkpoint: Path) -> StreamingQuery:
@@ -211,20 +233,13 @@ def test_pattern_picks_up_new_topics(
         query.stop()
 
 
-def _delete_first_records(bootstrap: str, topic: str, before: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.delete_records([TopicPartition(topic, 0, before)])
-    for future in futures.values():
-        future.result(timeout=30)
-
-
 def test_fail_on_data_loss(
     spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path
 ) -> None:
     topic = f"src-loss-{unique}"
     create_topic(endpoints.kafka_bootstrap, topic)
     produce_plain(endpoints.kafka_bootstrap, topic, [f"v{i}".encode() for i in range(10)])
-    _delete_first_records(endpoints.kafka_bootstrap, topic, 4)
+    delete_records_before(endpoints.kafka_bootstrap, topic, 0, 4)
     start = json.dumps({topic: {"0": 0}})
     with pytest.raises(Exception, match=rf"{topic}-0: offsets 0\.\.3 were deleted"):
         _run_available_now(
@@ -235,6 +250,94 @@ def test_fail_on_data_loss(
         tmp_path / "lenient",
     )
     assert sorted(r["offset"] for r in rows) == list(range(4, 10))
+
+
+def _forget_topic_ids(checkpoint: Path) -> None:
+    """Rewrite the offsets log as a version that kept no topic ids wrote it."""
+    for path in (checkpoint / "offsets").iterdir():
+        if path.name.isdigit():
+            lines = path.read_text().splitlines()
+            offsets = {k: v for k, v in json.loads(lines[-1]).items() if not k.startswith("@")}
+            path.write_text("\n".join([*lines[:-1], json.dumps(offsets)]))
+            (path.parent / f".{path.name}.crc").unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize(
+    ("records_after", "keep_ids", "found_by"),
+    [
+        (3, False, "now ends at offset 3, below the offset 6"),
+        (3, True, "was deleted and recreated"),
+        (9, True, "was deleted and recreated"),
+    ],
+    ids=["no-ids-offsets-go-back", "ids-fewer-records", "ids-more-records"],
+)
+def test_a_recreated_topic_is_data_loss(
+    spark: SparkSession,
+    endpoints: Endpoints,
+    unique: str,
+    tmp_path: Path,
+    records_after: int,
+    keep_ids: bool,
+    found_by: str,
+) -> None:
+    """A checkpoint's offsets of a deleted topic never silently apply to its successor.
+
+    The topic id tells the two topics apart, even when the new one has grown past
+    the old offsets; a checkpoint without ids (written by an older version, or a
+    broker without them) still sees offsets that go back.
+    """
+    bootstrap, topic, checkpoint = endpoints.kafka_bootstrap, f"src-recreated-{unique}", tmp_path
+    create_topic(bootstrap, topic)
+    produce_plain(bootstrap, topic, [f"old-{i}".encode() for i in range(6)])
+    first = _stream(spark, endpoints, subscribe=topic, startingOffsets="earliest")
+    rows = _run_from_checkpoint(first, checkpoint)
+    assert len(rows) == 6
+    if not keep_ids:
+        _forget_topic_ids(checkpoint)
+    recreate_topic(bootstrap, topic)
+    new = [f"new-{i}".encode() for i in range(records_after)]
+    produce_plain(bootstrap, topic, new)
+    with pytest.raises(Exception, match=found_by) as failure:
+        _run_from_checkpoint(_stream(spark, endpoints, subscribe=topic), checkpoint)
+    assert "failOnDataLoss=false" in str(failure.value)
+    lenient = _stream(spark, endpoints, subscribe=topic, failOnDataLoss="false")
+    rows = _run_from_checkpoint(lenient, checkpoint)
+    assert sorted(bytes(r["value"]) for r in rows) == sorted(new)
+
+
+def _offsets_file(checkpoint: Path, batch: int) -> SourceOffset:
+    return SourceOffset.from_spark(
+        json.loads((checkpoint / "offsets" / str(batch)).read_text().splitlines()[-1])
+    )
+
+
+def test_a_new_partitions_start_is_checkpointed_and_replayed(
+    spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path
+) -> None:
+    """A replay of the batch that first read a new partition plans the same range.
+
+    The batch is replayed after retention deleted the partition's first records:
+    the planned start stays 0, so failOnDataLoss sees the loss instead of the
+    replay quietly starting at the new log start.
+    """
+    bootstrap, topic, checkpoint = endpoints.kafka_bootstrap, f"src-grown-{unique}", tmp_path
+    create_topic(bootstrap, topic)
+    produce_plain(bootstrap, topic, [b"p0-a"], 0)
+    first = _stream(spark, endpoints, subscribe=topic, startingOffsets="earliest")
+    rows = _run_from_checkpoint(first, checkpoint)
+    assert len(rows) == 1
+    add_partitions(bootstrap, topic, 2)
+    produce_plain(bootstrap, topic, [f"p1-{i}".encode() for i in range(4)], 1)
+    rows = _run_from_checkpoint(_stream(spark, endpoints, subscribe=topic), checkpoint)
+    assert sorted((r["partition"], r["offset"]) for r in rows) == [(1, i) for i in range(4)]
+    assert _offsets_file(checkpoint, 1).starts == {(topic, 1): 0}
+    uncommit(checkpoint, 1)  # a crash after the batch ran, before its commit
+    delete_records_before(bootstrap, topic, 1, 2)
+    with pytest.raises(Exception, match=rf"{topic}-1: offsets 0\.\.1 were deleted"):
+        _run_from_checkpoint(_stream(spark, endpoints, subscribe=topic), checkpoint)
+    lenient = _stream(spark, endpoints, subscribe=topic, failOnDataLoss="false")
+    rows = _run_from_checkpoint(lenient, checkpoint)
+    assert sorted((r["partition"], r["offset"]) for r in rows) == [(1, 2), (1, 3)]
 
 
 def test_unreachable_broker_is_a_bounded_clear_error(spark: SparkSession, tmp_path: Path) -> None:

@@ -3,9 +3,6 @@ refuse (Cluster) or warn about (no AOF): each started here on a free port."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,35 +12,9 @@ import redis
 from connectors.errors import ConfigError
 from connectors.stack.process import free_port
 from sinks.redis.source import check_server
+from tests.redis_util import redis_server
 
 pytestmark = pytest.mark.services
-
-
-def _server(tmp_path: Path, *settings: str) -> Iterator[redis.Redis]:
-    binary = shutil.which("redis-server")
-    assert binary, "redis-server is not installed (scripts/bootstrap.sh installs it)"
-    port = free_port()
-    proc = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(tmp_path),
-         "--save", "", *settings],
-        stdout=subprocess.DEVNULL,
-    )  # fmt: skip
-    client = redis.Redis(port=port)
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                assert proc.poll() is None, f"redis-server {settings} exited: {proc.returncode}"
-                assert time.monotonic() < deadline, "redis-server did not start"
-                time.sleep(0.1)
-        yield client
-    finally:
-        client.close()
-        proc.kill()
-        proc.wait()
 
 
 @pytest.fixture
@@ -51,13 +22,13 @@ def cluster_node(tmp_path: Path) -> Iterator[redis.Redis]:
     # The cluster bus listens on port + 10000 unless told otherwise: past 55535 it
     # cannot, so it gets a free port of its own.
     bus = str(free_port())
-    yield from _server(tmp_path, "--cluster-enabled", "yes", "--cluster-port", bus,
+    yield from redis_server(tmp_path, "--cluster-enabled", "yes", "--cluster-port", bus,
                        "--appendonly", "yes")  # fmt: skip
 
 
 @pytest.fixture
 def no_aof(tmp_path: Path) -> Iterator[redis.Redis]:
-    yield from _server(tmp_path, "--appendonly", "no")
+    yield from redis_server(tmp_path, "--appendonly", "no")
 
 
 def test_redis_cluster_is_refused(cluster_node: redis.Redis) -> None:
@@ -82,7 +53,7 @@ def test_the_stack_server_passes_quietly(
 
 @pytest.fixture
 def evicting(tmp_path: Path) -> Iterator[redis.Redis]:
-    yield from _server(tmp_path, "--appendonly", "yes", "--maxmemory-policy", "allkeys-lru")
+    yield from redis_server(tmp_path, "--appendonly", "yes", "--maxmemory-policy", "allkeys-lru")
 
 
 def test_an_eviction_policy_that_can_evict_bookkeeping_is_refused(evicting: redis.Redis) -> None:

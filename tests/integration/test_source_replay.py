@@ -16,6 +16,7 @@ import pytest
 
 from connectors.endpoints import Endpoints
 from connectors.topics import Record, create_topic, read_to_end
+from sources.kafka.offsets import from_spark
 from tests.kafka_util import produce_mixed
 from tests.pipeline_util import env, fault_env, kill_when, progress_after, run
 
@@ -36,8 +37,7 @@ def _command(endpoints: Endpoints, topic: str, work: Path, trigger: str) -> list
 def _offsets(checkpoint: Path, batch: int) -> dict[int, int]:
     """The source's end offsets Spark recorded in ``offsets/<batch>``."""
     lines = (checkpoint / "offsets" / str(batch)).read_text().splitlines()
-    (topic_offsets,) = json.loads(lines[-1]).values()
-    return {int(p): int(o) for p, o in topic_offsets.items()}
+    return {p: o for (_topic, p), o in from_spark(json.loads(lines[-1])).items()}
 
 
 def _committed(checkpoint: Path) -> list[int]:

@@ -4,7 +4,7 @@ import pytest
 
 from connectors.endpoints import Endpoints
 from connectors.errors import ConfigError
-from connectors.secrets import redact_url
+from connectors.secrets import redact
 
 
 def test_no_variables_means_no_endpoints() -> None:
@@ -32,5 +32,5 @@ def test_describe_hides_passwords() -> None:
         ("redis://h:6379/0", "redis://h:6379/0"),
     ],
 )
-def test_redact_url(dsn: str, expected: str) -> None:
-    assert redact_url(dsn) == expected
+def test_redact(dsn: str, expected: str) -> None:
+    assert redact(dsn) == expected

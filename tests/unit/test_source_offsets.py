@@ -2,7 +2,17 @@ from __future__ import annotations
 
 import pickle
 
-from sources.kafka.offsets import KafkaRange, from_spark, limit_offsets, plan_ranges, to_spark
+from sources.kafka.offsets import (
+    KafkaRange,
+    SourceOffset,
+    from_spark,
+    limit_offsets,
+    moved_back,
+    plan_ranges,
+    to_spark,
+)
+from sources.kafka.options import parse_options
+from sources.kafka.reader import KafkaStreamReader
 
 
 def test_spark_form_round_trips() -> None:
@@ -55,3 +65,36 @@ def test_plan_skips_empty_ranges_and_splits_for_min_partitions() -> None:
 def test_ranges_pickle() -> None:
     work = KafkaRange("t", 1, 2, 3)
     assert pickle.loads(pickle.dumps(work)) == work
+
+
+def test_source_offset_round_trips_with_ids_and_starts() -> None:
+    offset = SourceOffset({("t", 0): 5, ("t", 1): 2}, {"t": "id-1"}, {("t", 1): 0})
+    spark = offset.to_spark()
+    assert spark == {"t": {"0": 5, "1": 2}, "@topicIds": {"t": "id-1"}, "@starts": {"t": {"1": 0}}}
+    assert SourceOffset.from_spark(spark) == offset
+    assert from_spark(spark) == offset.ends  # the "@" entries are never read as topics
+    assert SourceOffset.from_spark({"t": {"0": 5}}) == SourceOffset({("t", 0): 5})  # older form
+
+
+def test_offsets_that_go_back_or_a_new_topic_id_are_found() -> None:
+    previous = SourceOffset({("t", 0): 6, ("t", 1): 6, ("u", 0): 4}, {"t": "a", "u": "b"})
+    assert moved_back(previous, {("t", 0): 6, ("t", 1): 9, ("u", 0): 4}, {"t": "a", "u": "b"}) == {}
+    back = moved_back(previous, {("t", 0): 3, ("t", 1): 9, ("u", 0): 7}, {"t": "a", "u": "c"})
+    assert sorted(back) == [("t", 0), ("u", 0)]
+    assert "t-0 now ends at offset 3, below the offset 6" in back[("t", 0)]
+    assert "topic 'u' was deleted and recreated (its id changed from b to c)" in back[("u", 0)]
+    unknown_ids = SourceOffset({("t", 0): 6})  # a checkpoint written before ids were kept
+    assert moved_back(unknown_ids, {("t", 0): 8}, {"t": "a"}) == {}
+    assert moved_back(previous, {("n", 0): 0}, {}) == {}  # new partitions are not "back"
+
+
+def test_a_replay_plans_a_new_partition_from_its_checkpointed_start() -> None:
+    """partitions() takes the start recorded in the offsets, and asks no broker for it."""
+    reader = KafkaStreamReader(
+        parse_options({"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t"})
+    )
+    start = SourceOffset({("t", 0): 4}, {"t": "a"}).to_spark()
+    end = SourceOffset({("t", 0): 9, ("t", 1): 7}, {"t": "a"}, {("t", 1): 2}).to_spark()
+    planned = reader.partitions(start, end)
+    assert planned == [KafkaRange("t", 0, 4, 9), KafkaRange("t", 1, 2, 7)]
+    assert reader._broker is None  # planning never made a broker client

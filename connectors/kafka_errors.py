@@ -1,0 +1,37 @@
+"""What librdkafka says when a broker call fails, secrets redacted.
+
+A failed sign-in (a wrong SASL password, an SSL handshake) reaches the error
+callback only; the call itself just reports "broker transport failure". A
+client made with ``error_cb=ClientErrors()`` keeps the last one for the message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
+
+from connectors.secrets import redact, secret_values
+
+
+class ClientErrors:
+    """librdkafka's ``error_cb``: remembers the last error it reported."""
+
+    def __init__(self) -> None:
+        self.last: str | None = None
+
+    def __call__(self, error: KafkaError) -> None:
+        self.last = error.str()
+
+    def watching(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        """``config`` with this as the client's error callback."""
+        return {**config, "error_cb": self}
+
+    def reason(self, client: Any, exc: BaseException, config: Mapping[str, Any]) -> str:
+        """Why ``exc`` happened, with the last client error; no secret of ``config``."""
+        client.poll(0)  # serves the error callbacks queued during the call
+        reason = exc.args[0].str() if isinstance(exc, KafkaException) and exc.args else str(exc)
+        if self.last:
+            reason = f"{reason} (the client's last error: {self.last})"
+        return redact(reason, secret_values(config))

@@ -1,0 +1,128 @@
+"""The source and the Kafka sink over the broker's SASL listener (SCRAM-SHA-512).
+
+Everything goes through Spark's ``kafka.*`` pass-through options: the source's
+look-ups and reads, the sink's transactions, its markers (group offsets and the
+marker log) and the fencing of a zombie producer.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from pyspark.sql import SparkSession
+
+from connectors import faults
+from connectors.context import TaskIdentity
+from connectors.endpoints import Endpoints, KafkaSasl
+from connectors.errors import ServiceUnavailableError
+from connectors.topics import create_topic, read_to_end
+from sinks.kafka.checks import check_broker
+from sinks.kafka.options import parse_options as sink_options
+from sinks.kafka.writer import KafkaTransactionalWriter, _fenced_producer
+from sources.kafka.broker import BrokerView
+from sources.kafka.options import parse_options as source_options
+from tests.kafka_util import produce_plain, uncommit
+
+pytestmark = pytest.mark.services
+
+
+@pytest.fixture
+def sasl(endpoints: Endpoints) -> KafkaSasl:
+    if endpoints.kafka_sasl is None:
+        pytest.skip("these services have no SASL listener; `eos stack up` starts one")
+    return endpoints.kafka_sasl
+
+
+def _rows(values: list[bytes]) -> list[pa.RecordBatch]:
+    keys = [b"k" for _ in values]
+    return [pa.RecordBatch.from_arrays([pa.array(keys), pa.array(values)], ["key", "value"])]
+
+
+def _values(endpoints: Endpoints, topic: str, isolation: str = "read_committed") -> list[bytes]:
+    return sorted(r.value for r in read_to_end(endpoints.kafka_bootstrap, topic, isolation))
+
+
+def test_sink_markers_and_fencing_work_over_sasl(
+    endpoints: Endpoints, sasl: KafkaSasl, unique: str
+) -> None:
+    """A task committed then replayed is skipped (its marker read over SASL); a zombie
+    producer of the same transactional id is fenced and its records stay invisible."""
+    topic = f"sasl-sink-{unique}"
+    create_topic(endpoints.kafka_bootstrap, topic)
+    options = sink_options({**sasl.options(), "topic": topic, "sinkId": f"sasl-{unique}"})
+    check_broker(options)
+    writer = KafkaTransactionalWriter(options)
+    task = TaskIdentity("sasl-query", "kafka", "run-1", 0, 0, 1)
+    with pytest.raises(faults.SimulatedCrash), faults.simulate("after-commit@0"):
+        writer.write_task(task, iter(_rows([b"one", b"two"])))
+    replay = TaskIdentity("sasl-query", "kafka", "run-2", 0, 0, 2)
+    assert writer.write_task(replay, iter(_rows([b"one", b"two"]))).skipped
+    name = f"sasl-zombie-{unique}"
+    zombie = _fenced_producer(options, name)
+    zombie.begin_transaction()
+    zombie.produce(topic, b"zombie", b"k")
+    zombie.flush(30)
+    retry = _fenced_producer(options, name)  # init_transactions fences the zombie
+    with pytest.raises(Exception, match=r"(?i)fenced|epoch"):
+        zombie.commit_transaction(30)
+    retry.begin_transaction()
+    retry.produce(topic, b"retry", b"k")
+    retry.commit_transaction(30)
+    assert _values(endpoints, topic) == [b"one", b"retry", b"two"]
+    assert b"zombie" in _values(endpoints, topic, "read_uncommitted")
+    assert any(r.value for r in read_to_end(endpoints.kafka_bootstrap, options.marker_log))
+
+
+@pytest.mark.spark
+def test_source_and_sink_in_spark_over_sasl(
+    spark: SparkSession, endpoints: Endpoints, sasl: KafkaSasl, unique: str, tmp_path: Path
+) -> None:
+    """eos_kafka (SASL) -> eos_kafka sink (SASL), exactly once across a replayed batch."""
+    source, out = f"sasl-in-{unique}", f"sasl-out-{unique}"
+    create_topic(endpoints.kafka_bootstrap, source, 2)
+    create_topic(endpoints.kafka_bootstrap, out, 2)
+    values = [f"v{i}".encode() for i in range(200)]
+    produce_plain(endpoints.kafka_bootstrap, source, values)
+    checkpoint = tmp_path / "ck"
+
+    def run() -> None:
+        reader = spark.readStream.format("eos_kafka").options(**sasl.options())
+        rows = reader.option("subscribe", source).option("startingOffsets", "earliest").load()
+        query = (
+            rows.select("key", "value")
+            .writeStream.format("eos_kafka")
+            .options(**sasl.options())
+            .option("topic", out)
+            .option("sinkId", f"sasl-{unique}")
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(300)
+        assert query.exception() is None, query.exception()
+
+    run()
+    assert _values(endpoints, out) == sorted(values)
+    last = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+    uncommit(checkpoint, last)  # crashed after the sink committed
+    run()  # replays the batch: every task finds its marker over SASL and writes nothing
+    assert _values(endpoints, out) == sorted(values)
+    offsets = json.loads((checkpoint / "offsets" / str(last)).read_text().splitlines()[-1])
+    assert offsets[source] == {"0": _count(endpoints, source, 0), "1": _count(endpoints, source, 1)}
+
+
+def _count(endpoints: Endpoints, topic: str, partition: int) -> int:
+    return sum(1 for r in read_to_end(endpoints.kafka_bootstrap, topic) if r.partition == partition)
+
+
+def test_a_wrong_sasl_password_is_a_clear_error(sasl: KafkaSasl) -> None:
+    wrong = f"wrong-{uuid.uuid4().hex}"
+    options = {**sasl.options(), "kafka.sasl.password": wrong, "subscribe": "t"}
+    view = BrokerView(source_options({**options, "kafkaConsumer.pollTimeoutMs": "5000"}))
+    with pytest.raises(ServiceUnavailableError, match=r"(?i)authentication") as failure:
+        view.partitions()
+    assert wrong not in str(failure.value)
