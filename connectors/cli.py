@@ -71,6 +71,18 @@ def _sinks_command(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _checkpoint_command(args: argparse.Namespace) -> int:
+    from connectors.checkpoint_command import run_checkpoint
+
+    return run_checkpoint(args)
+
+
+def _savepoint_command(args: argparse.Namespace) -> int:
+    from connectors.checkpoint_command import run_savepoint
+
+    return run_savepoint(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="eos", description="Exactly-once connectors for PySpark")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -115,6 +127,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sinks_command.add_arguments(sinks)
     sinks.set_defaults(func=_sinks_command)
+
+    from connectors import checkpoint_command
+
+    checkpoint = commands.add_parser("checkpoint", help="inspect a streaming query's checkpoint")
+    checkpoint_command.add_checkpoint_arguments(checkpoint)
+    checkpoint.set_defaults(func=_checkpoint_command)
+    savepoint = commands.add_parser(
+        "savepoint", help="named copies of a stopped query's checkpoint: create, list, restore"
+    )
+    checkpoint_command.add_savepoint_arguments(savepoint)
+    savepoint.set_defaults(func=_savepoint_command)
 
     from connectors.compare.command import add_arguments
 

@@ -30,6 +30,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         one.add_argument("sink_id")
         if action == "reset":
             one.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    add_store_arguments(parser)
+
+
+def add_store_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where each sink keeps its bookkeeping, when not at the default."""
     for option, default, text in [
         ("--bookkeeping-schema", "eos", "eos_postgres's bookkeepingSchema"),
         ("--bookkeeping-prefix", "eos", "eos_redis's bookkeepingPrefix"),

@@ -1,0 +1,241 @@
+"""``eos checkpoint inspect`` and ``eos savepoint create|list|restore``.
+
+Sink bookkeeping is read from the stores the environment names (as ``eos sinks``
+does: ``EOS_POSTGRES_DSN``, ``EOS_REDIS_URL``, ``EOS_KAFKA_BOOTSTRAP``), so no
+password is on a command line; lag is measured against ``EOS_KAFKA_BOOTSTRAP``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from connectors import savepoints
+from connectors.checkpoint import Checkpoint, OperatorState, read_checkpoint
+from connectors.errors import ConfigError
+from connectors.sinks_admin import SinkRecord
+
+
+def add_checkpoint_arguments(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", required=True)
+    inspect = actions.add_parser(
+        "inspect", help="query id, batches, offsets and lag, watermark, state, sinks"
+    )
+    inspect.add_argument("path", help="the query's checkpointLocation")
+    inspect.add_argument("--json", action="store_true", help="print one JSON object")
+    rescale = actions.add_parser(
+        "rescale", help="take a savepoint, then repartition a stopped query's state"
+    )
+    rescale.add_argument("path", help="the query's checkpointLocation")
+    rescale.add_argument("--partitions", type=int, required=True, metavar="K")
+    rescale.add_argument("--dir", default=None, help="where the savepoint goes (see eos savepoint)")
+    _store_arguments(parser)
+
+
+def add_savepoint_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--dir", default=None, help="where savepoints live (EOS_SAVEPOINT_DIR, else ./savepoints)"
+    )
+    actions = parser.add_subparsers(dest="action", required=True)
+    create = actions.add_parser("create", help="a named copy of a stopped query's checkpoint")
+    create.add_argument("checkpoint")
+    create.add_argument("--name", required=True)
+    actions.add_parser("list", help="the savepoints, oldest first")
+    restore = actions.add_parser("restore", help="a new checkpoint from a savepoint")
+    restore.add_argument("name")
+    restore.add_argument("--to", required=True, help="a new or empty checkpoint directory")
+    restore.add_argument(
+        "--mode", choices=["fork", "resume"], default="fork",
+        help="fork: a new query id and sink lineage (default); resume: the same query id, "
+        "only while no sink decided a later batch; the original checkpoint is retired",
+    )  # fmt: skip
+    _store_arguments(parser)
+
+
+def _store_arguments(parser: argparse.ArgumentParser) -> None:
+    from connectors.sinks_command import add_store_arguments
+
+    add_store_arguments(parser)
+
+
+def run_checkpoint(args: argparse.Namespace) -> int:
+    if args.action == "rescale":
+        return _rescale(args)
+    checkpoint = read_checkpoint(Path(args.path))
+    report = inspect(checkpoint, _sink_records(args))
+    print(json.dumps(report, indent=2) if args.json else _text(report))
+    return 0
+
+
+def run_savepoint(args: argparse.Namespace) -> int:
+    root = savepoints.savepoint_root(args.dir)
+    if args.action == "create":
+        made = savepoints.create(Path(args.checkpoint), args.name, root)
+        how = "hard links" if made.linked else "copies"
+        print(f"Savepoint {made.name} of query {made.query_id} at batch {made.batch}: "
+              f"{made.files} files, {made.bytes:,} bytes ({how}) in {made.path}")  # fmt: skip
+    elif args.action == "list":
+        for point in savepoints.list_savepoints(root):
+            print(f"{point.name:<24} batch {point.batch:<6} query {point.query_id}  "
+                  f"{point.created}  {point.bytes:,} bytes  from {point.source}")  # fmt: skip
+    else:
+        point = savepoints.find(root, args.name)
+        records = (lambda: _sink_records(args) or []) if _stores_named() else None
+        restored = savepoints.restore(point, Path(args.to), args.mode, records)
+        print(f"Restored {point.name} ({args.mode}) into {restored.path}: query "
+              f"{restored.query_id}, next batch {point.batch + 1}")  # fmt: skip
+        if args.mode == "resume":
+            print(f"The original checkpoint {point.source} was retired (renamed).")
+    return 0
+
+
+def _rescale(args: argparse.Namespace) -> int:
+    from connectors.spark import local_session
+
+    root = savepoints.savepoint_root(args.dir)
+    read_checkpoint(Path(args.path))  # a clear error before Spark starts
+    spark = local_session(app="eos-rescale")
+    try:
+        point = savepoints.rescale(spark, Path(args.path), args.partitions, root)
+    finally:
+        spark.stop()
+    print(f"Rescaled {args.path} to {args.partitions} state partitions (savepoint {point.name} "
+          f"holds it as it was, at batch {point.batch}).")  # fmt: skip
+    return 0
+
+
+def inspect(checkpoint: Checkpoint, sinks: list[SinkRecord] | None) -> dict[str, Any]:
+    """Everything ``eos checkpoint inspect`` shows, as plain data."""
+    report: dict[str, Any] = {
+        "path": str(checkpoint.path),
+        "query_id": checkpoint.query_id,
+        "last_planned_batch": checkpoint.last_planned,
+        "last_committed_batch": checkpoint.last_committed,
+        "clean_boundary": checkpoint.clean,
+        "watermark_ms": checkpoint.watermark_ms,
+        "shuffle_partitions": checkpoint.shuffle_partitions,
+        "sources": [_source(i, offsets) for i, offsets in enumerate(checkpoint.sources)],
+        "operators": [_operator(op) for op in checkpoint.operators],
+    }
+    if sinks is not None:
+        report["sinks"] = [
+            {"store": r.store, "sink_id": r.sink_id, "target": r.target,
+             "last_decided_batch": r.last_decided, "units_in_doubt": len(r.in_doubt),
+             "oldest_in_doubt_seconds": r.oldest()}
+            for r in sinks
+            if r.owner is not None and r.owner.query_id == checkpoint.query_id
+        ]  # fmt: skip
+    return report
+
+
+def _operator(op: OperatorState) -> dict[str, Any]:
+    return {
+        **asdict(op),
+        "bytes": op.bytes,
+        "current_partitions": op.current_partitions,
+        "partitions": [asdict(p) for p in op.partitions],
+    }
+
+
+def _source(index: int, offsets: dict[str, Any] | None) -> dict[str, Any]:
+    """A source's end offsets of the last planned batch, with Kafka lag where it is Kafka."""
+    if offsets is None or not _kafka_shaped(offsets):
+        return {"index": index, "offsets": offsets}
+    from sources.kafka.offsets import SourceOffset
+
+    ends = SourceOffset.from_spark(offsets).ends
+    entry: dict[str, Any] = {
+        "index": index,
+        "offsets": {f"{t}-{p}": o for (t, p), o in sorted(ends.items())},
+    }
+    bootstrap = os.environ.get("EOS_KAFKA_BOOTSTRAP")
+    if bootstrap:
+        entry["lag"] = _lag(bootstrap, ends)
+    return entry
+
+
+def _kafka_shaped(offsets: dict[str, Any]) -> bool:
+    return all(
+        isinstance(v, dict) and all(k.isdigit() for k in v)
+        for k, v in offsets.items()
+        if not k.startswith("@")
+    )
+
+
+def _lag(bootstrap: str, ends: dict[tuple[str, int], int]) -> dict[str, int | None]:
+    from connectors.topics import end_offsets
+
+    lag: dict[str, int | None] = {}
+    for topic in sorted({t for t, _ in ends}):
+        try:
+            now = end_offsets(bootstrap, topic)
+        except Exception:
+            now = {}
+        for (t, p), end in sorted(ends.items()):
+            if t == topic:
+                lag[f"{t}-{p}"] = now[p] - end if p in now else None
+    return lag
+
+
+def _stores_named() -> bool:
+    return any(
+        os.environ.get(v) for v in ("EOS_POSTGRES_DSN", "EOS_REDIS_URL", "EOS_KAFKA_BOOTSTRAP")
+    )
+
+
+def _sink_records(args: argparse.Namespace) -> list[SinkRecord] | None:
+    """Every store's sink records, or None when the environment names no store."""
+    if not _stores_named():
+        return None
+    from connectors.sinks_command import admins
+
+    records: list[SinkRecord] = []
+    try:
+        with admins(args) as found:
+            for admin in found:
+                records.extend(admin.records())
+    except ConfigError:
+        return None
+    return records
+
+
+def _text(report: dict[str, Any]) -> str:
+    lines = [
+        f"Checkpoint  {report['path']}",
+        f"Query id    {report['query_id']}",
+        f"Batches     last planned {report['last_planned_batch']}, last committed "
+        f"{report['last_committed_batch']}"
+        + ("" if report["clean_boundary"] else " (a batch is in flight or was interrupted)"),
+        f"Watermark   {report['watermark_ms']} ms",
+        f"Shuffle     {report['shuffle_partitions']} partitions (fixed at the first start)",
+    ]
+    for source in report["sources"]:
+        lines.append(f"Source {source['index']}")
+        lag = source.get("lag", {})
+        offsets = source["offsets"] or {}
+        for name, offset in offsets.items() if isinstance(offsets, dict) else []:
+            suffix = f"  lag {lag.get(name)}" if name in lag else ""
+            lines.append(f"  {name:<40} {offset}{suffix}")
+    for op in report["operators"]:
+        lines.append(
+            f"Operator {op['operator']} {op['name']}: {op['bytes']:,} bytes, "
+            f"{op['current_partitions']} partitions at the newest version"
+        )
+        for p in op["partitions"]:
+            lines.append(
+                f"  partition {p['partition']:<3} {p['files']} files, {p['bytes']:,} bytes, "
+                f"version {p['latest_version']}, snapshot {p['latest_snapshot']}, "
+                f"{p['changelogs_since']} changelogs since"
+            )
+    if "sinks" not in report:
+        lines.append("Sinks       (set EOS_POSTGRES_DSN / EOS_REDIS_URL / EOS_KAFKA_BOOTSTRAP)")
+    for sink in report.get("sinks", []):
+        lines.append(
+            f"Sink {sink['sink_id']} in {sink['store']} ({sink['target']}): last decided batch "
+            f"{sink['last_decided_batch']}, {sink['units_in_doubt']} unit(s) in doubt"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,331 @@
+"""Savepoints: named, restorable copies of a stopped query's checkpoint (Flink's term).
+
+A savepoint is taken only at a clean boundary (batch N planned and committed) and
+holds what a restart after batch N reads: ``offsets/`` and ``commits/`` up to N,
+state store versions up to N+1 (version V is the state after batch V-1), operator
+metadata up to N, and a ``savepoint.json`` manifest. Files are hard-linked where
+the file system allows (Spark never rewrites a checkpoint file in place), copied
+elsewhere.
+
+Restoring copies it into an empty directory:
+
+- **fork** (default): a new query id, so a new sink lineage. The forked query
+  restarts at batch N+1 with the savepoint's state; into the old physical target
+  it emits everything after the savepoint again (as a Flink job started from a
+  savepoint does). A sink whose explicit ``sinkId`` still belongs to the original
+  query is refused by the sink at its first batch.
+- **resume**: the same query id, allowed only while no sink of that query has
+  decided a batch after N; the original checkpoint is then retired (renamed), so
+  two queries never share a sink.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from connectors.checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    batches,
+    read_checkpoint,
+    read_offsets,
+)
+from connectors.sinks_admin import SinkRecord
+
+MANIFEST = "savepoint.json"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_STATE_VERSION = re.compile(r"^\.?(\d+)\.(zip|changelog|snapshot|delta)(\.crc)?$")
+_BATCH_FILE = re.compile(r"^\.?(\d+)(\.crc)?$")
+
+
+@dataclass(frozen=True)
+class Savepoint:
+    name: str
+    path: str
+    query_id: str
+    batch: int
+    source: str  # the checkpoint it was taken from, as an absolute path
+    created: str
+    watermark_ms: int
+    shuffle_partitions: int | None
+    files: int
+    bytes: int
+    linked: bool  # hard links (cheap) rather than copies
+
+    @classmethod
+    def load(cls, directory: Path) -> Savepoint:
+        manifest = directory / MANIFEST
+        if not manifest.is_file():
+            raise CheckpointError(f"{directory} is not a savepoint (no {MANIFEST}).")
+        return cls(**{**json.loads(manifest.read_text()), "path": str(directory.resolve())})
+
+
+def savepoint_root(explicit: str | None = None) -> Path:
+    """``--dir``, else ``EOS_SAVEPOINT_DIR``, else ``./savepoints``."""
+    return Path(explicit or os.environ.get("EOS_SAVEPOINT_DIR") or "savepoints").resolve()
+
+
+def create(checkpoint_path: Path, name: str, root: Path) -> Savepoint:
+    """Savepoint ``name`` of the stopped query at ``checkpoint_path``, under ``root``."""
+    if not _NAME.match(name):
+        raise CheckpointError(
+            f"Savepoint name {name!r}: use letters, digits, '.', '_' and '-' (at most 128)."
+        )
+    checkpoint = read_checkpoint(checkpoint_path)
+    batch = _clean_batch(checkpoint)
+    target = root / name
+    if target.exists():
+        raise CheckpointError(f"Savepoint {name!r} exists already ({target}); pick another name.")
+    root.mkdir(parents=True, exist_ok=True)
+    partial = root / f".{name}.partial-{uuid.uuid4().hex[:8]}"
+    try:
+        files, size, linked = _copy_tree(checkpoint.path, partial, _savepoint_keeps(batch))
+        if read_checkpoint(checkpoint.path).last_planned != batch:
+            raise CheckpointError(
+                f"The query of {checkpoint.path} planned a new batch while the savepoint was "
+                "taken: stop the query first (query.stop()), then take the savepoint."
+            )
+        savepoint = Savepoint(
+            name=name,
+            path=str(target),
+            query_id=checkpoint.query_id,
+            batch=batch,
+            source=str(checkpoint.path),
+            created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            watermark_ms=checkpoint.watermark_ms,
+            shuffle_partitions=checkpoint.shuffle_partitions,
+            files=files,
+            bytes=size,
+            linked=linked,
+        )
+        manifest = {k: v for k, v in asdict(savepoint).items() if k != "path"}
+        (partial / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+        partial.rename(target)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return savepoint
+
+
+def list_savepoints(root: Path) -> list[Savepoint]:
+    if not root.is_dir():
+        return []
+    found = [Savepoint.load(p) for p in sorted(root.iterdir()) if (p / MANIFEST).is_file()]
+    return sorted(found, key=lambda s: s.created)
+
+
+def find(root: Path, name: str) -> Savepoint:
+    if not (root / name / MANIFEST).is_file():
+        known = ", ".join(s.name for s in list_savepoints(root)) or "none"
+        raise CheckpointError(f"No savepoint {name!r} under {root} (there: {known}).")
+    return Savepoint.load(root / name)
+
+
+def restore(
+    savepoint: Savepoint,
+    to: Path,
+    mode: str = "fork",
+    sink_records: Callable[[], Iterable[SinkRecord]] | None = None,
+) -> Checkpoint:
+    """A checkpoint at ``to`` (new or empty) that restarts at the savepoint's batch + 1.
+
+    ``sink_records`` lists the sinks' bookkeeping (``eos sinks``); resume needs it to
+    prove no sink of the query decided a batch after the savepoint.
+    """
+    if mode not in ("fork", "resume"):
+        raise CheckpointError(f"--mode {mode!r}: use fork or resume.")
+    to = to.resolve()
+    if to.exists() and any(to.iterdir()):
+        raise CheckpointError(f"{to} is not empty: restore into a new or empty directory.")
+    if mode == "resume":
+        _check_resumable(savepoint, sink_records)
+    source = Path(savepoint.path)
+    _copy_tree(source, to, lambda rel: rel != MANIFEST)
+    _repoint_operator_metadata(to, savepoint.source)
+    query_id = savepoint.query_id if mode == "resume" else str(uuid.uuid4())
+    _replace(to / "metadata", json.dumps({"id": query_id}))
+    origin = {"savepoint": savepoint.name, "batch": savepoint.batch, "mode": mode,
+              "origin_query_id": savepoint.query_id}  # fmt: skip
+    _replace(to / "restored-from.json", json.dumps(origin, indent=2) + "\n")
+    if mode == "resume":
+        _retire(Path(savepoint.source), savepoint)
+    return read_checkpoint(to)
+
+
+def _clean_batch(checkpoint: Checkpoint) -> int:
+    if checkpoint.last_planned is None:
+        raise CheckpointError(f"{checkpoint.path} has no batch yet: nothing to save.")
+    if not checkpoint.clean:
+        raise CheckpointError(
+            f"{checkpoint.path} is not at a clean boundary: batch {checkpoint.last_planned} is "
+            f"planned but the last committed one is {checkpoint.last_committed}. Restart the "
+            "query until that batch commits, stop it (query.stop()), then take the savepoint."
+        )
+    assert checkpoint.last_planned is not None
+    return checkpoint.last_planned
+
+
+def _savepoint_keeps(batch: int) -> Callable[[str], bool]:
+    """Which files (relative paths) a savepoint at ``batch`` holds."""
+
+    def keep(rel: str) -> bool:
+        parts = rel.split("/")
+        name = parts[-1]
+        if ".tmp" in name:
+            return False
+        if parts[0] in ("offsets", "commits") and len(parts) == 2:
+            found = _BATCH_FILE.match(name)
+            return found is None or int(found.group(1)) <= batch
+        if parts[0] == "state" and "_metadata" in parts and "v2" in parts:
+            found = _BATCH_FILE.match(name)
+            return found is None or int(found.group(1)) <= batch
+        if parts[0] == "state" and len(parts) == 4:
+            found = _STATE_VERSION.match(name)
+            return found is None or int(found.group(1)) <= batch + 1
+        return True
+
+    return keep
+
+
+def _copy_tree(source: Path, target: Path, keep: Callable[[str], bool]) -> tuple[int, int, bool]:
+    """Hard-link (or copy) the files of ``source`` that ``keep`` accepts into ``target``."""
+    files = size = 0
+    linked = True
+    for directory, _dirs, names in os.walk(source):
+        here = Path(directory)
+        for name in names:
+            rel = (here / name).relative_to(source).as_posix()
+            if not keep(rel):
+                continue
+            destination = target / rel
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.link(here / name, destination)
+            except OSError as exc:
+                if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
+                    raise
+                shutil.copy2(here / name, destination)
+                linked = False
+            files += 1
+            size += destination.stat().st_size
+    target.mkdir(parents=True, exist_ok=True)
+    return files, size, linked
+
+
+def _replace(path: Path, text: str) -> None:
+    """Write ``path`` as a new file (never through a hard link) and drop its checksum."""
+    path.unlink(missing_ok=True)
+    (path.parent / f".{path.name}.crc").unlink(missing_ok=True)
+    path.write_text(text)
+
+
+def _repoint_operator_metadata(checkpoint: Path, old: str) -> None:
+    """transformWithState's operator metadata names its schema files by absolute path."""
+    state = checkpoint / "state"
+    if not state.is_dir():
+        return
+    for v2 in state.glob("*/_metadata/v2"):
+        for batch in batches(v2):
+            path = v2 / str(batch)
+            text = path.read_text()
+            if old in text:
+                _replace(path, text.replace(old, str(checkpoint)))
+
+
+def _check_resumable(
+    savepoint: Savepoint, sink_records: Callable[[], Iterable[SinkRecord]] | None
+) -> None:
+    if sink_records is None:
+        raise CheckpointError(
+            "--mode resume must check the sinks' bookkeeping: set EOS_POSTGRES_DSN, "
+            "EOS_REDIS_URL and/or EOS_KAFKA_BOOTSTRAP for the stores the query writes to."
+        )
+    ahead = [
+        r for r in sink_records()
+        if r.owner is not None and r.owner.query_id == savepoint.query_id
+        and r.last_decided is not None and r.last_decided > savepoint.batch
+    ]  # fmt: skip
+    if ahead:
+        listed = ", ".join(f"{r.sink_id} in {r.store} (batch {r.last_decided})" for r in ahead)
+        raise CheckpointError(
+            f"Cannot resume query {savepoint.query_id} from savepoint {savepoint.name!r} "
+            f"(batch {savepoint.batch}): its sinks decided later batches: {listed}. Resuming "
+            "would skip or repeat them. Use --mode fork (a new query id and sink lineage) "
+            "with new sink ids or targets."
+        )
+
+
+def _retire(original: Path, savepoint: Savepoint) -> None:
+    """Rename the original checkpoint, so it never runs next to its resumed copy."""
+    if not (original / "metadata").is_file():
+        return
+    if read_checkpoint(original).query_id != savepoint.query_id:
+        return
+    retired = original.with_name(f"{original.name}.retired-{time.strftime('%Y%m%dT%H%M%S')}")
+    original.rename(retired)
+    (retired / "RETIRED.txt").write_text(
+        f"Retired when savepoint {savepoint.name!r} (batch {savepoint.batch}) was resumed "
+        f"elsewhere under the same query id {savepoint.query_id}. Do not start a query on it.\n"
+    )
+
+
+def rescale(spark: Any, checkpoint_path: Path, partitions: int, root: Path) -> Savepoint:
+    """Repartition a stopped query's state to ``partitions``, after a savepoint of it.
+
+    Spark's checkpoint manager (4.2+, experimental) writes batch N+1 with the state
+    redistributed over the new number of partitions; the query then restarts from
+    it with that many shuffle partitions. Exactly-once sinks stay enforced: a failed
+    batch is never skipped. If anything fails, the savepoint is the way back.
+    """
+    checkpoint = read_checkpoint(checkpoint_path)
+    if partitions < 1:
+        raise CheckpointError(f"--partitions {partitions}: give at least 1.")
+    if not checkpoint.operators:
+        raise CheckpointError(f"{checkpoint.path} holds no state: nothing to rescale.")
+    _refuse_interrupted_rescale(checkpoint_path)
+    if checkpoint.shuffle_partitions == partitions:
+        raise CheckpointError(f"{checkpoint.path} already has {partitions} state partitions.")
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    point = create(checkpoint_path, f"before-rescale-{stamp}", root)
+    try:
+        spark._streamingCheckpointManager.repartition(str(checkpoint.path), partitions, True)
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(
+            f"Spark could not repartition {checkpoint.path}: {first}. Savepoint {point.name!r} "
+            f"holds the query as it was: eos savepoint restore {point.name} --to NEW_DIR "
+            "--mode resume."
+        ) from None
+    after = read_checkpoint(checkpoint_path)
+    if not after.clean or after.shuffle_partitions != partitions:
+        raise CheckpointError(
+            f"After repartitioning, {checkpoint.path} has {after.shuffle_partitions} partitions "
+            f"(batch {after.last_planned} planned, {after.last_committed} committed). Savepoint "
+            f"{point.name!r} holds the query as it was."
+        )
+    return point
+
+
+def _refuse_interrupted_rescale(checkpoint_path: Path) -> None:
+    """A rescale killed after Spark planned its batch and before it committed it."""
+    checkpoint = read_checkpoint(checkpoint_path)
+    if checkpoint.clean or checkpoint.last_planned is None or checkpoint.last_planned == 0:
+        return
+    previous, _ = read_offsets(checkpoint.path, checkpoint.last_planned - 1)
+    before = previous.get("conf", {}).get("spark.sql.shuffle.partitions")
+    if before is not None and str(before) != str(checkpoint.shuffle_partitions):
+        raise CheckpointError(
+            f"{checkpoint.path}: a rescale to {checkpoint.shuffle_partitions} partitions was "
+            f"interrupted (batch {checkpoint.last_planned} planned, not committed). Restore the "
+            "savepoint it took: eos savepoint list, then eos savepoint restore "
+            "before-rescale-... --to NEW_DIR --mode resume."
+        )

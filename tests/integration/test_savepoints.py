@@ -1,0 +1,175 @@
+"""Checkpoint inspection and savepoints on a real stateful query.
+
+The query counts records per key (state in RocksDB) from eos_kafka into an
+eos_postgres upsert table, under an explicit sinkId. Each step is what a user
+does: inspect, take a savepoint, go on, restore it as a fork into a new table
+(the state carries over, the records after the savepoint are read again),
+restore it into the old sink id (refused by the sink), resume (refused while the
+sink is ahead, allowed at the last batch, the original retired), rescale the state.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import psycopg
+import pytest
+from pyspark.sql import SparkSession
+
+from connectors.checkpoint import CheckpointError, read_checkpoint
+from connectors.checkpoint_command import inspect
+from connectors.cli import main
+from connectors.endpoints import Endpoints
+from connectors.savepoints import create, find, list_savepoints, rescale, restore
+from connectors.sinks_admin import SinkRecord
+from connectors.topics import create_topic
+from sinks.postgres.admin import PostgresSinkAdmin
+from tests.kafka_util import produce_plain, uncommit
+
+pytestmark = [pytest.mark.services, pytest.mark.spark]
+
+KEYS = [f"k{i}" for i in range(10)]
+
+
+def _produce(endpoints: Endpoints, topic: str, rounds: int) -> None:
+    produce_plain(
+        endpoints.kafka_bootstrap, topic, [k.encode() for _ in range(rounds) for k in KEYS]
+    )
+
+
+def _run(spark: SparkSession, endpoints: Endpoints, topic: str, checkpoint: Path,
+         table: str, sink_id: str) -> None:  # fmt: skip
+    """The counting query, availableNow, 40 records a batch; raises if it fails."""
+    counts = (
+        spark.readStream.format("eos_kafka")
+        .option("kafka.bootstrap.servers", endpoints.kafka_bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", "40")
+        .load()
+        .selectExpr("CAST(key AS STRING) AS word")
+        .groupBy("word")
+        .count()
+    )
+    query = (
+        counts.writeStream.format("eos_postgres")
+        .outputMode("complete")
+        .option("dsn", endpoints.postgres_dsn)
+        .option("table", table)
+        .option("mode", "upsert")
+        .option("keyColumns", "word")
+        .option("createTable", "true")
+        .option("sinkId", sink_id)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(300)
+    error = query.exception()
+    if error is not None:
+        raise RuntimeError(str(error))
+
+
+def _table(endpoints: Endpoints, table: str) -> dict[str, int]:
+    with psycopg.connect(endpoints.postgres_dsn) as conn:
+        return dict(conn.execute(f"SELECT word, count FROM {table}").fetchall())
+
+
+def _sinks(endpoints: Endpoints) -> list[SinkRecord]:
+    admin = PostgresSinkAdmin(endpoints.postgres_dsn, "eos")
+    try:
+        return admin.records()
+    finally:
+        admin.close()
+
+
+def test_inspect_savepoint_fork_and_resume(
+    spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    topic, sink_id = f"sp-in-{unique}", f"sp-{unique}"
+    table_a, table_b = f"sp_a_{unique}", f"sp_b_{unique}"
+    original, root = tmp_path / "original", tmp_path / "savepoints"
+    create_topic(endpoints.kafka_bootstrap, topic, 2)
+    _produce(endpoints, topic, 10)
+    _run(spark, endpoints, topic, original, table_a, sink_id)
+    assert _table(endpoints, table_a) == dict.fromkeys(KEYS, 10)
+
+    # Inspect: identity, a clean boundary, offsets with no lag, state per partition, the sink.
+    checkpoint = read_checkpoint(original)
+    report = inspect(checkpoint, _sinks(endpoints))
+    first = checkpoint.last_committed
+    assert report["query_id"] == json.loads((original / "metadata").read_text())["id"]
+    assert first is not None and first >= 2 and report["clean_boundary"]  # 100 records, 40 a batch
+    assert sum(report["sources"][0]["offsets"].values()) == 100
+    assert report["sources"][0]["lag"] == {f"{topic}-0": 0, f"{topic}-1": 0}
+    (operator,) = report["operators"]
+    assert len(operator["partitions"]) == report["shuffle_partitions"]
+    assert all(p["latest_version"] == first + 1 for p in operator["partitions"])
+    assert report["sinks"] == [
+        {"store": "postgres", "sink_id": sink_id, "target": report["sinks"][0]["target"],
+         "last_decided_batch": first, "units_in_doubt": 0, "oldest_in_doubt_seconds": None}
+    ]  # fmt: skip
+    assert main(["checkpoint", "inspect", str(original)]) == 0
+    assert f"Sink {sink_id} in postgres" in capsys.readouterr().out
+
+    # A savepoint only at a clean boundary.
+    interrupted = tmp_path / "interrupted"
+    shutil.copytree(original, interrupted)
+    uncommit(interrupted, first)
+    with pytest.raises(CheckpointError, match="not at a clean boundary"):
+        create(interrupted, "bad", root)
+    point = create(original, "before-more", root)
+    assert (point.batch, point.query_id, point.linked) == (first, checkpoint.query_id, True)
+    assert [p.name for p in list_savepoints(root)] == ["before-more"]
+
+    # The original goes on past the savepoint.
+    _produce(endpoints, topic, 2)
+    _run(spark, endpoints, topic, original, table_a, sink_id)
+    assert _table(endpoints, table_a) == dict.fromkeys(KEYS, 12)
+
+    # Resume is refused: the sink decided batches after the savepoint.
+    with pytest.raises(CheckpointError, match=rf"{sink_id} in postgres \(batch {first + 1}"):
+        restore(point, tmp_path / "resumed-too-late", "resume", lambda: _sinks(endpoints))
+
+    # Fork into a new table and sink id: state of the savepoint, records after it read again.
+    fork = restore(point, tmp_path / "fork", "fork")
+    assert fork.query_id != checkpoint.query_id and fork.last_committed == first
+    _run(spark, endpoints, topic, tmp_path / "fork", table_b, f"sp-fork-{unique}")
+    assert _table(endpoints, table_b) == dict.fromkeys(KEYS, 12)
+
+    # A fork into the original's explicit sink id is refused by the sink, writing nothing.
+    restore(point, tmp_path / "fork-same-sink", "fork")
+    with pytest.raises(Exception, match=rf"(?s){sink_id}.*belongs to query"):
+        _run(spark, endpoints, topic, tmp_path / "fork-same-sink", table_a, sink_id)
+    assert _table(endpoints, table_a) == dict.fromkeys(KEYS, 12)
+
+    # Resume at the last batch: same query id, the original retired, the sink carries on.
+    latest = create(original, "latest", root)
+    resumed = restore(
+        find(root, "latest"), tmp_path / "resumed", "resume", lambda: _sinks(endpoints)
+    )
+    assert resumed.query_id == checkpoint.query_id and resumed.last_committed == latest.batch
+    assert not original.exists()
+    (retired,) = tmp_path.glob("original.retired-*")
+    assert "Do not start a query on it" in (retired / "RETIRED.txt").read_text()
+    _produce(endpoints, topic, 1)
+    _run(spark, endpoints, topic, tmp_path / "resumed", table_a, sink_id)
+    assert _table(endpoints, table_a) == dict.fromkeys(KEYS, 13)
+
+    # Rescale the resumed query's state to another partition count, then carry on.
+    before = read_checkpoint(tmp_path / "resumed")
+    assert before.shuffle_partitions is not None
+    target = 2 if before.shuffle_partitions != 2 else 3
+    kept = rescale(spark, tmp_path / "resumed", target, root)
+    assert kept.name.startswith("before-rescale-") and kept.batch == before.last_committed
+    after = read_checkpoint(tmp_path / "resumed")
+    assert after.shuffle_partitions == target and after.clean
+    assert [op.current_partitions for op in after.operators] == [target]
+    with pytest.raises(CheckpointError, match=f"already has {target} state partitions"):
+        rescale(spark, tmp_path / "resumed", target, root)
+    _produce(endpoints, topic, 1)
+    _run(spark, endpoints, topic, tmp_path / "resumed", table_a, sink_id)
+    assert _table(endpoints, table_a) == dict.fromkeys(KEYS, 14)
