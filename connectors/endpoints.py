@@ -57,6 +57,13 @@ class Endpoints:
     redis_url: str
     kafka_sasl: KafkaSasl | None = None  # the broker's SASL listener, where there is one
 
+    def __repr__(self) -> str:  # the DSN's and URL's passwords never reach a log line
+        return (
+            f"Endpoints(kafka_bootstrap={self.kafka_bootstrap!r}, "
+            f"postgres_dsn={redact(self.postgres_dsn)!r}, redis_url={redact(self.redis_url)!r}, "
+            f"kafka_sasl={self.kafka_sasl!r})"
+        )
+
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Endpoints | None:
         """Endpoints named by the environment: None when none is set, an error when some are."""

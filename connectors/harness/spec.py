@@ -32,7 +32,7 @@ class QuerySpec:
     stage: str
     format: str
     columns: tuple[str, ...]  # select expressions over the stage's output
-    options: dict[str, str] = field(default_factory=dict)
+    options: dict[str, str] = field(default_factory=dict, repr=False)  # may hold passwords
     source: str = "eos_kafka"  # or Spark's own "kafka"
 
     @property

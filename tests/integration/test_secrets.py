@@ -239,6 +239,10 @@ def harness_and_bench_command_lines(endpoints: Endpoints, tmp: Path) -> str:
             spec = Path(argv[-1])
             assert spec.stat().st_mode & 0o077 == 0, f"{spec} is readable by others"
         lines.append(" ".join(argv))
+        if argv[-1].endswith(".json"):
+            from connectors.harness.spec import PipelineSpec
+
+            lines.append(repr(PipelineSpec.read(Path(argv[-1]))))  # a spec in a log line
     return "\n".join(lines)
 
 

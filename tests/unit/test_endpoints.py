@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from connectors.endpoints import Endpoints
+from connectors.endpoints import Endpoints, KafkaSasl
 from connectors.errors import ConfigError
 from connectors.secrets import redact
 
@@ -22,6 +22,10 @@ def test_describe_hides_passwords() -> None:
     assert "s3cret" not in text
     assert "postgresql://u:***@h:5432/db" in text
     assert "s3cret" in endpoints.exports()  # exports are for the user's shell, on purpose
+    sasl = KafkaSasl("h:9094", "eos", "s3cret")
+    shown = repr(Endpoints("h:9092", endpoints.postgres_dsn, endpoints.redis_url, sasl))
+    assert "s3cret" not in shown and "postgresql://u:***@h:5432/db" in shown
+    assert "s3cret" not in repr(sasl) and sasl.options()["kafka.sasl.password"] == "s3cret"
 
 
 @pytest.mark.parametrize(
