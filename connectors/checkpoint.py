@@ -20,7 +20,10 @@ from typing import Any
 
 from connectors.errors import EosError
 
-_VERSION_FILE = re.compile(r"^(\d+)\.(zip|changelog|snapshot|delta)$")
+#: A state store version file (or its checksum): ``V.zip``, ``.V.changelog.crc``, ...
+STATE_FILE = re.compile(r"^\.?(\d+)\.(zip|changelog|snapshot|delta)(\.crc)?$")
+#: A batch's file in ``offsets/``, ``commits/`` or operator metadata (or its checksum).
+BATCH_FILE = re.compile(r"^\.?(\d+)(\.crc)?$")
 
 
 class CheckpointError(EosError):
@@ -145,8 +148,9 @@ def _number(path: Path) -> int:
 def _operator_name(operator: Path) -> str:
     """The operator's name from ``_metadata`` (v2 for transformWithState, else v1)."""
     v2 = operator / "_metadata" / "v2"
-    if v2.is_dir() and batches(v2):
-        text = (v2 / str(batches(v2)[-1])).read_text()
+    written = batches(v2)
+    if written:
+        text = (v2 / str(written[-1])).read_text()
         return str(json.loads(text).get("operatorInfo", {}).get("operatorName", ""))
     v1 = operator / "_metadata" / "metadata"
     if v1.is_file():
@@ -161,7 +165,7 @@ def _partition(directory: Path) -> PartitionState:
     files = [p for p in directory.rglob("*") if p.is_file() and not p.name.startswith(".")]
     versions: dict[int, set[str]] = {}
     for file in directory.iterdir():
-        match = _VERSION_FILE.match(file.name)
+        match = STATE_FILE.match(file.name)
         if match:
             versions.setdefault(int(match.group(1)), set()).add(match.group(2))
     full = [v for v, kinds in versions.items() if kinds & {"zip", "snapshot"}]

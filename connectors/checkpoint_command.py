@@ -84,8 +84,12 @@ def run_savepoint(args: argparse.Namespace) -> int:
                   f"{point.created}  {point.bytes:,} bytes  from {point.source}")  # fmt: skip
     else:
         point = savepoints.find(root, args.name)
-        records = (lambda: _sink_records(args) or []) if _stores_named() else None
-        restored = savepoints.restore(point, Path(args.to), args.mode, records)
+        restored = savepoints.restore(
+            point,
+            Path(args.to),
+            args.mode,
+            lambda: _sink_records(args),  # asked when resuming
+        )
         print(f"Restored {point.name} ({args.mode}) into {restored.path}: query "
               f"{restored.query_id}, next batch {point.batch + 1}")  # fmt: skip
         if args.mode == "resume":
@@ -181,16 +185,8 @@ def _lag(bootstrap: str, ends: dict[tuple[str, int], int]) -> dict[str, int | No
     return lag
 
 
-def _stores_named() -> bool:
-    return any(
-        os.environ.get(v) for v in ("EOS_POSTGRES_DSN", "EOS_REDIS_URL", "EOS_KAFKA_BOOTSTRAP")
-    )
-
-
 def _sink_records(args: argparse.Namespace) -> list[SinkRecord] | None:
     """Every store's sink records, or None when the environment names no store."""
-    if not _stores_named():
-        return None
     from connectors.sinks_command import admins
 
     records: list[SinkRecord] = []

@@ -20,18 +20,20 @@ class ClientErrors:
 
     def __init__(self) -> None:
         self.last: str | None = None
+        self._secrets: list[str] = []
 
     def __call__(self, error: KafkaError) -> None:
         self.last = error.str()
 
     def watching(self, config: Mapping[str, Any]) -> dict[str, Any]:
-        """``config`` with this as the client's error callback."""
+        """``config`` with this as the client's error callback (its secrets kept to redact)."""
+        self._secrets = secret_values(config)
         return {**config, "error_cb": self}
 
-    def reason(self, client: Any, exc: BaseException, config: Mapping[str, Any]) -> str:
-        """Why ``exc`` happened, with the last client error; no secret of ``config``."""
+    def reason(self, client: Any, exc: BaseException) -> str:
+        """Why ``exc`` happened, with the last client error; no secret of the client's config."""
         client.poll(0)  # serves the error callbacks queued during the call
         reason = exc.args[0].str() if isinstance(exc, KafkaException) and exc.args else str(exc)
         if self.last:
             reason = f"{reason} (the client's last error: {self.last})"
-        return redact(reason, secret_values(config))
+        return redact(reason, self._secrets)

@@ -34,6 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from connectors.checkpoint import (
+    BATCH_FILE,
+    STATE_FILE,
     Checkpoint,
     CheckpointError,
     batches,
@@ -44,8 +46,6 @@ from connectors.sinks_admin import SinkRecord
 
 MANIFEST = "savepoint.json"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-_STATE_VERSION = re.compile(r"^\.?(\d+)\.(zip|changelog|snapshot|delta)(\.crc)?$")
-_BATCH_FILE = re.compile(r"^\.?(\d+)(\.crc)?$")
 
 
 @dataclass(frozen=True)
@@ -134,12 +134,13 @@ def restore(
     savepoint: Savepoint,
     to: Path,
     mode: str = "fork",
-    sink_records: Callable[[], Iterable[SinkRecord]] | None = None,
+    sink_records: Callable[[], Iterable[SinkRecord] | None] | None = None,
 ) -> Checkpoint:
     """A checkpoint at ``to`` (new or empty) that restarts at the savepoint's batch + 1.
 
-    ``sink_records`` lists the sinks' bookkeeping (``eos sinks``); resume needs it to
-    prove no sink of the query decided a batch after the savepoint.
+    ``sink_records`` lists the sinks' bookkeeping (``eos sinks``; None when no store is
+    known); resume needs it to prove no sink of the query decided a batch after the
+    savepoint.
     """
     if mode not in ("fork", "resume"):
         raise CheckpointError(f"--mode {mode!r}: use fork or resume.")
@@ -183,13 +184,13 @@ def _savepoint_keeps(batch: int) -> Callable[[str], bool]:
         if ".tmp" in name:
             return False
         if parts[0] in ("offsets", "commits") and len(parts) == 2:
-            found = _BATCH_FILE.match(name)
+            found = BATCH_FILE.match(name)
             return found is None or int(found.group(1)) <= batch
         if parts[0] == "state" and "_metadata" in parts and "v2" in parts:
-            found = _BATCH_FILE.match(name)
+            found = BATCH_FILE.match(name)
             return found is None or int(found.group(1)) <= batch
         if parts[0] == "state" and len(parts) == 4:
-            found = _STATE_VERSION.match(name)
+            found = STATE_FILE.match(name)
             return found is None or int(found.group(1)) <= batch + 1
         return True
 
@@ -242,15 +243,16 @@ def _repoint_operator_metadata(checkpoint: Path, old: str) -> None:
 
 
 def _check_resumable(
-    savepoint: Savepoint, sink_records: Callable[[], Iterable[SinkRecord]] | None
+    savepoint: Savepoint, sink_records: Callable[[], Iterable[SinkRecord] | None] | None
 ) -> None:
-    if sink_records is None:
+    records = sink_records() if sink_records is not None else None
+    if records is None:
         raise CheckpointError(
             "--mode resume must check the sinks' bookkeeping: set EOS_POSTGRES_DSN, "
             "EOS_REDIS_URL and/or EOS_KAFKA_BOOTSTRAP for the stores the query writes to."
         )
     ahead = [
-        r for r in sink_records()
+        r for r in records
         if r.owner is not None and r.owner.query_id == savepoint.query_id
         and r.last_decided is not None and r.last_decided > savepoint.batch
     ]  # fmt: skip
@@ -291,7 +293,7 @@ def rescale(spark: Any, checkpoint_path: Path, partitions: int, root: Path) -> S
         raise CheckpointError(f"--partitions {partitions}: give at least 1.")
     if not checkpoint.operators:
         raise CheckpointError(f"{checkpoint.path} holds no state: nothing to rescale.")
-    _refuse_interrupted_rescale(checkpoint_path)
+    _refuse_interrupted_rescale(checkpoint)
     if checkpoint.shuffle_partitions == partitions:
         raise CheckpointError(f"{checkpoint.path} already has {partitions} state partitions.")
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
@@ -315,9 +317,8 @@ def rescale(spark: Any, checkpoint_path: Path, partitions: int, root: Path) -> S
     return point
 
 
-def _refuse_interrupted_rescale(checkpoint_path: Path) -> None:
+def _refuse_interrupted_rescale(checkpoint: Checkpoint) -> None:
     """A rescale killed after Spark planned its batch and before it committed it."""
-    checkpoint = read_checkpoint(checkpoint_path)
     if checkpoint.clean or checkpoint.last_planned is None or checkpoint.last_planned == 0:
         return
     previous, _ = read_offsets(checkpoint.path, checkpoint.last_planned - 1)

@@ -20,7 +20,7 @@ def check_broker(options: KafkaSinkOptions) -> None:
     try:
         metadata = admin.list_topics(timeout=TIMEOUT)
     except KafkaException as exc:
-        reason = errors.reason(admin, exc, options.client_config())
+        reason = errors.reason(admin, exc)
         raise ServiceUnavailableError(
             f"Kafka at {options.bootstrap_servers} (option 'kafka.bootstrap.servers') did not "
             f"answer within {TIMEOUT:.0f} s: {reason}. Check that the brokers run and are "

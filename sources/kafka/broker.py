@@ -90,11 +90,9 @@ class BrokerView:
         for name, future in futures.items():
             try:
                 topic_id = future.result(timeout=self.timeout).topic_id
-            except KafkaException as exc:
-                if exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            except (KafkaException, TimeoutError) as exc:
+                if _unknown_topic(exc):
                     continue
-                raise self._unavailable("describe topics", exc) from None
-            except TimeoutError as exc:
                 raise self._unavailable("describe topics", exc) from None
             if topic_id is not None and str(topic_id) != NO_TOPIC_ID:
                 ids[name] = str(topic_id)
@@ -203,13 +201,20 @@ class BrokerView:
     def _unavailable(self, what: str, exc: BaseException) -> ServiceUnavailableError:
         """The error for a failed look-up, with the broker's reason (an authentication
         failure reads as one); the client settings' secrets are redacted from it."""
-        reason = self._errors.reason(self.admin, exc, self.options.client_config())
+        reason = self._errors.reason(self.admin, exc)
         return ServiceUnavailableError(
             f"Kafka at {self.options.bootstrap_servers} (option 'kafka.bootstrap.servers') did "
             f"not answer '{what}' within {self.timeout:.0f} s: {reason}. "
             "Check that the brokers run and are reachable, and the kafka.security.protocol and "
             "kafka.sasl.* options; raise kafkaConsumer.pollTimeoutMs for slow clusters."
         )
+
+
+def _unknown_topic(exc: BaseException) -> bool:
+    """A topic deleted between listing and describing it."""
+    return (
+        isinstance(exc, KafkaException) and exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+    )
 
 
 def _names(tps: Iterable[TopicPartitionKey]) -> str:
