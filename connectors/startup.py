@@ -8,8 +8,9 @@ orphans to warn about) belong to the query's start: run at every call, they cost
 batch a connection and a scan, and repeat the orphan warning twice a batch.
 
 :func:`once_per_driver` runs them in the first call of a driver and records that they
-passed in a marker named by the driver's JVM (the parent of the Python processes Spark
-starts: its pid and start time) and the sink's settings. A failed check records
+passed in a marker named by the parent of the Python process (the driver's JVM, or
+the Python daemon it forks its workers from: its pid and start time) and the sink's
+settings. A failed check records
 nothing, so the next call checks again. Outside a Python process started by Spark (a
 test, a script) the checks always run.
 """
@@ -26,8 +27,15 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
-#: Set by Spark in every Python process it starts (PythonWorkerFactory).
-SPARK_WORKER_ENV = ("PYTHON_WORKER_FACTORY_PORT", "PYTHON_WORKER_FACTORY_SOCK_PATH")
+#: Set by Spark in the Python processes it starts (PythonWorkerFactory): the secret in
+#: every one, the port or socket path only in those it starts directly. Processes
+#: forked from its daemon (``pyspark.daemon``), as the sink's commit runners are in
+#: Spark 4.3, have the secret alone, and their parent is the daemon.
+SPARK_WORKER_ENV = (
+    "PYTHON_WORKER_FACTORY_SECRET",
+    "PYTHON_WORKER_FACTORY_PORT",
+    "PYTHON_WORKER_FACTORY_SOCK_PATH",
+)
 
 
 def once_per_driver(key: str, check: Callable[[], None]) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from connectors.startup import once_per_driver
+from connectors.startup import SPARK_WORKER_ENV, once_per_driver
 
 
 def _counting(fail: list[bool]) -> tuple[list[int], Callable[[], None]]:
@@ -27,7 +27,8 @@ def test_in_a_process_spark_started_the_checks_run_once_after_they_pass(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    monkeypatch.setenv("PYTHON_WORKER_FACTORY_PORT", "40000")
+    # What a process forked from Spark's Python daemon has (Spark 4.3's commit runners).
+    monkeypatch.setenv("PYTHON_WORKER_FACTORY_SECRET", "not-a-real-secret")
     calls, check = _counting([True])
     with pytest.raises(RuntimeError):
         once_per_driver("eos_redis|a", check)
@@ -42,8 +43,8 @@ def test_outside_spark_the_checks_always_run(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    monkeypatch.delenv("PYTHON_WORKER_FACTORY_PORT", raising=False)
-    monkeypatch.delenv("PYTHON_WORKER_FACTORY_SOCK_PATH", raising=False)
+    for name in SPARK_WORKER_ENV:
+        monkeypatch.delenv(name, raising=False)
     calls, check = _counting([])
     for _ in range(3):
         once_per_driver("eos_postgres|a", check)
