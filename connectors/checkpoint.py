@@ -145,20 +145,23 @@ def _number(path: Path) -> int:
     return int(path.name) if path.name.isdigit() else -1
 
 
-def _operator_name(operator: Path) -> str:
-    """The operator's name from ``_metadata`` (v2 for transformWithState, else v1)."""
+def operator_metadata(operator: Path) -> dict[str, Any]:
+    """The operator's newest metadata (``_metadata/v2/<batch>`` for transformWithState,
+    else ``_metadata/metadata``): a version line, then one JSON object; {} when none."""
     v2 = operator / "_metadata" / "v2"
     written = batches(v2)
-    if written:
-        text = (v2 / str(written[-1])).read_text()
-        return str(json.loads(text).get("operatorInfo", {}).get("operatorName", ""))
-    v1 = operator / "_metadata" / "metadata"
-    if v1.is_file():
-        for line in v1.read_text().splitlines()[1:]:
-            info = json.loads(line).get("operatorInfo", {})
-            if info:
-                return str(info.get("operatorName", ""))
-    return ""
+    path = v2 / str(written[-1]) if written else operator / "_metadata" / "metadata"
+    if not path.is_file():
+        return {}
+    for line in path.read_text().splitlines()[1:]:
+        if line.strip():
+            found: dict[str, Any] = json.loads(line)
+            return found
+    return {}
+
+
+def _operator_name(operator: Path) -> str:
+    return str(operator_metadata(operator).get("operatorInfo", {}).get("operatorName", ""))
 
 
 def _partition(directory: Path) -> PartitionState:

@@ -1,4 +1,4 @@
-"""``eos checkpoint inspect`` and ``eos savepoint create|list|restore``.
+"""``eos checkpoint inspect|rescale``, ``eos savepoint create|list|restore``, ``eos state get``.
 
 Sink bookkeeping is read from the stores the environment names (as ``eos sinks``
 does: ``EOS_POSTGRES_DSN``, ``EOS_REDIS_URL``, ``EOS_KAFKA_BOOTSTRAP``), so no
@@ -10,12 +10,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from connectors import savepoints
-from connectors.checkpoint import Checkpoint, OperatorState, read_checkpoint
+from connectors import savepoints, state
+from connectors.checkpoint import Checkpoint, CheckpointError, OperatorState, read_checkpoint
 from connectors.errors import ConfigError
 from connectors.sinks_admin import SinkRecord
 
@@ -27,6 +30,10 @@ def add_checkpoint_arguments(parser: argparse.ArgumentParser) -> None:
     )
     inspect.add_argument("path", help="the query's checkpointLocation")
     inspect.add_argument("--json", action="store_true", help="print one JSON object")
+    inspect.add_argument(
+        "--keys", action="store_true",
+        help="also count the keys per operator and partition (starts a local Spark)",
+    )  # fmt: skip
     rescale = actions.add_parser(
         "rescale", help="take a savepoint, then repartition a stopped query's state"
     )
@@ -56,6 +63,20 @@ def add_savepoint_arguments(parser: argparse.ArgumentParser) -> None:
     _store_arguments(parser)
 
 
+def add_state_arguments(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", required=True)
+    get = actions.add_parser(
+        "get", help="a stopped query's keyed state as rows, at its last committed batch"
+    )
+    get.add_argument("path", nargs="?", help="the query's checkpointLocation")
+    get.add_argument("--savepoint", metavar="NAME", help="read this savepoint instead")
+    get.add_argument("--dir", default=None, help="where savepoints live (see eos savepoint)")
+    get.add_argument("--operator", type=int, metavar="ID", help="needed when there are several")
+    get.add_argument("--var", metavar="NAME", help="a transformWithState state variable")
+    get.add_argument("--key", metavar="K", help="only the row of this key (a one-field key)")
+    get.add_argument("--json", action="store_true", help="one JSON object per row")
+
+
 def _store_arguments(parser: argparse.ArgumentParser) -> None:
     from connectors.sinks_command import add_store_arguments
 
@@ -67,6 +88,9 @@ def run_checkpoint(args: argparse.Namespace) -> int:
         return _rescale(args)
     checkpoint = read_checkpoint(Path(args.path))
     report = inspect(checkpoint, _sink_records(args))
+    if args.keys:
+        with _spark("eos-inspect") as spark:
+            add_key_counts(report, state.key_counts(spark, checkpoint))
     print(json.dumps(report, indent=2) if args.json else _text(report))
     return 0
 
@@ -97,16 +121,84 @@ def run_savepoint(args: argparse.Namespace) -> int:
     return 0
 
 
-def _rescale(args: argparse.Namespace) -> int:
+def run_state(args: argparse.Namespace) -> int:
+    """``eos state get``: rows as a table, or one JSON object per row."""
+    point = None
+    if args.savepoint is not None:
+        point = savepoints.find(savepoints.savepoint_root(args.dir), args.savepoint)
+        if args.path is not None:
+            _check_same_query(read_checkpoint(Path(args.path)), point)
+    elif args.path is None:
+        raise ConfigError("eos state get: give the checkpoint PATH, or --savepoint NAME.")
+    source = Path(point.path) if point is not None else Path(args.path)
+    state.plan_read(read_checkpoint(source), args.operator, args.var)  # errors before Spark
+    with state.readable(source, point) as path, _spark("eos-state") as spark:
+        read = state.plan_read(read_checkpoint(path), args.operator, args.var)
+        rows = state.state_rows(state.read_state(spark, read), args.key)
+    if args.json:
+        print("\n".join(json.dumps(r, default=str) for r in rows))
+    else:
+        print(_rows_text(rows))
+    if args.key is not None and not rows:
+        print(f"No state for key {args.key!r}.", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _check_same_query(checkpoint: Checkpoint, point: savepoints.Savepoint) -> None:
+    if checkpoint.query_id != point.query_id:
+        raise CheckpointError(
+            f"Savepoint {point.name!r} is of query {point.query_id}, not of the query at "
+            f"{checkpoint.path} ({checkpoint.query_id}). Leave PATH out to read the savepoint."
+        )
+
+
+def _rows_text(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "(no state)"
+    columns = list(dict.fromkeys(c for r in rows for c in r))
+    cells = [[str(r.get(c, "")) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in cells]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+@contextmanager
+def _spark(app: str) -> Iterator[Any]:
+    """The active session (a notebook's, a test's), else a local one, stopped afterwards."""
+    from pyspark.sql import SparkSession
+
     from connectors.spark import local_session
 
-    root = savepoints.savepoint_root(args.dir)
-    read_checkpoint(Path(args.path))  # a clear error before Spark starts
-    spark = local_session(app="eos-rescale")
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        yield active
+        return
+    spark = local_session(app=app)
     try:
-        point = savepoints.rescale(spark, Path(args.path), args.partitions, root)
+        yield spark
     finally:
         spark.stop()
+
+
+def add_key_counts(report: dict[str, Any], counts: dict[int, dict[str, dict[int, int]]]) -> None:
+    """Put :func:`state.key_counts` into the report: per operator ``keys`` (total per state
+    variable, "" for an operator's one store) and per partition ``keys``."""
+    for op in report["operators"]:
+        found = counts.get(op["operator"])
+        if found is None:
+            continue
+        op["keys"] = {name: sum(per.values()) for name, per in found.items()}
+        for p in op["partitions"]:
+            p["keys"] = {name: per.get(p["partition"], 0) for name, per in found.items()}
+
+
+def _rescale(args: argparse.Namespace) -> int:
+    root = savepoints.savepoint_root(args.dir)
+    read_checkpoint(Path(args.path))  # a clear error before Spark starts
+    with _spark("eos-rescale") as spark:
+        point = savepoints.rescale(spark, Path(args.path), args.partitions, root)
     print(f"Rescaled {args.path} to {args.partitions} state partitions (savepoint {point.name} "
           f"holds it as it was, at batch {point.batch}).")  # fmt: skip
     return 0
@@ -199,6 +291,16 @@ def _sink_records(args: argparse.Namespace) -> list[SinkRecord] | None:
     return records
 
 
+def _keys(entry: dict[str, Any]) -> str:
+    """The keys counted: ", keys 10", or ", keys: total 10, seen 10" per state variable."""
+    keys = entry.get("keys")
+    if not keys:
+        return ""
+    if list(keys) == [""]:
+        return f", keys {keys['']}"
+    return ", keys: " + ", ".join(f"{name} {n}" for name, n in keys.items())
+
+
 def _text(report: dict[str, Any]) -> str:
     lines = [
         f"Checkpoint  {report['path']}",
@@ -219,13 +321,13 @@ def _text(report: dict[str, Any]) -> str:
     for op in report["operators"]:
         lines.append(
             f"Operator {op['operator']} {op['name']}: {op['bytes']:,} bytes, "
-            f"{op['current_partitions']} partitions at the newest version"
+            f"{op['current_partitions']} partitions at the newest version{_keys(op)}"
         )
         for p in op["partitions"]:
             lines.append(
                 f"  partition {p['partition']:<3} {p['files']} files, {p['bytes']:,} bytes, "
                 f"version {p['latest_version']}, snapshot {p['latest_snapshot']}, "
-                f"{p['changelogs_since']} changelogs since"
+                f"{p['changelogs_since']} changelogs since{_keys(p)}"
             )
     if "sinks" not in report:
         lines.append("Sinks       (set EOS_POSTGRES_DSN / EOS_REDIS_URL / EOS_KAFKA_BOOTSTRAP)")

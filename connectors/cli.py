@@ -83,6 +83,12 @@ def _savepoint_command(args: argparse.Namespace) -> int:
     return run_savepoint(args)
 
 
+def _state_command(args: argparse.Namespace) -> int:
+    from connectors.checkpoint_command import run_state
+
+    return run_state(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="eos", description="Exactly-once connectors for PySpark")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -138,6 +144,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     checkpoint_command.add_savepoint_arguments(savepoint)
     savepoint.set_defaults(func=_savepoint_command)
+    state = commands.add_parser(
+        "state", help="read a stopped query's keyed state (or a savepoint's) as rows"
+    )
+    checkpoint_command.add_state_arguments(state)
+    state.set_defaults(func=_state_command)
 
     from connectors.compare.command import add_arguments
 

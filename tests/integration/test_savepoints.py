@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import tempfile
 from pathlib import Path
 
 import psycopg
@@ -19,11 +20,12 @@ import pytest
 from pyspark.sql import SparkSession
 
 from connectors.checkpoint import CheckpointError, read_checkpoint
-from connectors.checkpoint_command import inspect
+from connectors.checkpoint_command import add_key_counts, inspect
 from connectors.cli import main
 from connectors.endpoints import Endpoints
 from connectors.savepoints import create, find, list_savepoints, rescale, restore
 from connectors.sinks_admin import SinkRecord
+from connectors.state import key_counts, plan_read, read_state, state_rows
 from connectors.topics import create_topic
 from sinks.postgres.admin import PostgresSinkAdmin
 from tests.kafka_util import produce_plain, uncommit
@@ -72,6 +74,18 @@ def _run(spark: SparkSession, endpoints: Endpoints, topic: str, checkpoint: Path
         raise RuntimeError(str(error))
 
 
+def _state_get(capsys: pytest.CaptureFixture[str], *args: str) -> list[dict[str, object]]:
+    """``eos state get ... --json``'s rows, without the partition column."""
+    capsys.readouterr()
+    assert main(["state", "get", *args, "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line]
+    return [{k: v for k, v in r.items() if k != "partition_id"} for r in rows]
+
+
+def _start_check_markers() -> set[Path]:
+    return set((Path(tempfile.gettempdir()) / "eos-start-checks").glob("*"))
+
+
 def _table(endpoints: Endpoints, table: str) -> dict[str, int]:
     with psycopg.connect(endpoints.postgres_dsn) as conn:
         return dict(conn.execute(f"SELECT word, count FROM {table}").fetchall())
@@ -94,8 +108,12 @@ def test_inspect_savepoint_fork_and_resume(
     original, root = tmp_path / "original", tmp_path / "savepoints"
     create_topic(endpoints.kafka_bootstrap, topic, 2)
     _produce(endpoints, topic, 10)
+    markers_before = _start_check_markers()
     _run(spark, endpoints, topic, original, table_a, sink_id)
     assert _table(endpoints, table_a) == dict.fromkeys(KEYS, 10)
+    # The sink's start checks ran in Spark's Python processes and recorded that they passed,
+    # so the later calls of streamWriter (two a batch) skip them.
+    assert _start_check_markers() - markers_before, "no start-check marker: checks every batch"
 
     # Inspect: identity, a clean boundary, offsets with no lag, state per partition, the sink.
     checkpoint = read_checkpoint(original)
@@ -115,6 +133,13 @@ def test_inspect_savepoint_fork_and_resume(
     assert main(["checkpoint", "inspect", str(original)]) == 0
     assert f"Sink {sink_id} in postgres" in capsys.readouterr().out
 
+    # The state itself, read from the checkpoint: each key once, with its count.
+    add_key_counts(report, key_counts(spark, checkpoint))
+    assert report["operators"][0]["keys"] == {"": len(KEYS)}
+    assert sum(p["keys"][""] for p in report["operators"][0]["partitions"]) == len(KEYS)
+    rows = state_rows(read_state(spark, plan_read(checkpoint, None, None)))
+    assert {r["word"]: r["count"] for r in rows} == dict.fromkeys(KEYS, 10)
+
     # A savepoint only at a clean boundary.
     interrupted = tmp_path / "interrupted"
     shutil.copytree(original, interrupted)
@@ -129,6 +154,11 @@ def test_inspect_savepoint_fork_and_resume(
     _produce(endpoints, topic, 2)
     _run(spark, endpoints, topic, original, table_a, sink_id)
     assert _table(endpoints, table_a) == dict.fromkeys(KEYS, 12)
+
+    # State of one key, now and as the savepoint holds it.
+    assert _state_get(capsys, str(original), "--key", "k3") == [{"word": "k3", "count": 12}]
+    at_savepoint = _state_get(capsys, "--savepoint", "before-more", "--dir", str(root))
+    assert {r["word"]: r["count"] for r in at_savepoint} == dict.fromkeys(KEYS, 10)
 
     # Resume is refused: the sink decided batches after the savepoint.
     with pytest.raises(CheckpointError, match=rf"{sink_id} in postgres \(batch {first + 1}"):
@@ -173,3 +203,46 @@ def test_inspect_savepoint_fork_and_resume(
     _produce(endpoints, topic, 1)
     _run(spark, endpoints, topic, tmp_path / "resumed", table_a, sink_id)
     assert _table(endpoints, table_a) == dict.fromkeys(KEYS, 14)
+
+
+def test_state_get_reads_a_transform_with_state_variable(
+    spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """transformWithState keeps one column family per state variable: `state get` finds
+    the variable's name in the operator's metadata and reads it."""
+    from connectors.harness.pipeline import running_count_processor
+
+    topic, checkpoint = f"sp-tws-{unique}", tmp_path / "tws"
+    create_topic(endpoints.kafka_bootstrap, topic, 2)
+    _produce(endpoints, topic, 3)
+    counts = (
+        spark.readStream.format("eos_kafka")
+        .option("kafka.bootstrap.servers", endpoints.kafka_bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .load()
+        .selectExpr("CAST(key AS STRING) AS word")
+        .groupBy("word")
+        .transformWithStateInPandas(
+            running_count_processor(), "word string, count long, delta long", "Update", "None"
+        )
+    )
+    query = (
+        counts.writeStream.format("noop")
+        .outputMode("update")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(300)
+    assert query.exception() is None
+
+    rows = _state_get(capsys, str(checkpoint))  # the one variable, without --var
+    assert {r["word"]: r["total"] for r in rows} == dict.fromkeys(KEYS, 3)
+    assert main(["checkpoint", "inspect", str(checkpoint), "--keys", "--json"]) == 0
+    (operator,) = json.loads(capsys.readouterr().out)["operators"]
+    assert operator["name"] == "transformWithStateInPandasExec"
+    assert operator["keys"] == {"total": len(KEYS)}
+    assert main(["state", "get", str(checkpoint), "--var", "count"]) == 2
+    assert "keeps state variables total: --var count is not one of them" in capsys.readouterr().err
