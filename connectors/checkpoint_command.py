@@ -199,8 +199,9 @@ def _rescale(args: argparse.Namespace) -> int:
     read_checkpoint(Path(args.path))  # a clear error before Spark starts
     with _spark("eos-rescale") as spark:
         point = savepoints.rescale(spark, Path(args.path), args.partitions, root)
-    print(f"Rescaled {args.path} to {args.partitions} state partitions (savepoint {point.name} "
-          f"holds it as it was, at batch {point.batch}).")  # fmt: skip
+    kept = f"savepoint {point.name} holds it as it was, at batch {point.batch}" if point else (
+        "its savepoint is under another --dir")  # fmt: skip
+    print(f"Rescaled {args.path} to {args.partitions} state partitions ({kept}).")
     return 0
 
 

@@ -280,53 +280,83 @@ def _retire(original: Path, savepoint: Savepoint) -> None:
     )
 
 
-def rescale(spark: Any, checkpoint_path: Path, partitions: int, root: Path) -> Savepoint:
-    """Repartition a stopped query's state to ``partitions``, after a savepoint of it.
+def rescale(spark: Any, checkpoint_path: Path, partitions: int, root: Path) -> Savepoint | None:
+    """Driver: repartition a stopped query's state to ``partitions``, after a savepoint of
+    it; returns the savepoint (None when finishing a rescale whose savepoint is elsewhere).
 
     Spark's checkpoint manager (4.2+, experimental) writes batch N+1 with the state
     redistributed over the new number of partitions; the query then restarts from
     it with that many shuffle partitions. Exactly-once sinks stay enforced: a failed
-    batch is never skipped. If anything fails, the savepoint is the way back.
+    batch is never skipped. A rescale killed after Spark planned that batch leaves a
+    checkpoint the query refuses to start on (STREAMING_UNFINISHED_REPARTITION_DETECTED);
+    running the same rescale again finishes it, as Spark advises. If anything fails,
+    the savepoint is the way back.
     """
     checkpoint = read_checkpoint(checkpoint_path)
     if partitions < 1:
         raise CheckpointError(f"--partitions {partitions}: give at least 1.")
     if not checkpoint.operators:
         raise CheckpointError(f"{checkpoint.path} holds no state: nothing to rescale.")
-    _refuse_interrupted_rescale(checkpoint)
+    unfinished = _unfinished_rescale(checkpoint)
+    if unfinished is not None:
+        return _finish_rescale(spark, checkpoint, unfinished, partitions, root)
     if checkpoint.shuffle_partitions == partitions:
         raise CheckpointError(f"{checkpoint.path} already has {partitions} state partitions.")
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     point = create(checkpoint_path, f"before-rescale-{stamp}", root)
-    try:
-        spark._streamingCheckpointManager.repartition(str(checkpoint.path), partitions, True)
-    except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CheckpointError(
-            f"Spark could not repartition {checkpoint.path}: {first}. Savepoint {point.name!r} "
-            f"holds the query as it was: eos savepoint restore {point.name} --to NEW_DIR "
-            "--mode resume."
-        ) from None
-    after = read_checkpoint(checkpoint_path)
-    if not after.clean or after.shuffle_partitions != partitions:
-        raise CheckpointError(
-            f"After repartitioning, {checkpoint.path} has {after.shuffle_partitions} partitions "
-            f"(batch {after.last_planned} planned, {after.last_committed} committed). Savepoint "
-            f"{point.name!r} holds the query as it was."
-        )
+    _repartition(spark, checkpoint.path, partitions, point)
     return point
 
 
-def _refuse_interrupted_rescale(checkpoint: Checkpoint) -> None:
-    """A rescale killed after Spark planned its batch and before it committed it."""
+def _repartition(spark: Any, path: Path, partitions: int, point: Savepoint | None) -> None:
+    way_back = (
+        f"Savepoint {point.name!r} holds the query as it was: eos savepoint restore "
+        f"{point.name} --to NEW_DIR --mode resume."
+        if point is not None
+        else "Run the same rescale again to finish it."
+    )
+    try:
+        spark._streamingCheckpointManager.repartition(str(path), partitions, True)
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(f"Spark could not repartition {path}: {first}. {way_back}") from None
+    after = read_checkpoint(path)
+    if not after.clean or after.shuffle_partitions != partitions:
+        raise CheckpointError(
+            f"After repartitioning, {path} has {after.shuffle_partitions} partitions (batch "
+            f"{after.last_planned} planned, {after.last_committed} committed). {way_back}"
+        )
+
+
+def _unfinished_rescale(checkpoint: Checkpoint) -> int | None:
+    """The partition count of a rescale killed after Spark planned its batch and before
+    it committed it (the planned batch changed the count), else None."""
     if checkpoint.clean or checkpoint.last_planned is None or checkpoint.last_planned == 0:
-        return
+        return None
     previous, _ = read_offsets(checkpoint.path, checkpoint.last_planned - 1)
     before = previous.get("conf", {}).get("spark.sql.shuffle.partitions")
-    if before is not None and str(before) != str(checkpoint.shuffle_partitions):
+    if before is None or str(before) == str(checkpoint.shuffle_partitions):
+        return None
+    return checkpoint.shuffle_partitions
+
+
+def _finish_rescale(
+    spark: Any, checkpoint: Checkpoint, unfinished: int, partitions: int, root: Path
+) -> Savepoint | None:
+    """Run an interrupted rescale again to the count it was going to; refuse another."""
+    taken = [
+        p for p in list_savepoints(root)
+        if p.name.startswith("before-rescale-") and p.query_id == checkpoint.query_id
+        and p.batch == checkpoint.last_committed
+    ]  # fmt: skip
+    point = taken[-1] if taken else None
+    if unfinished != partitions:
+        back = f"restore savepoint {point.name!r} with --mode resume" if point else (
+            "restore the before-rescale-... savepoint it took with --mode resume")  # fmt: skip
         raise CheckpointError(
-            f"{checkpoint.path}: a rescale to {checkpoint.shuffle_partitions} partitions was "
-            f"interrupted (batch {checkpoint.last_planned} planned, not committed). Restore the "
-            "savepoint it took: eos savepoint list, then eos savepoint restore "
-            "before-rescale-... --to NEW_DIR --mode resume."
+            f"{checkpoint.path}: a rescale to {unfinished} partitions was interrupted (batch "
+            f"{checkpoint.last_planned} planned, not committed). Run it again with "
+            f"--partitions {unfinished} to finish it, or {back}."
         )
+    _repartition(spark, checkpoint.path, partitions, point)
+    return point

@@ -11,8 +11,13 @@ sink is ahead, allowed at the last batch, the original retired), rescale the sta
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 import psycopg
@@ -33,6 +38,7 @@ from tests.kafka_util import produce_plain, uncommit
 pytestmark = [pytest.mark.services, pytest.mark.spark]
 
 KEYS = [f"k{i}" for i in range(10)]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _produce(endpoints: Endpoints, topic: str, rounds: int) -> None:
@@ -194,7 +200,8 @@ def test_inspect_savepoint_fork_and_resume(
     assert before.shuffle_partitions is not None
     target = 2 if before.shuffle_partitions != 2 else 3
     kept = rescale(spark, tmp_path / "resumed", target, root)
-    assert kept.name.startswith("before-rescale-") and kept.batch == before.last_committed
+    assert kept is not None and kept.name.startswith("before-rescale-")
+    assert kept.batch == before.last_committed
     after = read_checkpoint(tmp_path / "resumed")
     assert after.shuffle_partitions == target and after.clean
     assert [op.current_partitions for op in after.operators] == [target]
@@ -246,3 +253,64 @@ def test_state_get_reads_a_transform_with_state_variable(
     assert operator["keys"] == {"total": len(KEYS)}
     assert main(["state", "get", str(checkpoint), "--var", "count"]) == 2
     assert "keeps state variables total: --var count is not one of them" in capsys.readouterr().err
+
+
+def _rescale_killed_midway(checkpoint: Path, partitions: int, root: Path) -> bool:
+    """``eos checkpoint rescale`` in a process of its own, SIGKILLed (with its JVM) as soon
+    as Spark has planned the repartition batch. True when the kill came before that batch
+    committed (the case this test is for), False when the rescale had finished."""
+    committed = read_checkpoint(checkpoint).last_committed
+    assert committed is not None
+    planned = checkpoint / "offsets" / str(committed + 1)
+    command = [sys.executable, "-m", "connectors.cli", "checkpoint", "rescale", str(checkpoint),
+               "--partitions", str(partitions), "--dir", str(root)]  # fmt: skip
+    process = subprocess.Popen(command, cwd=ROOT, start_new_session=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 180
+    while not planned.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    assert planned.exists(), f"the rescale exited ({process.returncode}) before planning a batch"
+    return not read_checkpoint(checkpoint).clean
+
+
+@pytest.mark.parametrize(
+    "steps",
+    [pytest.param((3,), id="4-3"), pytest.param((8, 2), id="4-8-2", marks=pytest.mark.soak)],
+)
+def test_a_rescale_killed_midway_is_refused_then_finished_exactly(
+    spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path,
+    steps: tuple[int, ...],
+) -> None:  # fmt: skip
+    """Each rescale is killed between Spark planning its repartition batch and committing
+    it: the query refuses to start on that checkpoint, a rescale to another count is
+    refused, the same rescale run again finishes it, and the counts go on exactly."""
+    topic, table, sink_id = f"rs-in-{unique}", f"rs_{unique}", f"rs-{unique}"
+    checkpoint, root = tmp_path / "checkpoint", tmp_path / "savepoints"
+    create_topic(endpoints.kafka_bootstrap, topic, 2)
+    _produce(endpoints, topic, 10)
+    _run(spark, endpoints, topic, checkpoint, table, sink_id)
+    rounds = 10
+    for partitions in steps:
+        killed = _rescale_killed_midway(checkpoint, partitions, root)
+        print(f"rescale to {partitions}: killed midway {killed}")
+        if killed:
+            with pytest.raises(Exception, match="STREAMING_UNFINISHED_REPARTITION_DETECTED"):
+                _run(spark, endpoints, topic, checkpoint, table, sink_id)
+            with pytest.raises(
+                CheckpointError,
+                match=rf"a rescale to {partitions} partitions "
+                rf"was interrupted.*--partitions {partitions} to finish it",
+            ):
+                rescale(spark, checkpoint, partitions + 1, root)  # fmt: skip
+            assert _table(endpoints, table) == dict.fromkeys(KEYS, rounds)
+            point = rescale(spark, checkpoint, partitions, root)
+            assert point is not None and point.name.startswith("before-rescale-")
+        after = read_checkpoint(checkpoint)
+        assert after.clean and after.shuffle_partitions == partitions
+        _produce(endpoints, topic, 1)
+        rounds += 1
+        _run(spark, endpoints, topic, checkpoint, table, sink_id)
+        assert _table(endpoints, table) == dict.fromkeys(KEYS, rounds)
