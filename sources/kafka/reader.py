@@ -43,6 +43,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._broker: BrokerView | None = None
         self._available_now: Offsets | None = None
         self._published: Offsets | None = None
+        self._seen_latest: Offsets | None = None  # latestOffset's look-up, for the report
 
     @property
     def broker(self) -> BrokerView:
@@ -71,7 +72,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """
         previous = SourceOffset.from_spark(start)
         self._publish(previous.ends)  # Spark plans the next batch only after this one completed
-        latest = self._available_now or self._latest_now()
+        if self._available_now is not None:
+            latest = self._available_now
+        else:
+            latest = self._seen_latest = self._latest_now()
         ids = {**previous.topic_ids, **self.broker.topic_ids(t for t, _ in latest)}
         starts = self._restarts(previous, latest, ids)
         begin = {**previous.ends, **starts}
@@ -85,7 +89,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return SourceOffset(latest, ids, starts).to_spark()
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
-        return to_spark(self._latest_now())
+        """Driver, right after :meth:`latestOffset` (for the progress report): the end it
+        looked up then, instead of asking the brokers again."""
+        seen, self._seen_latest = self._seen_latest, None
+        return to_spark(seen if seen is not None else self._latest_now())
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         """Driver. The ranges of the batch from ``start`` to ``end``, the same on every replay."""

@@ -98,3 +98,41 @@ def test_a_replay_plans_a_new_partition_from_its_checkpointed_start() -> None:
     planned = reader.partitions(start, end)
     assert planned == [KafkaRange("t", 0, 4, 9), KafkaRange("t", 1, 2, 7)]
     assert reader._broker is None  # planning never made a broker client
+
+
+class _CountingBroker:
+    """The broker calls latestOffset makes, answered from memory and counted."""
+
+    def __init__(self) -> None:
+        self.latest_calls = 0
+        self.ends = {("t", 0): 9}
+
+    def partitions(self) -> list[tuple[str, int]]:
+        return list(self.ends)
+
+    def latest(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        self.latest_calls += 1
+        return {tp: self.ends[tp] for tp in partitions}
+
+    def topic_ids(self, topics: object) -> dict[str, str]:
+        return {"t": "a"}
+
+
+def test_the_progress_report_reuses_latest_offsets_look_up() -> None:
+    """reportLatestOffset, which Spark calls right after latestOffset, asks no broker again;
+    called on its own, it does."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    reader = KafkaStreamReader(
+        parse_options({"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t"})
+    )
+    broker = _CountingBroker()
+    reader._broker = broker  # type: ignore[assignment]
+    start = SourceOffset({("t", 0): 4}, {"t": "a"}).to_spark()
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert from_spark(end) == {("t", 0): 9}
+    assert from_spark(reader.reportLatestOffset() or {}) == {("t", 0): 9}
+    assert broker.latest_calls == 1
+    broker.ends = {("t", 0): 12}
+    assert from_spark(reader.reportLatestOffset() or {}) == {("t", 0): 12}
+    assert broker.latest_calls == 2
