@@ -3,11 +3,22 @@
 librdkafka cannot prepare a transaction in one process and commit it in another,
 so each task commits its own transaction: the records and, inside the same
 transaction, a progress marker (the committed offset ``batch + 1`` of a
-sink-owned consumer group). A retry or a replay first fences every earlier
-producer of its (sink, task partition) with ``init_transactions()`` (which also
-ends their open transactions), then reads the marker: a batch already marked is
-not written again. The same transaction also writes the marker as a record, keyed
-by the transactional id, to a compacted *marker log* topic: group offsets expire
+sink-owned consumer group). A batch already marked is not written again.
+
+Producers and marker consumers are pooled per Python worker (Spark reuses its
+workers across tasks and batches; :class:`ClientPool`), so a task does not pay
+for a new producer, its metadata and ``init_transactions()`` every batch.
+Fencing still decides who may commit: ``init_transactions()`` of a producer of
+the same (sink, task partition) anywhere fences every earlier one and ends its
+open transaction. A pooled producer may have been fenced meanwhile by another
+worker, so a task's first broker call in its transaction is the marker's offset
+(``send_offsets_to_transaction``), before any record: a fenced pooled producer
+fails there, and the task takes a new producer (whose ``init_transactions()``
+fences the others in turn), reads the marker again and goes on. A fencing found
+later, once records went out, fails the task as before.
+
+The same transaction also writes the marker as a record, keyed by the
+transactional id, to a compacted *marker log* topic: group offsets expire
 (``offsets.retention.minutes``) once a sink stops, the log never does, so a
 marker missing from the group is looked up there before a batch counts as new.
 Both carry the query id that wrote them: a marker of another query (a new
@@ -17,9 +28,11 @@ of skipping its batches.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -32,7 +45,7 @@ from connectors.context import TaskIdentity
 from connectors.errors import EosError
 from connectors.protocol import Lineage, SinkClaimedError, derive_sink_id
 from connectors.topics import read_to_end
-from sinks.kafka.errors import Action, classify, error_of
+from sinks.kafka.errors import FENCED_CODES, Action, classify, error_of
 from sinks.kafka.options import KafkaSinkOptions, transactional_id
 from sinks.kafka.records import Row, rows
 
@@ -45,6 +58,10 @@ RETRIES = 5
 
 class KafkaSinkError(EosError):
     """The Kafka sink could not complete a task's transaction."""
+
+
+class _StaleProducerError(KafkaSinkError):
+    """A pooled producer was fenced (or broken) before its transaction wrote anything."""
 
 
 class TaskReport(WriterCommitMessage):
@@ -78,27 +95,57 @@ class KafkaTransactionalWriter(DataSourceStreamArrowWriter):
         """Task: Spark's entry point; see :meth:`write_task`."""
         return self.write_task(TaskIdentity.current(), iterator)
 
-    def write_task(self, task: TaskIdentity, iterator: Iterator[pa.RecordBatch]) -> TaskReport:
-        """Task: 1. fence; 2. read the marker; 3. produce; 4. mark in the transaction;
-        5. commit."""
+    def write_task(
+        self, task: TaskIdentity, iterator: Iterator[pa.RecordBatch], pool: ClientPool | None = None
+    ) -> TaskReport:
+        """Task: 1. a producer and marker consumer from the worker's pool; 2. read the
+        marker; 3. the marker's offset first in the transaction (a fenced pooled producer
+        is replaced here, before any record); 4. produce; 5. commit; 6. back to the pool."""
         began = time.perf_counter()
+        pool = pool or CLIENTS
         sid = sink_id(self.options, task.query_id)
         name = transactional_id(self.options, sid, task.partition)
-        producer = _fenced_producer(self.options, name)
-        marker = _MarkerGroup(self.options, name)
+        producer, marker, fresh = pool.take(self.options, name)
+        try:
+            while True:
+                try:
+                    report = self._attempt(producer, marker, task, iterator, sid)
+                    break
+                except _StaleProducerError as exc:
+                    if fresh:
+                        raise
+                    log.info("pooled producer %s is stale (%s): initialising a new one", name, exc)
+                    producer, fresh = _fenced_producer(self.options, name), True
+                    pool.created += 1
+        except BaseException:
+            pool.discard(marker)
+            raise
+        finally:
+            timing.record_task("sink write", task.batch_id, time.perf_counter() - began)
+        pool.give_back(self.options, name, producer, marker)
+        faults.point("after-commit", task.batch_id, role="worker", query=task.query_name)
+        return report
+
+    def _attempt(self, producer: Producer, marker: _MarkerGroup, task: TaskIdentity,
+                 iterator: Iterator[pa.RecordBatch], sid: str) -> TaskReport:  # fmt: skip
+        """Begin with the marker's offset (a stale producer fails here), then read the
+        marker: a marked batch aborts the empty transaction and is skipped."""
+        _begin(producer, marker, task)
         try:
             done, owner = marker.read()
             if owner and owner != task.query_id:
                 raise SinkClaimedError(sid, Lineage(owner), task.query_id)
             if done > task.batch_id:
-                log.info("batch %d partition %d is marked: skipping", task.batch_id, task.partition)
+                log.info("batch %d partition %d is marked: skipping", task.batch_id,
+                         task.partition)  # fmt: skip
+                _call(lambda: producer.abort_transaction(CALL_TIMEOUT), "abort_transaction")
                 return TaskReport(task.batch_id, task.partition, 0, skipped=True)
             faults.point("before-prepare", task.batch_id, role="worker", query=task.query_name)
-            count = _transaction(producer, marker, task, rows(iterator, self.options.topic), sid)
-        finally:
-            marker.close()
-            timing.record_task("sink write", task.batch_id, time.perf_counter() - began)
-        faults.point("after-commit", task.batch_id, role="worker", query=task.query_name)
+            batches = rows(iterator, self.options.topic)
+            count = _finish(producer, marker, task, batches, sid)
+        except Exception:  # a crash (or a simulated one) leaves it open, for fencing to end
+            _abort_quietly(producer)
+            raise
         return TaskReport(task.batch_id, task.partition, count, skipped=False)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
@@ -122,7 +169,12 @@ class _MarkerGroup:
             {
                 **options.client_config(),
                 "group.id": group,
-                "isolation.level": "read_committed",  # only committed markers count
+                # committed() then asks for the committed offset without require_stable:
+                # the task reads the marker inside its own transaction, after adding the
+                # next marker to it, and a stable read would wait for that transaction.
+                # Only committed offsets are returned either way, and no other
+                # transaction of this id can be pending: its producer was fenced.
+                "isolation.level": "read_uncommitted",
                 "enable.auto.commit": False,
                 "log_level": 4,
             }
@@ -183,14 +235,62 @@ class _MarkerGroup:
 
 
 def _fenced_producer(options: KafkaSinkOptions, name: str) -> Producer:
-    """A fresh producer per task and batch; init_transactions() fences every older one."""
+    """A new producer; its init_transactions() fences every older one of ``name``."""
     producer = Producer({**options.producer_config(), "transactional.id": name})
     # A metadata request first: init_transactions() on a producer with no broker
     # connection up yet waited ~500 ms (librdkafka's coordinator query timer) one time
-    # in three, in every task of every batch; connected first it takes a few ms.
+    # in three; connected first it takes a few ms.
     _call(lambda: producer.list_topics(timeout=CALL_TIMEOUT), "metadata")
     _call(lambda: producer.init_transactions(CALL_TIMEOUT), "init_transactions")
     return producer
+
+
+class ClientPool:
+    """Task side: one Python worker's idle transactional producers and marker consumers,
+    by transactional id and client settings, kept across tasks and batches.
+
+    A task takes its pair out (so two tasks never share one), and gives it back only
+    after a committed or skipped transaction; after any error both are dropped. At most
+    ``size`` pairs stay idle, the least recently used closed first.
+    """
+
+    def __init__(self, size: int = 32) -> None:
+        self.size = size
+        self._idle: OrderedDict[tuple[str, str], tuple[Producer, _MarkerGroup]] = OrderedDict()
+        self.created = 0  # producers made (and fenced in): for tests and the profile
+
+    def take(self, options: KafkaSinkOptions, name: str) -> tuple[Producer, _MarkerGroup, bool]:
+        """``name``'s idle producer and marker consumer, taken out of the pool (the bool
+        False), or new ones, the producer fenced in (True)."""
+        idle = self._idle.pop(_pool_key(options, name), None)
+        if idle is not None:
+            return idle[0], idle[1], False
+        self.created += 1
+        return _fenced_producer(options, name), _MarkerGroup(options, name), True
+
+    def give_back(self, options: KafkaSinkOptions, name: str, producer: Producer,
+                  marker: _MarkerGroup) -> None:  # fmt: skip
+        key = _pool_key(options, name)
+        self._idle[key] = (producer, marker)
+        self._idle.move_to_end(key)
+        while len(self._idle) > self.size:
+            _, (_, oldest) = self._idle.popitem(last=False)
+            oldest.close()
+
+    def discard(self, marker: _MarkerGroup) -> None:
+        """Drop a task's pair after an error (the producer may be fenced or mid-transaction:
+        it is never given back, and goes with its last reference)."""
+        marker.close()
+
+
+def _pool_key(options: KafkaSinkOptions, name: str) -> tuple[str, str]:
+    """The transactional id and a digest of the settings (which may hold credentials)."""
+    settings = repr(sorted(options.producer_config().items()))
+    return name, hashlib.sha256(settings.encode()).hexdigest()
+
+
+#: This Python worker's pool (module state lives as long as Spark reuses the worker).
+CLIENTS = ClientPool()
 
 
 def _transaction(
@@ -200,25 +300,58 @@ def _transaction(
     batches: Iterator[list[Row]],
     sid: str,
 ) -> int:
-    _call(producer.begin_transaction, "begin_transaction")
+    """One whole transaction without the marker check (tests drive zombies with it)."""
+    _begin(producer, marker, task)
     try:
-        count = _produce(producer, batches)
-        topic, key, value = marker.log_record(task.batch_id + 1, task.query_id)
-        producer.produce(topic, value, key, partition=0)
+        return _finish(producer, marker, task, batches, sid)
+    except Exception:
+        _abort_quietly(producer)
+        raise
+
+
+def _begin(producer: Producer, marker: _MarkerGroup, task: TaskIdentity) -> None:
+    """Begin, and add the marker's offset ``batch + 1``: the transaction's first broker
+    call, so a fenced (pooled) producer fails here, as :class:`_StaleProducerError`,
+    before any record went out."""
+    try:
+        _call(producer.begin_transaction, "begin_transaction")
         offsets = [marker.offset(task.batch_id + 1, task.query_id)]
         metadata = marker.group_metadata()
         _call(
             lambda: producer.send_offsets_to_transaction(offsets, metadata, CALL_TIMEOUT),
             "send_offsets_to_transaction",
         )
-        faults.point("after-prepare", task.batch_id, role="worker", query=task.query_name)
-        began = time.perf_counter()
-        _call(lambda: producer.commit_transaction(CALL_TIMEOUT), "commit_transaction")
-        timing.record_commit(sid, task.batch_id, 1, time.perf_counter() - began)
-    except Exception:  # a crash (or a simulated one) leaves it open, for fencing to end
-        _abort_quietly(producer)
+    except KafkaSinkError as exc:
+        if _fenced(exc):
+            _abort_quietly(producer)
+            raise _StaleProducerError(str(exc)) from exc
         raise
+
+
+def _finish(
+    producer: Producer,
+    marker: _MarkerGroup,
+    task: TaskIdentity,
+    batches: Iterator[list[Row]],
+    sid: str,
+) -> int:
+    """The records, the marker log record, then commit."""
+    count = _produce(producer, batches)
+    topic, key, value = marker.log_record(task.batch_id + 1, task.query_id)
+    producer.produce(topic, value, key, partition=0)
+    faults.point("after-prepare", task.batch_id, role="worker", query=task.query_name)
+    began = time.perf_counter()
+    _call(lambda: producer.commit_transaction(CALL_TIMEOUT), "commit_transaction")
+    timing.record_commit(sid, task.batch_id, 1, time.perf_counter() - began)
     return count
+
+
+def _fenced(exc: KafkaSinkError) -> bool:
+    cause = exc.__cause__
+    if not isinstance(cause, KafkaException):
+        return False
+    error = error_of(cause)
+    return error.code() in FENCED_CODES or error.fatal()
 
 
 def _produce(producer: Producer, batches: Iterator[list[Row]]) -> int:

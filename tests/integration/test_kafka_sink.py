@@ -30,7 +30,12 @@ from connectors.protocol import SinkClaimedError
 from connectors.topics import create_topic, read_to_end
 from sinks.kafka.checks import check_broker
 from sinks.kafka.options import parse_options as sink_options
-from sinks.kafka.writer import KafkaTransactionalWriter, _fenced_producer, _MarkerGroup
+from sinks.kafka.writer import (
+    ClientPool,
+    KafkaTransactionalWriter,
+    _fenced_producer,
+    _MarkerGroup,
+)
 from tests.sink_util import stream_into
 
 pytestmark = pytest.mark.services
@@ -137,6 +142,54 @@ def test_a_zombie_that_passed_its_marker_check_is_fenced_by_the_retry(
         writer.write_task(zombie_task, (zombie_rows() for _ in range(1)))
     assert woke == ["zombie"]
     assert _values(endpoints, writer, "read_committed") == _expected(range(3, 4))
+
+
+def test_two_workers_fence_each_others_pooled_producer_back_and_forth(
+    endpoints: Endpoints, writer: KafkaTransactionalWriter
+) -> None:
+    """Spark hands a task partition's batches to whichever worker is free: each worker's
+    pooled producer is fenced by the other's in between, finds out at the marker offset
+    (before any record), takes a new producer and writes its batch once."""
+    first, second = ClientPool(), ClientPool()
+    for batch in range(6):
+        report = writer.write_task(_task(batch), iter(_rows(batch)), (first, second)[batch % 2])
+        assert not report.skipped and report.records == 50
+    assert (first.created, second.created) == (3, 3), "each fenced pooled producer replaced"
+    # Back to back on one worker, the pooled producer is reused: no new one.
+    writer.write_task(_task(6), iter(_rows(6)), second)
+    assert second.created == 3
+    # A late replay of an old batch writes nothing.
+    assert writer.write_task(_task(4, run="run-2"), iter(_rows(4)), first).skipped
+    assert _values(endpoints, writer, "read_committed") == _expected(range(7))
+    topic = writer.options.topic
+    assert topic is not None
+    assert open_transactions(endpoints.kafka_bootstrap, topic) == set()
+
+
+def test_a_pooled_zombie_is_fenced_by_a_retry_on_another_worker(
+    endpoints: Endpoints, writer: KafkaTransactionalWriter
+) -> None:
+    """Both workers hold a pooled producer. The zombie (worker one, current epoch) passes
+    its marker check and stops; the retry on worker two finds its producer fenced, takes a
+    new one (fencing the zombie's) and commits; the zombie wakes and fails: the batch is
+    in once."""
+    first, second = ClientPool(), ClientPool()
+    writer.write_task(_task(0), iter(_rows(0)), second)
+    writer.write_task(_task(1), iter(_rows(1)), first)  # first now holds the current epoch
+    woke: list[str] = []
+
+    def zombie_rows() -> pa.RecordBatch:
+        writer.write_task(_task(2, run="run-2"), iter(_rows(2)), second)
+        woke.append("zombie")
+        return _rows(2)[0]
+
+    with pytest.raises(Exception, match=r"(?i)fenced|epoch"):
+        writer.write_task(_task(2), (zombie_rows() for _ in range(1)), first)
+    assert woke == ["zombie"]
+    assert _values(endpoints, writer, "read_committed") == _expected(range(3))
+    # The failed worker drops its pair; its next batch starts from a new producer.
+    writer.write_task(_task(3), iter(_rows(3)), first)
+    assert _values(endpoints, writer, "read_committed") == _expected(range(4))
 
 
 def test_a_new_checkpoint_that_reuses_the_sink_id_fails_instead_of_skipping(
