@@ -293,22 +293,6 @@ def _pool_key(options: KafkaSinkOptions, name: str) -> tuple[str, str]:
 CLIENTS = ClientPool()
 
 
-def _transaction(
-    producer: Producer,
-    marker: _MarkerGroup,
-    task: TaskIdentity,
-    batches: Iterator[list[Row]],
-    sid: str,
-) -> int:
-    """One whole transaction without the marker check (tests drive zombies with it)."""
-    _begin(producer, marker, task)
-    try:
-        return _finish(producer, marker, task, batches, sid)
-    except Exception:
-        _abort_quietly(producer)
-        raise
-
-
 def _begin(producer: Producer, marker: _MarkerGroup, task: TaskIdentity) -> None:
     """Begin, and add the marker's offset ``batch + 1``: the transaction's first broker
     call, so a fenced (pooled) producer fails here, as :class:`_StaleProducerError`,
@@ -322,8 +306,7 @@ def _begin(producer: Producer, marker: _MarkerGroup, task: TaskIdentity) -> None
             "send_offsets_to_transaction",
         )
     except KafkaSinkError as exc:
-        if _fenced(exc):
-            _abort_quietly(producer)
+        if _fenced(exc):  # nothing to abort: the producer is done for, and is dropped
             raise _StaleProducerError(str(exc)) from exc
         raise
 

@@ -108,9 +108,10 @@ def test_a_zombie_attempt_cannot_commit(
     marker = _MarkerGroup(options, name)
     retry = _fenced_producer(options, name)
     assert marker.read() == (0, "")
-    from sinks.kafka.writer import _transaction
+    from sinks.kafka.writer import _begin, _finish
 
-    _transaction(retry, marker, task, iter([[(out, b"retry", b"k", None, None)]]), name)
+    _begin(retry, marker, task)
+    _finish(retry, marker, task, iter([[(out, b"retry", b"k", None, None)]]), name)
     assert marker.read() == (8, "kafka-query"), "the marker names the query that wrote it"
     marker.close()
     with pytest.raises(KafkaException, match=r"(?i)fenced|epoch"):

@@ -17,17 +17,14 @@ from connectors.endpoints import Endpoints
 from connectors.harness.data import produce_words
 from connectors.stack.postgres import PostgresService
 from connectors.topics import create_topic
+from tests.sink_util import earliest
 
 pytestmark = [pytest.mark.services, pytest.mark.spark]
 
 
 def _words(spark: SparkSession, endpoints: Endpoints, topic: str) -> DataFrame:
     return (
-        spark.readStream.format("eos_kafka")
-        .option("kafka.bootstrap.servers", endpoints.kafka_bootstrap)
-        .option("subscribe", topic)
-        .option("startingOffsets", "earliest")
-        .load()
+        earliest(spark, endpoints, topic)
         .selectExpr("CAST(key AS STRING) AS word")
         .groupBy("word")
         .count()

@@ -34,6 +34,7 @@ from connectors.state import key_counts, plan_read, read_state, state_rows
 from connectors.topics import create_topic
 from sinks.postgres.admin import PostgresSinkAdmin
 from tests.kafka_util import produce_plain, uncommit
+from tests.sink_util import earliest
 
 pytestmark = [pytest.mark.services, pytest.mark.spark]
 
@@ -224,11 +225,7 @@ def test_state_get_reads_a_transform_with_state_variable(
     create_topic(endpoints.kafka_bootstrap, topic, 2)
     _produce(endpoints, topic, 3)
     counts = (
-        spark.readStream.format("eos_kafka")
-        .option("kafka.bootstrap.servers", endpoints.kafka_bootstrap)
-        .option("subscribe", topic)
-        .option("startingOffsets", "earliest")
-        .load()
+        earliest(spark, endpoints, topic)
         .selectExpr("CAST(key AS STRING) AS word")
         .groupBy("word")
         .transformWithStateInPandas(
