@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -131,10 +131,10 @@ def run_state(args: argparse.Namespace) -> int:
     elif args.path is None:
         raise ConfigError("eos state get: give the checkpoint PATH, or --savepoint NAME.")
     source = Path(point.path) if point is not None else Path(args.path)
-    state.plan_read(read_checkpoint(source), args.operator, args.var)  # errors before Spark
+    read = state.plan_read(read_checkpoint(source), args.operator, args.var)  # before Spark
     with state.readable(source, point) as path, _spark("eos-state") as spark:
-        read = state.plan_read(read_checkpoint(path), args.operator, args.var)
-        rows = state.state_rows(state.read_state(spark, read), args.key)
+        frame = state.read_state(spark, replace(read, path=path))
+        rows = state.state_rows(frame, args.key)
     if args.json:
         print("\n".join(json.dumps(r, default=str) for r in rows))
     else:

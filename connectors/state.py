@@ -20,9 +20,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from connectors.checkpoint import Checkpoint, CheckpointError, OperatorState, operator_metadata
+
+if TYPE_CHECKING:
+    from connectors.savepoints import Savepoint
 
 PARTITION_COLUMN = "partition_id"
 
@@ -62,7 +65,7 @@ def plan_read(checkpoint: Checkpoint, operator: int | None, variable: str | None
         raise CheckpointError(
             f"--operator {operator}: {checkpoint.path} has operators {_operators(found)}."
         )
-    if "join" in found[operator].name.lower():
+    if _is_join(found[operator]):
         raise CheckpointError(
             f"Operator {operator} is a stream-stream join; read its sides with Spark's "
             "statestore source and its joinSide option."
@@ -70,6 +73,11 @@ def plan_read(checkpoint: Checkpoint, operator: int | None, variable: str | None
     names = state_variables(checkpoint.path, operator)
     return StateRead(checkpoint.path, operator, _variable(operator, names, variable),
                      checkpoint.last_committed)  # fmt: skip
+
+
+def _is_join(op: OperatorState) -> bool:
+    """A stream-stream join: four stores per side, read through the source's joinSide."""
+    return "join" in op.name.lower()
 
 
 def _operators(found: dict[int, OperatorState]) -> str:
@@ -150,7 +158,7 @@ def key_counts(spark: Any, checkpoint: Checkpoint) -> dict[int, dict[str, dict[i
     if checkpoint.last_committed is None:
         return counts
     for op in checkpoint.operators:
-        if "join" in op.name.lower():
+        if _is_join(op):
             continue
         names: list[str | None] = [*state_variables(checkpoint.path, op.operator)] or [None]
         counts[op.operator] = {}
@@ -163,7 +171,7 @@ def key_counts(spark: Any, checkpoint: Checkpoint) -> dict[int, dict[str, dict[i
 
 
 @contextmanager
-def readable(checkpoint: Path, savepoint: Any | None) -> Iterator[Path]:
+def readable(checkpoint: Path, savepoint: Savepoint | None) -> Iterator[Path]:
     """The directory to read state from: the checkpoint itself, or a savepoint restored
     into a throw-away directory (hard links; the savepoint is never written to)."""
     if savepoint is None:

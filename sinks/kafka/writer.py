@@ -115,8 +115,7 @@ class KafkaTransactionalWriter(DataSourceStreamArrowWriter):
                     if fresh:
                         raise
                     log.info("pooled producer %s is stale (%s): initialising a new one", name, exc)
-                    producer, fresh = _fenced_producer(self.options, name), True
-                    pool.created += 1
+                    producer, fresh = pool.new_producer(self.options, name), True
         except BaseException:
             pool.discard(marker)
             raise
@@ -265,14 +264,16 @@ class ClientPool:
         idle = self._idle.pop(_pool_key(options, name), None)
         if idle is not None:
             return idle[0], idle[1], False
+        return self.new_producer(options, name), _MarkerGroup(options, name), True
+
+    def new_producer(self, options: KafkaSinkOptions, name: str) -> Producer:
+        """A new producer of ``name``, fenced in (it fences every other one)."""
         self.created += 1
-        return _fenced_producer(options, name), _MarkerGroup(options, name), True
+        return _fenced_producer(options, name)
 
     def give_back(self, options: KafkaSinkOptions, name: str, producer: Producer,
                   marker: _MarkerGroup) -> None:  # fmt: skip
-        key = _pool_key(options, name)
-        self._idle[key] = (producer, marker)
-        self._idle.move_to_end(key)
+        self._idle[_pool_key(options, name)] = (producer, marker)  # taken out: goes last
         while len(self._idle) > self.size:
             _, (_, oldest) = self._idle.popitem(last=False)
             oldest.close()
