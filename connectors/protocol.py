@@ -282,17 +282,19 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter, UnitStore):
         Step 2 discards only while the batch is undecided, atomically (rule 2). Before
         both, a sink id another query owns fails the task (:class:`SinkClaimedError`).
         """
+        steps = timing.TaskSteps("sink write", task.batch_id, rest="write and prepare")
         sink_id = self.sink_id(task.query_id)
         self._check_owner(sink_id, task.query_id)
         if self._already_done(sink_id, task) or not self._release_others(sink_id, task):
             log.info("batch %d of sink %s is decided: writing nothing", task.batch_id, sink_id)
             return PreparedUnit(sink_id, task.query_id, task.batch_id, None, 0, True,
                                 task.query_name)  # fmt: skip
+        steps.add("owner and batch checks", steps.began)
         faults.point("before-prepare", task.batch_id, role="worker", query=task.query_name)
-        began = time.perf_counter()
         unit = UnitId(sink_id, task.batch_id, task.partition, task.attempt)
-        count = self.prepare(unit, _mid_prepare_point(rows, task))
-        timing.record_task("sink write", task.batch_id, time.perf_counter() - began)
+        pulled = steps.pulled("waiting for rows", rows)
+        count = self.prepare(unit, _mid_prepare_point(pulled, task))
+        steps.record()
         faults.point("after-prepare", task.batch_id, role="worker", query=task.query_name)
         return PreparedUnit(sink_id, task.query_id, task.batch_id, unit if count else None,
                             count, False, task.query_name)  # fmt: skip

@@ -5,6 +5,12 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from typing import TypeVar
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +31,47 @@ def record_task(stage: str, batch_id: int | None, seconds: float) -> None:
     ``eos bench`` prints; only with ``EOS_COMMIT_TIMES`` set."""
     if batch_id is not None:
         _append({"stage": stage, "batch": batch_id, "ms": seconds * 1000})
+
+
+class TaskSteps:
+    """Task: where one task's time goes, step by step, for ``eos bench``'s profile.
+
+    ``timed`` counts the time a step's calls take; ``pulled`` the time spent waiting
+    for an iterator's next item (rows from Spark, or Spark taking a source's batch).
+    ``record`` writes the task's whole time as ``stage`` and each step as
+    ``"<stage>: <step>"``, the time no step covers as ``"<stage>: <rest>"``. Only a
+    few clock reads per Arrow batch, so it is always on.
+    """
+
+    def __init__(self, stage: str, batch_id: int | None, rest: str) -> None:
+        self.stage, self.batch_id, self.rest = stage, batch_id, rest
+        self.began = time.perf_counter()
+        self.seconds: dict[str, float] = defaultdict(float)
+
+    def add(self, step: str, since: float) -> float:
+        """Count the time from ``since`` to now as ``step``; return now."""
+        now = time.perf_counter()
+        self.seconds[step] += now - since
+        return now
+
+    def pulled(self, step: str, items: Iterator[T]) -> Iterator[T]:
+        """``items``, counting the wait for each as ``step``."""
+        while True:
+            since = time.perf_counter()
+            try:
+                item = next(items)
+            except StopIteration:
+                self.add(step, since)
+                return
+            self.add(step, since)
+            yield item
+
+    def record(self) -> None:
+        total = time.perf_counter() - self.began
+        record_task(self.stage, self.batch_id, total)
+        for step, seconds in self.seconds.items():
+            record_task(f"{self.stage}: {step}", self.batch_id, seconds)
+        record_task(f"{self.stage}: {self.rest}", self.batch_id, total - sum(self.seconds.values()))
 
 
 def _append(line: dict[str, object]) -> None:

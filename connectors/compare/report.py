@@ -97,7 +97,7 @@ def _slowest(result: Result) -> str:
         return "see the profile below"
     name, ms = max(stages.items(), key=lambda item: item[1])
     total = result.stages_ms.get("triggerExecution", sum(stages.values()))
-    tasks = [f"{k} {v:,.0f}" for k, v in result.stages_ms.items() if "task ms" in k]
+    tasks = [f"{k} {v:,.0f}" for k, v in result.stages_ms.items() if k in STAGES and "task ms" in k]
     inside = f" ({', '.join(tasks)}, summed over tasks on 2 cores)" if tasks else ""
     return f"{result.pipeline.key} spends {ms:,.0f} of {total:,.0f} ms a batch in {name}{inside}"
 
@@ -115,6 +115,25 @@ def profile_table(results: list[Result]) -> list[str]:
             cells = " | ".join(_num(r.stages_ms.get(stage)) for stage in STAGES)
             lines.append(f"| {r.pipeline.label} | {r.pipeline.guarantee} | {cells} |")
     return lines
+
+
+def steps_table(results: list[Result]) -> list[str]:
+    """Our tasks' steps ("source read: fetch (task ms)"), one column each, in the
+    order the connectors report them; a table only when some run measured them."""
+    steps = list(dict.fromkeys(k for r in results for k in r.stages_ms if ": " in k))
+    if not steps:
+        return []
+    names = [step.removesuffix(" (task ms)") for step in steps]
+    lines = ["| pipeline | guarantee | " + " | ".join(names) + " |",
+             "|---|---|" + "--:|" * len(steps)]  # fmt: skip
+    for r in results:
+        if any(step in r.stages_ms for step in steps):
+            cells = " | ".join(_num(r.stages_ms.get(step)) for step in steps)
+            lines.append(f"| {r.pipeline.label} | {r.pipeline.guarantee} | {cells} |")
+    return ["Inside our tasks, per step (task ms a batch, summed over the batch's tasks): "
+            "client set-up and close, fetch (librdkafka's fetch, decompression and "
+            "messages), to Arrow, the wait while Spark takes a batch or computes the "
+            "next rows, the sink's own writes and its transaction.", "", *lines]  # fmt: skip
 
 
 def machine_facts(endpoints: Endpoints) -> list[str]:
@@ -201,6 +220,7 @@ def markdown(results: list[Result], settings: Settings, facts: list[str], comman
         "(`EOS_COMMIT_TIMES`). The rest of `addBatch` is Spark: the shuffle, the "
         "stateful count (RocksDB), moving rows between the JVM and Python workers.", "",
         *profile_table(results), "",
+        *steps_table(results), "",
         _definitions(), "",
     ])  # fmt: skip
 

@@ -101,37 +101,43 @@ class KafkaTransactionalWriter(DataSourceStreamArrowWriter):
         """Task: 1. a producer and marker consumer from the worker's pool; 2. read the
         marker; 3. the marker's offset first in the transaction (a fenced pooled producer
         is replaced here, before any record); 4. produce; 5. commit; 6. back to the pool."""
-        began = time.perf_counter()
+        steps = timing.TaskSteps("sink write", task.batch_id, rest="produce")
         pool = pool or CLIENTS
         sid = sink_id(self.options, task.query_id)
         name = transactional_id(self.options, sid, task.partition)
         producer, marker, fresh = pool.take(self.options, name)
+        steps.add("client set-up", steps.began)
         try:
             while True:
                 try:
-                    report = self._attempt(producer, marker, task, iterator, sid)
+                    report = self._attempt(producer, marker, task, iterator, sid, steps)
                     break
                 except _StaleProducerError as exc:
                     if fresh:
                         raise
                     log.info("pooled producer %s is stale (%s): initialising a new one", name, exc)
+                    since = time.perf_counter()
                     producer, fresh = pool.new_producer(self.options, name), True
+                    steps.add("client set-up", since)
         except BaseException:
             pool.discard(marker)
             raise
         finally:
-            timing.record_task("sink write", task.batch_id, time.perf_counter() - began)
+            steps.record()
         pool.give_back(self.options, name, producer, marker)
         faults.point("after-commit", task.batch_id, role="worker", query=task.query_name)
         return report
 
     def _attempt(self, producer: Producer, marker: _MarkerGroup, task: TaskIdentity,
-                 iterator: Iterator[pa.RecordBatch], sid: str) -> TaskReport:  # fmt: skip
+                 iterator: Iterator[pa.RecordBatch], sid: str,
+                 steps: timing.TaskSteps) -> TaskReport:  # fmt: skip
         """Begin with the marker's offset (a stale producer fails here), then read the
         marker: a marked batch aborts the empty transaction and is skipped."""
+        since = time.perf_counter()
         _begin(producer, marker, task)
         try:
             done, owner = marker.read()
+            steps.add("begin and marker", since)
             if owner and owner != task.query_id:
                 raise SinkClaimedError(sid, Lineage(owner), task.query_id)
             if done > task.batch_id:
@@ -140,8 +146,8 @@ class KafkaTransactionalWriter(DataSourceStreamArrowWriter):
                 _call(lambda: producer.abort_transaction(CALL_TIMEOUT), "abort_transaction")
                 return TaskReport(task.batch_id, task.partition, 0, skipped=True)
             faults.point("before-prepare", task.batch_id, role="worker", query=task.query_name)
-            batches = rows(iterator, self.options.topic)
-            count = _finish(producer, marker, task, batches, sid)
+            batches = rows(steps.pulled("waiting for rows", iterator), self.options.topic)
+            count = _finish(producer, marker, task, batches, sid, steps)
         except Exception:  # a crash (or a simulated one) leaves it open, for fencing to end
             _abort_quietly(producer)
             raise
@@ -318,6 +324,7 @@ def _finish(
     task: TaskIdentity,
     batches: Iterator[list[Row]],
     sid: str,
+    steps: timing.TaskSteps,
 ) -> int:
     """The records, the marker log record, then commit."""
     count = _produce(producer, batches)
@@ -326,6 +333,7 @@ def _finish(
     faults.point("after-prepare", task.batch_id, role="worker", query=task.query_name)
     began = time.perf_counter()
     _call(lambda: producer.commit_transaction(CALL_TIMEOUT), "commit_transaction")
+    steps.add("commit", began)
     timing.record_commit(sid, task.batch_id, 1, time.perf_counter() - began)
     return count
 

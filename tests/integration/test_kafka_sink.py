@@ -12,6 +12,7 @@ and its progress marker. These tests drive a task's steps without Spark
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -27,6 +28,7 @@ from connectors.errors import ConfigError
 from connectors.harness.checks import open_transactions
 from connectors.harness.data import produce_words
 from connectors.protocol import SinkClaimedError
+from connectors.timing import TaskSteps
 from connectors.topics import create_topic, read_to_end
 from sinks.kafka.checks import check_broker
 from sinks.kafka.options import parse_options as sink_options
@@ -108,10 +110,12 @@ def test_a_zombie_attempt_cannot_commit(
     marker = _MarkerGroup(options, name)
     retry = _fenced_producer(options, name)
     assert marker.read() == (0, "")
+    from sinks.kafka.records import Row
     from sinks.kafka.writer import _begin, _finish
 
     _begin(retry, marker, task)
-    _finish(retry, marker, task, iter([[(out, b"retry", b"k", None, None)]]), name)
+    records: Iterator[list[Row]] = iter([[(out, b"retry", b"k", None, None)]])
+    _finish(retry, marker, task, records, name, TaskSteps("sink write", 7, rest="produce"))
     assert marker.read() == (8, "kafka-query"), "the marker names the query that wrote it"
     marker.close()
     with pytest.raises(KafkaException, match=r"(?i)fenced|epoch"):

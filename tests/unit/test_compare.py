@@ -141,3 +141,30 @@ def test_every_pipeline_has_a_command(tmp_path: Path, monkeypatch: pytest.Monkey
                 assert query.options["deliveryGuarantee"] == pipeline.guarantee
             else:
                 assert "spark-sql-kafka" in spec.conf["spark.jars"]
+
+
+def test_a_tasks_steps_add_up_to_its_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from connectors.timing import TaskSteps
+
+    clock = iter([0.0, 1.0, 3.0, 3.25, 3.25, 3.5, 4.0, 10.0])
+    monkeypatch.setattr("connectors.timing.time.perf_counter", lambda: next(clock))
+    monkeypatch.setenv("EOS_COMMIT_TIMES", str(tmp_path / "times.jsonl"))
+    steps = TaskSteps("sink write", 4, rest="produce")  # began at 0
+    steps.add("client set-up", steps.began)  # 1 s
+    assert list(steps.pulled("waiting for rows", iter(["rows"]))) == ["rows"]  # 0.25 s twice
+    steps.add("commit", 3.5)  # 4.0: 0.5 s
+    steps.record()  # 10 s in all
+    lines = [json.loads(line) for line in (tmp_path / "times.jsonl").read_text().splitlines()]
+    seconds = {line["stage"]: line["ms"] / 1000 for line in lines}
+    assert seconds == {"sink write": 10.0, "sink write: client set-up": 1.0,
+                       "sink write: waiting for rows": 0.5, "sink write: commit": 0.5,
+                       "sink write: produce": 8.0}  # fmt: skip
+    target = _target(tmp_path, "eos-kafka")
+    target.commit_times.write_text((tmp_path / "times.jsonl").read_text())
+    stages = runner._task_stages(target)
+    result = _result("eos-kafka", 1000, 1.0, **stages)
+    table = "\n".join(report.steps_table([result, _result("spark-kafka", 1000, 1.0)]))
+    assert "| sink write: client set-up | sink write: waiting for rows |" in table
+    assert "| eos_kafka -> count -> eos_kafka | exactly-once | 1,000 | 500 | 500 | 8,000 |" in table
+    assert "Spark kafka" not in table
+    assert report.steps_table([_result("spark-kafka", 1000, 1.0)]) == []

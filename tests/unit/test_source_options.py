@@ -3,6 +3,8 @@ from __future__ import annotations
 import pytest
 
 from connectors.errors import ConfigError
+from sources.kafka import read
+from sources.kafka.offsets import KafkaRange
 from sources.kafka.options import parse_options
 
 BASE = {"kafka.bootstrap.servers": "h:9092", "subscribe": "a,b"}
@@ -79,3 +81,22 @@ def test_missing_bootstrap_servers() -> None:
 def test_bad_assign() -> None:
     with pytest.raises(ConfigError, match="'assign'"):
         parse_options({"kafka.bootstrap.servers": "h", "assign": '{"t": ["x"]}'})
+
+
+@pytest.mark.parametrize(
+    ("records", "fetch_bytes"),
+    [(1, 64 << 10), (25_000, 400_000), (10_000_000, 16 << 20)],
+)
+def test_a_tasks_fetch_is_sized_to_its_range(records: int, fetch_bytes: int) -> None:
+    config = read._consumer_config(parse_options(BASE), KafkaRange("a", 0, 500, 500 + records))
+    assert config["max.partition.fetch.bytes"] == str(fetch_bytes)
+    assert config["queued.min.messages"] == str(records)
+    assert config["fetch.queue.backoff.ms"] == "10"
+
+
+def test_the_users_fetch_settings_win() -> None:
+    options = parse_options({**BASE, "kafka.max.partition.fetch.bytes": "123456",
+                             "kafka.queued.min.messages": "7"})  # fmt: skip
+    config = read._consumer_config(options, KafkaRange("a", 0, 0, 25_000))
+    assert config["max.partition.fetch.bytes"] == "123456"
+    assert config["queued.min.messages"] == "7"

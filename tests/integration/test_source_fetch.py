@@ -1,0 +1,80 @@
+"""A source task's fetches are sized to its range (real broker, librdkafka's own statistics)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer
+
+from connectors.endpoints import Endpoints
+from connectors.topics import create_topic
+from sources.kafka import read
+from sources.kafka.offsets import KafkaRange
+from sources.kafka.options import parse_options
+
+pytestmark = pytest.mark.services
+
+RECORDS = 60_000
+VALUE_BYTES = 200  # random, so compression cannot shrink the fetch: ~12 MB in the partition
+RECEIVED: list[int] = []  # librdkafka's rxmsgs, each time it reported them
+
+
+def _fill(bootstrap: str, topic: str) -> None:
+    create_topic(bootstrap, topic)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+    value = os.urandom(VALUE_BYTES)
+    for i in range(RECORDS):
+        producer.produce(topic, value=value, key=b"%d" % i)
+        if i % 10_000 == 0:
+            producer.poll(0)
+    producer.flush(60)
+
+
+class _Counted(Consumer):  # type: ignore[misc]
+    """A source consumer that keeps librdkafka's statistics and serves them before closing."""
+
+    def close(self) -> None:
+        time.sleep(0.1)  # two statistics intervals after the last fetch
+        self.consume(1, 0)  # serves the queued statistics callbacks
+        super().close()
+
+
+def _received(stats: str) -> None:
+    topics = json.loads(stats)["topics"]
+    RECEIVED.extend(
+        partition["rxmsgs"]
+        for topic in topics.values()
+        for partition in topic["partitions"].values()
+        if partition["partition"] >= 0
+    )
+
+
+def test_a_small_range_fetches_little_past_its_end(
+    endpoints: Endpoints, unique: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 1,000-record range of a 60,000-record partition: librdkafka receives a few
+    thousand records, not the 16 MiB (all 60,000) the fixed fetch size asked for."""
+    topic = f"src-fetch-{unique}"
+    _fill(endpoints.kafka_bootstrap, topic)
+    options = parse_options(
+        {"kafka.bootstrap.servers": endpoints.kafka_bootstrap, "assign": json.dumps({topic: [0]})}
+    )
+    configured = read._consumer_config
+
+    def with_statistics(options: Any, work: KafkaRange) -> dict[str, Any]:
+        return {**configured(options, work), "statistics.interval.ms": 50, "stats_cb": _received}
+
+    monkeypatch.setattr(read, "_consumer_config", with_statistics)
+    monkeypatch.setattr(read, "Consumer", _Counted)
+    RECEIVED.clear()
+    work = KafkaRange(topic, 0, 20_000, 21_000)
+    batches = list(read.read_range(options, work))
+    offsets = [o for batch in batches for o in batch.column("offset").to_pylist()]
+    assert offsets == list(range(20_000, 21_000))
+    assert RECEIVED, "librdkafka reported no statistics"
+    # 1 MiB (the smallest fetch) holds ~5,000 of these records; a producer batch is whole.
+    assert 1_000 <= max(RECEIVED) <= 15_000, RECEIVED
