@@ -30,7 +30,7 @@ def record_task(stage: str, batch_id: int | None, seconds: float) -> None:
     """One task's time in a stage of ours ("source read", "sink write"), for the profile
     ``eos bench`` prints; only with ``EOS_COMMIT_TIMES`` set."""
     if batch_id is not None:
-        _append({"stage": stage, "batch": batch_id, "ms": seconds * 1000})
+        _append({"stage": stage, "batch": batch_id, "ms": seconds * 1000, "pid": os.getpid()})
 
 
 class TaskSteps:

@@ -60,6 +60,7 @@ class KafkaSinkOptions:
 
     def producer_config(self) -> dict[str, Any]:
         return {
+            **CONNECT_AT_ONCE,
             "linger.ms": 5,
             "batch.size": 1_000_000,
             "log_level": 4,
@@ -68,6 +69,14 @@ class KafkaSinkOptions:
             "enable.idempotence": True,
             "transaction.timeout.ms": self.transaction_timeout_ms,
         }
+
+
+# A task's new transactional producer connects to the brokers as soon as it learns
+# them. With librdkafka's default (sparse connections) init_transactions() often found
+# no broker up right after the bootstrap connection was retired and asked again only
+# after its 500 ms coordinator timer: 55-509 ms against 5-7 ms, measured on the local
+# broker; a marker consumer's first committed() likewise took up to 57 ms against 3 ms.
+CONNECT_AT_ONCE = {"enable.sparse.connections": False}
 
 
 def parse_options(raw: Mapping[str, str]) -> KafkaSinkOptions:

@@ -46,7 +46,7 @@ from connectors.errors import EosError
 from connectors.protocol import Lineage, SinkClaimedError, derive_sink_id
 from connectors.topics import read_to_end
 from sinks.kafka.errors import FENCED_CODES, Action, classify, error_of
-from sinks.kafka.options import KafkaSinkOptions, transactional_id
+from sinks.kafka.options import CONNECT_AT_ONCE, KafkaSinkOptions, transactional_id
 from sinks.kafka.records import Row, rows
 
 log = logging.getLogger(__name__)
@@ -172,6 +172,7 @@ class _MarkerGroup:
         self.options = options
         self.consumer = Consumer(
             {
+                **CONNECT_AT_ONCE,
                 **options.client_config(),
                 "group.id": group,
                 # committed() then asks for the committed offset without require_stable:
