@@ -140,12 +140,13 @@ def _timings(target: pl.Target) -> list[dict[str, Any]]:
     return [json.loads(line) for line in target.commit_times.read_text().splitlines()]
 
 
-def _task_stages(target: pl.Target) -> dict[str, float]:
-    """Our tasks' time per batch in each stage ("source read", "sink write"), summed
-    over the batch's tasks (they share the cores), averaged over batches."""
+def _task_stages(target: pl.Target, batch_ids: set[int] | None = None) -> dict[str, float]:
+    """Our tasks' time per batch in each stage ("source read", "sink write") and step,
+    summed over the batch's tasks (they share the cores), averaged over the batches
+    ``batch_ids`` (all when None: the first batch's warm-up is the caller's to drop)."""
     per_batch: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
     for entry in _timings(target):
-        if "stage" in entry:
+        if "stage" in entry and (batch_ids is None or int(entry["batch"]) in batch_ids):
             per_batch[entry["stage"]][int(entry["batch"])] += float(entry["ms"])
     return {f"{stage} (task ms)": statistics.mean(batches.values())
             for stage, batches in per_batch.items()}  # fmt: skip
@@ -167,10 +168,11 @@ def _stages(batches: list[dict[str, Any]], target: pl.Target) -> dict[str, float
         for name, ms in batch["durations"].items():
             parts[name].append(float(ms))
     stages = {name: statistics.mean(values) for name, values in parts.items()}
-    sink = _sink_commits(target)
+    ids = {int(batch["batch"]) for batch in batches}
+    sink = {batch: ms for batch, ms in _sink_commits(target).items() if batch in ids}
     if sink:
         stages["sink commit (part of addBatch)"] = statistics.mean(sink.values())
-    return stages | _task_stages(target)
+    return stages | _task_stages(target, ids)
 
 
 def _check_counts(target: pl.Target, endpoints: Endpoints, records: int) -> None:

@@ -11,9 +11,12 @@ and its progress marker. These tests drive a task's steps without Spark
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import logging
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -33,8 +36,10 @@ from connectors.topics import create_topic, read_to_end
 from sinks.kafka.checks import check_broker
 from sinks.kafka.options import parse_options as sink_options
 from sinks.kafka.writer import (
+    LIBRDKAFKA_LOG,
     ClientPool,
     KafkaTransactionalWriter,
+    _begin,
     _fenced_producer,
     _MarkerGroup,
 )
@@ -169,6 +174,40 @@ def test_two_workers_fence_each_others_pooled_producer_back_and_forth(
     topic = writer.options.topic
     assert topic is not None
     assert open_transactions(endpoints.kafka_bootstrap, topic) == set()
+
+
+def _fenced_lines(writer: KafkaTransactionalWriter, name: str, caplog: Any) -> list[str]:
+    """What librdkafka logs through the sink's logger when a pooled producer of ``name``,
+    fenced by a newer one, starts a transaction."""
+    caplog.clear()
+    old = _fenced_producer(writer.options, name)
+    newer = _fenced_producer(writer.options, name)
+    marker = _MarkerGroup(writer.options, name)
+    with pytest.raises(Exception, match=r"(?i)fenced"):
+        _begin(old, marker, _task(0))
+    with contextlib.suppress(KafkaException):  # poll() raises the fatal error too
+        old.poll(1)  # serves the log lines librdkafka queued
+    marker.close()
+    del old, newer
+    return [r.getMessage() for r in caplog.records if r.name == LIBRDKAFKA_LOG.name]
+
+
+def test_a_fenced_pooled_producers_expected_errors_stay_out_of_the_log(
+    writer: KafkaTransactionalWriter, unique: str, caplog: Any
+) -> None:
+    """Spark moves task partitions between workers every batch or so: librdkafka's
+    FATAL 'fenced by a newer instance' lines are expected then and are dropped; with
+    the filter off the same steps log them (so this test sees them)."""
+    caplog.set_level(logging.DEBUG, logger=LIBRDKAFKA_LOG.name)
+    (expected,) = LIBRDKAFKA_LOG.filters
+    LIBRDKAFKA_LOG.removeFilter(expected)
+    try:
+        unfiltered = _fenced_lines(writer, f"loud-{unique}", caplog)
+    finally:
+        LIBRDKAFKA_LOG.addFilter(expected)
+    assert any("fenced by a newer instance" in line for line in unfiltered), unfiltered
+    filtered = _fenced_lines(writer, f"quiet-{unique}", caplog)
+    assert not any("fenced by a newer instance" in line for line in filtered), filtered
 
 
 def test_a_pooled_zombie_is_fenced_by_a_retry_on_another_worker(
