@@ -11,10 +11,12 @@ import pytest
 from confluent_kafka import Consumer, Producer
 
 from connectors.endpoints import Endpoints
+from connectors.errors import DataLossError
 from connectors.topics import create_topic
 from sources.kafka import read
 from sources.kafka.offsets import KafkaRange
 from sources.kafka.options import parse_options
+from tests.kafka_util import produce_plain
 
 pytestmark = pytest.mark.services
 
@@ -35,12 +37,12 @@ def _fill(bootstrap: str, topic: str) -> None:
 
 
 class _Counted(Consumer):  # type: ignore[misc]
-    """A source consumer that keeps librdkafka's statistics and serves them before closing."""
+    """A source consumer that serves librdkafka's statistics before going back to its pool."""
 
-    def close(self) -> None:
+    def unassign(self) -> None:
         time.sleep(0.1)  # two statistics intervals after the last fetch
         self.consume(1, 0)  # serves the queued statistics callbacks
-        super().close()
+        super().unassign()
 
 
 def _received(stats: str) -> None:
@@ -72,9 +74,42 @@ def test_a_small_range_fetches_little_past_its_end(
     monkeypatch.setattr(read, "Consumer", _Counted)
     RECEIVED.clear()
     work = KafkaRange(topic, 0, 20_000, 21_000)
-    batches = list(read.read_range(options, work))
+    batches = list(read.read_range(options, work, read.ConsumerPool()))
     offsets = [o for batch in batches for o in batch.column("offset").to_pylist()]
     assert offsets == list(range(20_000, 21_000))
     assert RECEIVED, "librdkafka reported no statistics"
     # 1 MiB (the smallest fetch) holds ~5,000 of these records; a producer batch is whole.
     assert 1_000 <= max(RECEIVED) <= 15_000, RECEIVED
+
+
+def _offsets(options: Any, work: KafkaRange, pool: read.ConsumerPool) -> list[int]:
+    batches = read.read_range(options, work, pool)
+    return [o for batch in batches for o in batch.column("offset").to_pylist()]
+
+
+def test_a_pooled_consumer_reads_on_where_the_log_ended_and_is_dropped_after_an_error(
+    endpoints: Endpoints, unique: str
+) -> None:
+    """One worker's consumer serves range after range: a range that ended at the log's
+    end (librdkafka queues an end-of-partition event there) and the next one from that
+    offset once more records came, another partition, a range of another size; a read
+    that fails (records gone) closes it, and the next task gets a new one. Ranges of
+    up to 16 records share a consumer; up to 4, another (fetch sizes differ)."""
+    bootstrap = endpoints.kafka_bootstrap
+    topic = f"src-pool-{unique}"
+    create_topic(bootstrap, topic, 2)
+    produce_plain(bootstrap, topic, [b"a%d" % i for i in range(10)], partition=0)
+    produce_plain(bootstrap, topic, [b"b%d" % i for i in range(10)], partition=1)
+    options = parse_options({"kafka.bootstrap.servers": bootstrap, "subscribe": topic})
+    pool = read.ConsumerPool()
+    assert _offsets(options, KafkaRange(topic, 0, 0, 10), pool) == list(range(10))
+    time.sleep(0.5)  # the fetcher reaches the log's end meanwhile
+    produce_plain(bootstrap, topic, [b"c%d" % i for i in range(10)], partition=0)
+    assert _offsets(options, KafkaRange(topic, 0, 10, 20), pool) == list(range(10, 20))
+    assert _offsets(options, KafkaRange(topic, 1, 0, 10), pool) == list(range(10))
+    assert _offsets(options, KafkaRange(topic, 0, 12, 15), pool) == [12, 13, 14]
+    assert pool.created == 2, "one consumer per fetch size"
+    with pytest.raises(DataLossError, match=r"before the planned end 30"):
+        _offsets(options, KafkaRange(topic, 0, 15, 30), pool)
+    assert _offsets(options, KafkaRange(topic, 0, 0, 16), pool) == list(range(16))
+    assert pool.created == 3, "the consumer of the failed read was closed, not pooled"

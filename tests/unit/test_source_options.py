@@ -85,12 +85,13 @@ def test_bad_assign() -> None:
 
 @pytest.mark.parametrize(
     ("records", "fetch_bytes"),
-    [(1, 64 << 10), (25_000, 400_000), (10_000_000, 16 << 20)],
+    [(1, 64 << 10), (25_000, 524_288), (32_768, 524_288), (10_000_000, 16 << 20)],
 )
 def test_a_tasks_fetch_is_sized_to_its_range(records: int, fetch_bytes: int) -> None:
     config = read._consumer_config(parse_options(BASE), KafkaRange("a", 0, 500, 500 + records))
     assert config["max.partition.fetch.bytes"] == str(fetch_bytes)
-    assert config["queued.min.messages"] == str(records)
+    rounded_up = 1 << (records - 1).bit_length()
+    assert config["queued.min.messages"] == str(min(rounded_up, 10_000_000))
     assert config["fetch.queue.backoff.ms"] == "10"
 
 
