@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -45,6 +46,28 @@ def connect(options: RedisSinkOptions) -> redis.Redis:
             f"{redact(str(exc), secret_values({'url': options.url}))}"
         ) from None
     return client
+
+
+#: This Python worker's Redis clients, by a digest of the URL (which may hold a
+#: password). Spark reuses its workers across tasks, so a task does not connect and
+#: PING twice before its first command; each client answers a PING when taken.
+_CLIENTS: dict[str, redis.Redis] = {}
+
+
+def pooled(options: RedisSinkOptions) -> redis.Redis:
+    """Task or driver: this worker's client for ``options.url`` after it answered a
+    PING; a client that does not (Redis restarted, the connection dropped) is closed
+    and replaced by a new one, which fails clearly if Redis is unreachable."""
+    key = hashlib.sha256(options.url.encode()).hexdigest()
+    client = _CLIENTS.pop(key, None)
+    if client is not None:
+        try:
+            client.ping()
+        except redis.RedisError:
+            client.close()
+            client = None
+    _CLIENTS[key] = client or connect(options)
+    return _CLIENTS[key]
 
 
 def _text(value: bytes | str) -> str:
@@ -111,7 +134,7 @@ class RedisStagedWriter(TwoPhaseCommitWriter):
     @property
     def client(self) -> redis.Redis:
         if self._client is None:
-            self._client = connect(self.options)
+            self._client = pooled(self.options)
         return self._client
 
     def keys(self, sink_id: str) -> _Keys:
@@ -222,9 +245,7 @@ class RedisStagedWriter(TwoPhaseCommitWriter):
         return sorted(u for u in units if u is not None and u.sink_id == sink_id)
 
     def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        self._client = None  # the client stays in the worker's pool
 
     def prune_decisions(self, sink_id: str, below_batch: int) -> None:
         keys = self.keys(sink_id)
@@ -257,17 +278,14 @@ class RedisDirectWriter(DataSourceStreamArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         flat, _ = values.entries(self.spec, iterator)
-        client = connect(self.options)
-        try:
-            apply = client.register_script(scripts.APPLY_ENTRIES)
-            head = _script_args(self.spec, self.options.ttl_seconds)
-            chunk = ENTRIES_PER_COMMAND * self.spec.stride
-            with client.pipeline(transaction=False) as pipe:
-                for start in range(0, len(flat), chunk):
-                    apply(args=[*head, *flat[start : start + chunk]], client=pipe)
-                results = pipe.execute()
-        finally:
-            client.close()
+        client = pooled(self.options)
+        apply = client.register_script(scripts.APPLY_ENTRIES)
+        head = _script_args(self.spec, self.options.ttl_seconds)
+        chunk = ENTRIES_PER_COMMAND * self.spec.stride
+        with client.pipeline(transaction=False) as pipe:
+            for start in range(0, len(flat), chunk):
+                apply(args=[*head, *flat[start : start + chunk]], client=pipe)
+            results = pipe.execute()
         failed = sum(int(r[1]) for r in results)
         if failed:
             log.error("Redis refused %d writes of this task (wrong type at the key)", failed)

@@ -70,3 +70,22 @@ def test_an_unreachable_server_is_named_without_its_password(
         _write(spark, endpoints, topic, tmp_path, ["CAST(key AS STRING) AS k", "1 AS n"],
                url=url, keyColumn="k", valueColumns="n")  # fmt: skip
     assert "hunter2secret" not in str(info.value)
+
+
+def test_a_workers_pooled_client_is_reused_and_works_after_its_connection_died(
+    endpoints: Endpoints, client: redis.Redis
+) -> None:
+    """Tasks on one worker share a client; after the server dropped its connection (a
+    restart, an idle timeout) the next task still gets a client that answers (the PING
+    on taking it reconnects or replaces it)."""
+    from sinks.redis.options import parse_options
+    from sinks.redis.writer import pooled
+
+    options = parse_options({"url": endpoints.redis_url, "keyColumn": "k", "valueColumns": "n"})
+    first = pooled(options)
+    assert pooled(options) is first
+    before = first.client_id()
+    assert client.client_kill_filter(_id=str(before)) == 1
+    then = pooled(options)
+    assert then.set(f"pool-check-{before}", b"1", ex=60)
+    assert then.client_id() != before
