@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 TASK_ATTEMPTS = 4
 
 #: Settings every session of this package gets (loopback only, RocksDB state with
-#: changelog checkpointing, no speculation, Arrow transfers, reused Python workers).
+#: changelog checkpointing, no speculation, Arrow transfers, reused Python workers
+#: forked from a daemon that imported the task modules first).
 BASE_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
     "spark.driver.host": "127.0.0.1",
@@ -43,6 +44,8 @@ BASE_CONF: dict[str, str] = {
     "spark.sql.shuffle.partitions": "4",
     "spark.speculation": "false",
     "spark.python.worker.reuse": "true",
+    # Workers fork with pyarrow, pandas, confluent-kafka and the connectors imported.
+    "spark.python.daemon.module": "connectors.worker_daemon",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.sql.streaming.stateStore.providerClass": (
         "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
