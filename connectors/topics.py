@@ -58,6 +58,9 @@ def end_offsets(
     return {tp.partition: int(f.result(timeout=TIMEOUT).offset) for tp, f in futures.items()}
 
 
+READ_POLL_SECONDS = 0.05
+
+
 def read_to_end(
     bootstrap: str,
     topic: str,
@@ -77,6 +80,7 @@ def read_to_end(
                          "isolation.level": isolation, "log_level": 3})  # fmt: skip
     consumer.assign([TopicPartition(topic, p, lo) for p, (lo, _hi) in wanted.items()])
     records: list[Record] = []
+    at = {p: lo for p, (lo, _hi) in wanted.items()}
     deadline = time.monotonic() + timeout
     try:
         while wanted:
@@ -85,7 +89,12 @@ def read_to_end(
                     f"Reading {topic} under {isolation} did not reach the end of partitions "
                     f"{sorted(wanted)} within {timeout:.0f} s."
                 )
-            for message in consumer.consume(10_000, 0.5):
+            # consume() returns once it holds this many or the timeout ends: asking for
+            # no more than is left returns when the last record is in (a fixed 10,000
+            # and 0.5 s cost every short read half a second; a task's marker-log read
+            # too). Transaction markers make it an overestimate: the short timeout.
+            left = sum(wanted[p][1] - at[p] for p in wanted)
+            for message in consumer.consume(max(1, min(10_000, left)), READ_POLL_SECONDS):
                 partition, offset = int(message.partition() or 0), int(message.offset() or 0)
                 if message.error() is None and offset < wanted.get(partition, (0, 0))[1]:
                     stamp = int(message.timestamp()[1])
@@ -93,6 +102,7 @@ def read_to_end(
                         Record(partition, offset, message.key(), message.value() or b"", stamp)
                     )
             for tp in consumer.position([TopicPartition(topic, p) for p in wanted]):
+                at[tp.partition] = max(at[tp.partition], tp.offset)
                 if tp.offset >= wanted[tp.partition][1]:
                     del wanted[tp.partition]
     except KafkaException as exc:

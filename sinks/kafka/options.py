@@ -76,7 +76,10 @@ class KafkaSinkOptions:
 # no broker up right after the bootstrap connection was retired and asked again only
 # after its 500 ms coordinator timer: 55-509 ms against 5-7 ms, measured on the local
 # broker; a marker consumer's first committed() likewise took up to 57 ms against 3 ms.
-CONNECT_AT_ONCE = {"enable.sparse.connections": False}
+# Pooled clients idle between tasks: the broker closes idle connections
+# (connections.max.idle.ms) and librdkafka reconnects when needed, but by default
+# logs each close as an error line.
+CONNECT_AT_ONCE = {"enable.sparse.connections": False, "log.connection.close": False}
 
 
 def parse_options(raw: Mapping[str, str]) -> KafkaSinkOptions:

@@ -18,7 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from connectors import faults, timing
 from connectors.context import current_batch
@@ -109,7 +109,11 @@ class ConsumerPool:
         return Consumer({**settings, "group.id": f"{settings['group.id']}-{uuid.uuid4().hex}"})
 
     def give_back(self, settings: dict[str, Any], consumer: Consumer) -> None:
-        consumer.unassign()
+        try:
+            consumer.unassign()
+        except KafkaException:  # not fit to pool
+            consumer.close()
+            return
         key = _settings_key(settings)
         self._idle.setdefault(key, []).append(consumer)
         self._idle.move_to_end(key)
@@ -169,6 +173,10 @@ def fetch_config(work: KafkaRange) -> dict[str, str]:
 def _consumer_config(options: KafkaSourceOptions, work: KafkaRange) -> dict[str, Any]:
     return {
         **fetch_config(work),
+        # A pooled consumer idles between tasks; the broker closes idle connections
+        # (connections.max.idle.ms) and librdkafka reconnects when needed, but by
+        # default logs each close as an error line.
+        "log.connection.close": False,
         **options.client_config(),
         "group.id": options.group_id_prefix,  # the pool adds a random suffix
         "enable.auto.commit": False,
