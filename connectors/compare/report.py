@@ -107,12 +107,16 @@ STAGES = ("addBatch", "source read (task ms)", "sink write (task ms)",
           "walCommit", "commitOffsets", "triggerExecution")  # fmt: skip
 
 
-def profile_table(results: list[Result]) -> list[str]:
-    lines = ["| pipeline | guarantee | " + " | ".join(STAGES) + " |",
-             "|---|---|" + "--:|" * len(STAGES)]  # fmt: skip
+def profile_table(results: list[Result], paced: bool = False) -> list[str]:
+    """Spark's stages per batch: of the throughput phase, or (``paced``) of the latency
+    phase's steady state, with the time from one batch's commit to the next's first."""
+    stages = ("batch interval", *STAGES) if paced else STAGES
+    lines = ["| pipeline | guarantee | " + " | ".join(stages) + " |",
+             "|---|---|" + "--:|" * len(stages)]  # fmt: skip
     for r in results:
-        if r.stages_ms:
-            cells = " | ".join(_num(r.stages_ms.get(stage)) for stage in STAGES)
+        measured = r.latency_stages_ms if paced else r.stages_ms
+        if measured:
+            cells = " | ".join(_num(measured.get(stage)) for stage in stages)
             lines.append(f"| {r.pipeline.label} | {r.pipeline.guarantee} | {cells} |")
     return lines
 
@@ -134,6 +138,14 @@ def steps_table(results: list[Result]) -> list[str]:
             "client set-up and close, fetch (librdkafka's fetch, decompression and "
             "messages), to Arrow, the wait while Spark takes a batch or computes the "
             "next rows, the sink's own writes and its transaction.", "", *lines]  # fmt: skip
+
+
+def _paced_profile(results: list[Result]) -> list[str]:
+    if not any(r.latency_stages_ms for r in results):
+        return []
+    return ["The same for a batch of the latency phase (steady state before the kill, "
+            "a few thousand records a batch): per-batch costs that do not shrink with "
+            "the batch set the latency.", "", *profile_table(results, paced=True), ""]  # fmt: skip
 
 
 def machine_facts(endpoints: Endpoints) -> list[str]:
@@ -221,6 +233,7 @@ def markdown(results: list[Result], settings: Settings, facts: list[str], comman
         "stateful count (RocksDB), moving rows between the JVM and Python workers.", "",
         *profile_table(results), "",
         *steps_table(results), "",
+        *_paced_profile(results),
         _definitions(), "",
     ])  # fmt: skip
 

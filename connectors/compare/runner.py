@@ -63,6 +63,7 @@ class Result:
     driver_mb: float = 0.0
     workers_mb: float = 0.0
     stages_ms: dict[str, float] = field(default_factory=dict)  # Spark's per-batch split
+    latency_stages_ms: dict[str, float] = field(default_factory=dict)  # the paced phase's
     round_rates: list[float] = field(default_factory=list)  # records/s of each round
     error: str | None = None
 
@@ -261,7 +262,14 @@ def latency_and_recovery(
         paced.run_while(lambda: visibility.total() == 0 and process.alive())
         since = time.time() + WARM_UP_SECONDS
         paced.run_while(lambda: time.time() < since + s.latency_seconds)
+        steady = [b for b in process.batches() if b["t"] >= since]
         killed_at = process.kill()
+        if steady and pipeline.spark:
+            steady_stages = _stages(steady, target)
+            steady_stages["batch interval"] = (
+                (steady[-1]["t"] - steady[0]["t"]) / max(1, len(steady) - 1) * 1000
+            )
+            result.latency_stages_ms = steady_stages
         process = start(target, endpoints, LATENCY_MAX_OFFSETS)
         resume_until = time.time() + AFTER_KILL_SECONDS
         producing = threading.Thread(target=paced.run_while,

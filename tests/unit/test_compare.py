@@ -168,3 +168,13 @@ def test_a_tasks_steps_add_up_to_its_time(tmp_path: Path, monkeypatch: pytest.Mo
     assert "| eos_kafka -> count -> eos_kafka | exactly-once | 1,000 | 500 | 500 | 8,000 |" in table
     assert "Spark kafka" not in table
     assert report.steps_table([_result("spark-kafka", 1000, 1.0)]) == []
+
+
+def test_the_latency_phase_has_its_own_profile() -> None:
+    paced = _result("eos-kafka", 1000, 1.0)
+    paced.latency_stages_ms = {"batch interval": 1200.0, "addBatch": 700.0}
+    table = "\n".join(report.profile_table([paced, _result("raw", 1, 1.0)], paced=True))
+    assert "| pipeline | guarantee | batch interval | addBatch |" in table
+    assert "| eos_kafka -> count -> eos_kafka | exactly-once | 1,200 | 700 |" in table
+    assert "raw" not in table
+    assert "batch interval" not in "\n".join(report.profile_table([paced]))
