@@ -26,11 +26,15 @@ def record_commit(sink_id: str, batch_id: int, units: int, seconds: float) -> No
     _append({"sink": sink_id, "batch": batch_id, "units": units, "ms": seconds * 1000})
 
 
-def record_task(stage: str, batch_id: int | None, seconds: float) -> None:
+def record_task(
+    stage: str, batch_id: int | None, seconds: float, began: float | None = None
+) -> None:
     """One task's time in a stage of ours ("source read", "sink write"), for the profile
-    ``eos bench`` prints; only with ``EOS_COMMIT_TIMES`` set."""
+    ``eos bench`` prints; only with ``EOS_COMMIT_TIMES`` set. ``began`` (epoch seconds)
+    places the task on a batch's timeline; ``pid`` says which worker ran it."""
     if batch_id is not None:
-        _append({"stage": stage, "batch": batch_id, "ms": seconds * 1000, "pid": os.getpid()})
+        line = {"stage": stage, "batch": batch_id, "ms": seconds * 1000, "pid": os.getpid()}
+        _append(line if began is None else {**line, "began": round(began, 3)})
 
 
 class TaskSteps:
@@ -46,6 +50,7 @@ class TaskSteps:
     def __init__(self, stage: str, batch_id: int | None, rest: str) -> None:
         self.stage, self.batch_id, self.rest = stage, batch_id, rest
         self.began = time.perf_counter()
+        self.began_at = time.time()
         self.seconds: dict[str, float] = defaultdict(float)
 
     def add(self, step: str, since: float) -> float:
@@ -68,7 +73,7 @@ class TaskSteps:
 
     def record(self) -> None:
         total = time.perf_counter() - self.began
-        record_task(self.stage, self.batch_id, total)
+        record_task(self.stage, self.batch_id, total, self.began_at)
         for step, seconds in self.seconds.items():
             record_task(f"{self.stage}: {step}", self.batch_id, seconds)
         record_task(f"{self.stage}: {self.rest}", self.batch_id, total - sum(self.seconds.values()))

@@ -156,6 +156,7 @@ def test_a_tasks_steps_add_up_to_its_time(tmp_path: Path, monkeypatch: pytest.Mo
     steps.record()  # 10 s in all
     lines = [json.loads(line) for line in (tmp_path / "times.jsonl").read_text().splitlines()]
     seconds = {line["stage"]: line["ms"] / 1000 for line in lines}
+    assert [line["stage"] for line in lines if "began" in line] == ["sink write"]  # a timeline
     assert seconds == {"sink write": 10.0, "sink write: client set-up": 1.0,
                        "sink write: waiting for rows": 0.5, "sink write: commit": 0.5,
                        "sink write: produce": 8.0}  # fmt: skip
