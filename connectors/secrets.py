@@ -19,6 +19,7 @@ so the patterns err on the side of hiding.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterable, Mapping
 
@@ -38,6 +39,13 @@ _NAMED = re.compile(
 )
 # scheme://user:password@host...: the password runs to the last "@" before the path.
 _USERINFO = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:@/\s?#]*:)(?P<password>[^/\s?#]*)@")
+
+
+def settings_digest(settings: Mapping[str, object] | str) -> str:
+    """A key for client settings that may hold credentials (a pooled client's, say):
+    equal settings give equal keys, and the key never shows a password."""
+    text = settings if isinstance(settings, str) else repr(sorted(settings.items()))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def is_secret_option(name: str) -> bool:

@@ -40,8 +40,8 @@ def record_task(
 class TaskSteps:
     """Task: where one task's time goes, step by step, for ``eos bench``'s profile.
 
-    ``timed`` counts the time a step's calls take; ``pulled`` the time spent waiting
-    for an iterator's next item (rows from Spark, or Spark taking a source's batch).
+    ``add`` counts the time since a clock reading as a step; ``pulled`` the time spent
+    waiting for an iterator's next item (rows from Spark).
     ``record`` writes the task's whole time as ``stage`` and each step as
     ``"<stage>: <step>"``, the time no step covers as ``"<stage>: <rest>"``. Only a
     few clock reads per Arrow batch, so it is always on.

@@ -28,7 +28,6 @@ of skipping its batches.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import time
@@ -44,6 +43,7 @@ from connectors import faults, timing
 from connectors.context import TaskIdentity
 from connectors.errors import EosError
 from connectors.protocol import Lineage, SinkClaimedError, derive_sink_id
+from connectors.secrets import settings_digest
 from connectors.topics import read_to_end
 from sinks.kafka.errors import FENCED_CODES, Action, classify, error_of
 from sinks.kafka.options import CONNECT_AT_ONCE, KafkaSinkOptions, transactional_id
@@ -309,8 +309,7 @@ class ClientPool:
 
 def _pool_key(options: KafkaSinkOptions, name: str) -> tuple[str, str]:
     """The transactional id and a digest of the settings (which may hold credentials)."""
-    settings = repr(sorted(options.producer_config().items()))
-    return name, hashlib.sha256(settings.encode()).hexdigest()
+    return name, settings_digest(options.producer_config())
 
 
 #: This Python worker's pool (module state lives as long as Spark reuses the worker).

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -21,7 +20,7 @@ from connectors.protocol import (
     UnitMissingError,
     derive_sink_id,
 )
-from connectors.secrets import redact, secret_values
+from connectors.secrets import redact, secret_values, settings_digest
 from sinks.redis import scripts, values
 from sinks.redis.options import RedisSinkOptions
 
@@ -58,7 +57,7 @@ def pooled(options: RedisSinkOptions) -> redis.Redis:
     """Task or driver: this worker's client for ``options.url`` after it answered a
     PING; a client that does not (Redis restarted, the connection dropped) is closed
     and replaced by a new one, which fails clearly if Redis is unreachable."""
-    key = hashlib.sha256(options.url.encode()).hexdigest()
+    key = settings_digest(options.url)
     client = _CLIENTS.pop(key, None)
     if client is not None:
         try:

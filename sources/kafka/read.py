@@ -7,7 +7,6 @@ compacted keys), so counting records would read too few or too many.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 import uuid
@@ -23,6 +22,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from connectors import faults, timing
 from connectors.context import current_batch
 from connectors.errors import DataLossError, ServiceUnavailableError
+from connectors.secrets import settings_digest
 from sources.kafka.offsets import KafkaRange
 from sources.kafka.options import KafkaSourceOptions
 
@@ -102,7 +102,7 @@ class ConsumerPool:
         self.created = 0  # for tests
 
     def take(self, settings: dict[str, Any]) -> Consumer:
-        idle = self._idle.get(_settings_key(settings))
+        idle = self._idle.get(settings_digest(settings))
         if idle:
             return idle.pop()
         self.created += 1
@@ -114,7 +114,7 @@ class ConsumerPool:
         except KafkaException:  # not fit to pool
             consumer.close()
             return
-        key = _settings_key(settings)
+        key = settings_digest(settings)
         self._idle.setdefault(key, []).append(consumer)
         self._idle.move_to_end(key)
         while sum(map(len, self._idle.values())) > self.size:
@@ -122,11 +122,6 @@ class ConsumerPool:
             self._idle[oldest].pop(0).close()
             if not self._idle[oldest]:
                 del self._idle[oldest]
-
-
-def _settings_key(settings: dict[str, Any]) -> str:
-    """A digest of the consumer settings (which may hold credentials)."""
-    return hashlib.sha256(repr(sorted(settings.items())).encode()).hexdigest()
 
 
 #: This Python worker's pool.
