@@ -155,7 +155,27 @@ def _start(app: str, master: str, settings: Mapping[str, str]) -> SparkSession:
     builder = SparkSession.builder.master(master).appName(app)
     for key, value in settings.items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    spark = builder.getOrCreate()
+    _lift_shell_threshold(spark, settings.get("spark.log.level", "WARN"))
+    return spark
+
+
+_QUIETER_THAN_WARN = frozenset({"WARN", "ERROR", "FATAL", "OFF"})
+
+
+def _lift_shell_threshold(spark: SparkSession, level: str) -> None:
+    """Let ``spark.log.level`` below WARN through (driver).
+
+    A PySpark driver JVM starts as a shell, whose console appender drops every line
+    below WARN unless the logger is configured by name, whatever the root level says;
+    ``EOS_SPARK_LOG_LEVEL=INFO`` would print nothing new without this.
+    """
+    if level.upper() in _QUIETER_THAN_WARN:
+        return
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    logging = getattr(getattr(jvm.org.apache.spark.internal, "Logging$"), "MODULE$")
+    getattr(logging, "sparkShellThresholdLevel_$eq")(None)
 
 
 # -- the class-data-sharing archive ------------------------------------------------------

@@ -362,6 +362,7 @@ def test_no_secret_in_a_failing_spark_query_or_its_log(
     output = done.stdout + done.stderr
     for name in cases:
         assert f"CASE {name} failed:" in output, output[-5000:]
+    assert " INFO " in output, "Spark's INFO lines were not printed: the test would see less"
     assert "password authentication failed" in output
     assert "Connection refused" in output
     assert _leaks(output) == [], "the Spark process showed the secret"
