@@ -11,7 +11,8 @@ batch a connection and a scan, and repeat the orphan warning twice a batch.
 passed in a marker named by the parent of the Python process (the driver's JVM, or
 the Python daemon it forks its workers from: its pid and start time) and the sink's
 settings. A failed check records
-nothing, so the next call checks again. Outside a Python process started by Spark (a
+nothing, so the next call checks again. A driver that records its first marker
+deletes those of drivers that have ended. Outside a Python process started by Spark (a
 test, a script) the checks always run.
 """
 
@@ -46,7 +47,20 @@ def once_per_driver(key: str, check: Callable[[], None]) -> None:
     check()
     if marker is not None:
         marker.parent.mkdir(parents=True, exist_ok=True)
+        forget_ended_drivers(marker.parent)
         marker.touch()
+
+
+def forget_ended_drivers(directory: Path) -> int:
+    """Delete the markers in ``directory`` whose driver (pid and start time) is gone;
+    how many. Another driver's marker may vanish under us: that is fine."""
+    forgotten = 0
+    for marker in directory.glob("*-*-*"):
+        pid, started, _ = marker.name.split("-", 2)
+        if pid.isdigit() and _process_identity(int(pid)) != f"{pid}-{started}":
+            marker.unlink(missing_ok=True)
+            forgotten += 1
+    return forgotten
 
 
 def start_key(source: str, options: Mapping[str, str], schema: StructType) -> str:

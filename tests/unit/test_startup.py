@@ -3,13 +3,19 @@ twice per batch, each in a new Python process of the driver JVM."""
 
 from __future__ import annotations
 
+import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from connectors.startup import SPARK_WORKER_ENV, once_per_driver
+from connectors.startup import (
+    SPARK_WORKER_ENV,
+    _process_identity,
+    forget_ended_drivers,
+    once_per_driver,
+)
 
 
 def _counting(fail: list[bool]) -> tuple[list[int], Callable[[], None]]:
@@ -49,3 +55,27 @@ def test_outside_spark_the_checks_always_run(
     for _ in range(3):
         once_per_driver("eos_postgres|a", check)
     assert len(calls) == 3
+
+
+def test_a_new_driver_deletes_the_markers_of_ended_drivers(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv("PYTHON_WORKER_FACTORY_SECRET", "not-a-real-secret")
+    markers = tmp_path / "eos-start-checks"
+    markers.mkdir()
+    parent = _process_identity(os.getppid())
+    assert parent is not None
+    pid, started = parent.split("-")
+    live_other_sink = markers / f"{parent}-{'a' * 24}"
+    reused_pid = markers / f"{pid}-{int(started) + 1}-{'b' * 24}"
+    ended = markers / f"{2**22 + 7}-12345-{'c' * 24}"  # above Linux's largest pid
+    for marker in (live_other_sink, reused_pid, ended):
+        marker.touch()
+    calls, check = _counting([])
+    once_per_driver("eos_kafka|a", check)
+    left = set(markers.iterdir())
+    assert live_other_sink in left, "a live driver's marker is kept"
+    assert reused_pid not in left and ended not in left, "ended drivers' markers go"
+    assert len(left) == 2 and len(calls) == 1
+    assert forget_ended_drivers(markers) == 0
