@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from connectors.cache import cache_root
 from connectors.errors import EosError
+from connectors.spark_home import installed_spark_home, linked_spark_home, starting_spark
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -117,7 +118,8 @@ def _start_connect(app: str, master: str, cores: int, settings: Mapping[str, str
     for key, value in settings.items():
         if key.startswith("spark.sql."):  # a session can set these on any server
             builder = builder.config(key, value)
-    return builder.getOrCreate()
+    with starting_spark():
+        return builder.getOrCreate()
 
 
 #: Environment variables a driver passes on to its executors on a cluster, where they do
@@ -155,7 +157,8 @@ def _start(app: str, master: str, settings: Mapping[str, str]) -> SparkSession:
     builder = SparkSession.builder.master(master).appName(app)
     for key, value in settings.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    with starting_spark():
+        spark = builder.getOrCreate()
     _lift_shell_threshold(spark, settings.get("spark.log.level", "WARN"))
     return spark
 
@@ -184,12 +187,14 @@ _QUIET_CDS = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 
 
 def class_archive_path() -> Path:
-    """The archive for this PySpark and this ``java``: another JDK or Spark gets its own."""
+    """The archive for this PySpark, its SPARK_HOME and this ``java``: another JDK, Spark
+    or home (the archive records the jars' paths) gets its own."""
     import pyspark
 
     java = shutil.which("java") or "java"
     stat = Path(java).resolve().stat() if shutil.which("java") else None
-    key = f"{pyspark.__version__}|{Path(java).resolve()}|{stat.st_mtime_ns if stat else 0}"
+    home = linked_spark_home() or os.environ.get("SPARK_HOME") or installed_spark_home()
+    key = f"{pyspark.__version__}|{Path(java).resolve()}|{stat.st_mtime_ns if stat else 0}|{home}"
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     return cache_root() / "spark-cds" / f"pyspark-{pyspark.__version__}-{digest}.jsa"
 

@@ -15,6 +15,7 @@ import sys
 import urllib.request
 from pathlib import Path
 
+from connectors.spark_home import installed_spark_home, linked_spark_home
 from connectors.stack.process import LOOPBACK, free_port, pid_alive, spawn, wait_until
 from connectors.stack.service import Service, ServiceRecord
 
@@ -24,9 +25,9 @@ START_TIMEOUT = 120.0
 
 
 def spark_home() -> Path:
-    import pyspark
-
-    return Path(pyspark.__file__).resolve().parent
+    """The installed PySpark's home, linked so that Python workers import PySpark
+    compiled (:mod:`connectors.spark_home`) when that applies."""
+    return linked_spark_home() or installed_spark_home()
 
 
 def _spark_class(main: str, *args: str) -> list[str]:
