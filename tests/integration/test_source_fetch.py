@@ -113,3 +113,29 @@ def test_a_pooled_consumer_reads_on_where_the_log_ended_and_is_dropped_after_an_
         _offsets(options, KafkaRange(topic, 0, 15, 30), pool)
     assert _offsets(options, KafkaRange(topic, 0, 0, 16), pool) == list(range(16))
     assert pool.created == 3, "the consumer of the failed read was closed, not pooled"
+
+
+def test_a_read_to_the_logs_end_holds_up_no_next_task(endpoints: Endpoints, unique: str) -> None:
+    """A range that ends at the log's end leaves a fetch at the broker that finds no new
+    records; the broker holds it up to fetch.wait.max.ms, and the next task's offsets
+    call on the pooled consumer waited behind it on the same connection (~500 ms with
+    librdkafka's default, every batch of a stream that keeps up with its input)."""
+    bootstrap = endpoints.kafka_bootstrap
+    topic = f"src-log-end-{unique}"
+    create_topic(bootstrap, topic, 2)
+    produce_plain(bootstrap, topic, [b"a%d" % i for i in range(10)], partition=0)
+    produce_plain(bootstrap, topic, [b"b%d" % i for i in range(10)], partition=1)
+    options = parse_options({"kafka.bootstrap.servers": bootstrap, "subscribe": topic})
+    pool = read.ConsumerPool()
+    waits = []
+    for _ in range(5):
+        assert _offsets(options, KafkaRange(topic, 0, 0, 10), pool) == list(range(10))
+        next_task = KafkaRange(topic, 1, 0, 10)
+        settings = read._consumer_config(options, next_task)
+        consumer = pool.take(settings)
+        began = time.perf_counter()
+        assert read._checked_start(consumer, options, next_task) == 0
+        waits.append(time.perf_counter() - began)
+        pool.give_back(settings, consumer)
+    assert pool.created == 1
+    assert sorted(waits)[2] < 0.1, waits
