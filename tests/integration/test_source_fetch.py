@@ -15,7 +15,7 @@ from connectors.errors import DataLossError
 from connectors.topics import create_topic
 from sources.kafka import read
 from sources.kafka.offsets import KafkaRange
-from sources.kafka.options import parse_options
+from sources.kafka.options import KafkaSourceOptions, parse_options
 from tests.kafka_util import produce_plain
 
 pytestmark = pytest.mark.services
@@ -82,6 +82,14 @@ def test_a_small_range_fetches_little_past_its_end(
     assert 1_000 <= max(RECEIVED) <= 15_000, RECEIVED
 
 
+def _two_partitions_of_ten(bootstrap: str, topic: str) -> KafkaSourceOptions:
+    """``topic`` with 10 records in each of its 2 partitions; source options reading it."""
+    create_topic(bootstrap, topic, 2)
+    produce_plain(bootstrap, topic, [b"a%d" % i for i in range(10)], partition=0)
+    produce_plain(bootstrap, topic, [b"b%d" % i for i in range(10)], partition=1)
+    return parse_options({"kafka.bootstrap.servers": bootstrap, "subscribe": topic})
+
+
 def _offsets(options: Any, work: KafkaRange, pool: read.ConsumerPool) -> list[int]:
     batches = read.read_range(options, work, pool)
     return [o for batch in batches for o in batch.column("offset").to_pylist()]
@@ -97,10 +105,7 @@ def test_a_pooled_consumer_reads_on_where_the_log_ended_and_is_dropped_after_an_
     up to 16 records share a consumer; up to 4, another (fetch sizes differ)."""
     bootstrap = endpoints.kafka_bootstrap
     topic = f"src-pool-{unique}"
-    create_topic(bootstrap, topic, 2)
-    produce_plain(bootstrap, topic, [b"a%d" % i for i in range(10)], partition=0)
-    produce_plain(bootstrap, topic, [b"b%d" % i for i in range(10)], partition=1)
-    options = parse_options({"kafka.bootstrap.servers": bootstrap, "subscribe": topic})
+    options = _two_partitions_of_ten(bootstrap, topic)
     pool = read.ConsumerPool()
     assert _offsets(options, KafkaRange(topic, 0, 0, 10), pool) == list(range(10))
     time.sleep(0.5)  # the fetcher reaches the log's end meanwhile
@@ -120,12 +125,8 @@ def test_a_read_to_the_logs_end_holds_up_no_next_task(endpoints: Endpoints, uniq
     records; the broker holds it up to fetch.wait.max.ms, and the next task's offsets
     call on the pooled consumer waited behind it on the same connection (~500 ms with
     librdkafka's default, every batch of a stream that keeps up with its input)."""
-    bootstrap = endpoints.kafka_bootstrap
     topic = f"src-log-end-{unique}"
-    create_topic(bootstrap, topic, 2)
-    produce_plain(bootstrap, topic, [b"a%d" % i for i in range(10)], partition=0)
-    produce_plain(bootstrap, topic, [b"b%d" % i for i in range(10)], partition=1)
-    options = parse_options({"kafka.bootstrap.servers": bootstrap, "subscribe": topic})
+    options = _two_partitions_of_ten(endpoints.kafka_bootstrap, topic)
     pool = read.ConsumerPool()
     waits = []
     for _ in range(5):
