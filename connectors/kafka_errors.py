@@ -14,6 +14,11 @@ from confluent_kafka import KafkaError, KafkaException
 
 from connectors.secrets import redact, secret_values
 
+#: For a client a worker keeps between tasks: the broker closes idle connections
+#: (connections.max.idle.ms) and librdkafka reconnects when needed, but by default it
+#: logs each such close as an error line.
+QUIET_IDLE_CLOSE = {"log.connection.close": False}
+
 
 class ClientErrors:
     """librdkafka's ``error_cb``: remembers the last error it reported."""

@@ -8,6 +8,7 @@ from typing import Any
 
 from connectors import options as opt
 from connectors.errors import ConfigError
+from connectors.kafka_errors import QUIET_IDLE_CLOSE
 
 _KNOWN = {
     "topic",
@@ -76,10 +77,7 @@ class KafkaSinkOptions:
 # no broker up right after the bootstrap connection was retired and asked again only
 # after its 500 ms coordinator timer: 55-509 ms against 5-7 ms, measured on the local
 # broker; a marker consumer's first committed() likewise took up to 57 ms against 3 ms.
-# Pooled clients idle between tasks: the broker closes idle connections
-# (connections.max.idle.ms) and librdkafka reconnects when needed, but by default
-# logs each close as an error line.
-CONNECT_AT_ONCE = {"enable.sparse.connections": False, "log.connection.close": False}
+CONNECT_AT_ONCE = {"enable.sparse.connections": False, **QUIET_IDLE_CLOSE}  # clients are pooled
 
 
 def parse_options(raw: Mapping[str, str]) -> KafkaSinkOptions:

@@ -22,6 +22,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from connectors import faults, timing
 from connectors.context import current_batch
 from connectors.errors import DataLossError, ServiceUnavailableError
+from connectors.kafka_errors import QUIET_IDLE_CLOSE
 from connectors.secrets import settings_digest
 from sources.kafka.offsets import KafkaRange
 from sources.kafka.options import KafkaSourceOptions
@@ -177,10 +178,7 @@ def fetch_config(work: KafkaRange) -> dict[str, str]:
 def _consumer_config(options: KafkaSourceOptions, work: KafkaRange) -> dict[str, Any]:
     return {
         **fetch_config(work),
-        # A pooled consumer idles between tasks; the broker closes idle connections
-        # (connections.max.idle.ms) and librdkafka reconnects when needed, but by
-        # default logs each close as an error line.
-        "log.connection.close": False,
+        **QUIET_IDLE_CLOSE,  # the consumer is pooled
         **options.client_config(),
         "group.id": options.group_id_prefix,  # the pool adds a random suffix
         "enable.auto.commit": False,
