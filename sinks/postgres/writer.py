@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import os
+import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -13,17 +15,19 @@ import pyarrow as pa
 from psycopg import sql
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
+from connectors.context import TaskIdentity
 from connectors.errors import ServiceUnavailableError
 from connectors.protocol import (
     Decision,
     Lineage,
     Outcome,
+    PreparedUnit,
     TwoPhaseCommitWriter,
     UnitId,
     UnitMissingError,
     derive_sink_id,
 )
-from connectors.secrets import redact, secret_values
+from connectors.secrets import redact, secret_values, settings_digest
 from sinks.postgres import copy
 from sinks.postgres.options import PostgresSinkOptions
 
@@ -43,6 +47,55 @@ def connect(options: PostgresSinkOptions, autocommit: bool = True) -> Connection
             f"PostgreSQL at {redact(options.dsn)} (option 'dsn') is unreachable: "
             f"{_first_line(exc, options)}"
         ) from None
+
+
+class _Pool(threading.local):
+    """This thread's idle autocommit connections, by a digest of the DSN (which may hold
+    a password), each with the id of the process that opened it.
+
+    Spark reuses its Python workers across tasks, so a task's checks and its prepared
+    transaction use the connection the worker's previous task gave back instead of two
+    new ones, and the driver's commit the one of its previous commit. A writer takes a
+    connection for its own use and gives it back when done; only a connection outside
+    any transaction goes back."""
+
+    def __init__(self) -> None:
+        self.idle: dict[str, tuple[int, Connection]] = {}
+
+
+_POOL = _Pool()
+
+
+def take(options: PostgresSinkOptions) -> Connection:
+    """Task or driver: this thread's idle connection for ``options.dsn`` once it answered
+    a query, or a new one. One that does not answer (the server restarted, the
+    connection dropped) is closed; a new one fails clearly if PostgreSQL is unreachable."""
+    held = _POOL.idle.pop(settings_digest(options.dsn), None)
+    if held is not None and held[0] == os.getpid():  # not a forked parent's: leave that be
+        conn = _answering(held[1])
+        if conn is not None:
+            return conn
+    return connect(options)
+
+
+def give_back(options: PostgresSinkOptions, conn: Connection) -> None:
+    """Task or driver: ``conn`` into this thread's pool when it is outside any transaction,
+    else closed (the server then rolls back the open transaction, not prepared ones)."""
+    key = settings_digest(options.dsn)
+    idle = not conn.closed and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    if idle and key not in _POOL.idle:  # one a DSN is enough
+        _POOL.idle[key] = (os.getpid(), conn)
+    else:
+        conn.close()
+
+
+def _answering(conn: Connection) -> Connection | None:
+    try:
+        conn.execute("SELECT 1")
+        return conn
+    except psycopg.Error:
+        conn.close()
+        return None
 
 
 def _first_line(exc: Exception, options: PostgresSinkOptions) -> str:
@@ -98,9 +151,31 @@ class PostgresTwoPhaseWriter(TwoPhaseCommitWriter):
 
     @property
     def conn(self) -> Connection:
+        """Task or driver: the connection this writer took from its thread's pool."""
         if self._conn is None or self._conn.closed:
-            self._conn = connect(self.options)
+            self._conn = take(self.options)
         return self._conn
+
+    def prepare_task(self, task: TaskIdentity, rows: Iterator[Any]) -> PreparedUnit:
+        """Task: the protocol's prepare, then the connection back to the worker's pool."""
+        try:
+            return super().prepare_task(task, rows)
+        finally:
+            self.close()
+
+    def commit(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
+        """Driver: the protocol's commit, then the connection back to the pool."""
+        try:
+            super().commit(messages, batchId)
+        finally:
+            self.close()
+
+    def abort(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
+        """Driver: the protocol's abort, then the connection back to the pool."""
+        try:
+            super().abort(messages, batchId)
+        finally:
+            self.close()
 
     def _table(self, name: str) -> sql.Composable:
         return sql.Identifier(self.options.bookkeeping_schema, name)
@@ -144,11 +219,15 @@ class PostgresTwoPhaseWriter(TwoPhaseCommitWriter):
         return Decision(sink_id, batch_id, str(row[0]), units)
 
     def prepare(self, unit: UnitId, rows: Iterator[pa.RecordBatch]) -> int:
-        """Task: the rows and the unit's commit record in one transaction, then PREPARE."""
-        conn = connect(self.options, autocommit=False)
-        try:  # not `with conn`: its exit would COMMIT, which a two-phase transaction refuses
-            conn.tpc_begin(str(unit))
+        """Task: the rows and the unit's commit record in one transaction, then PREPARE
+        TRANSACTION (ROLLBACK when there were no rows). In plain SQL rather than psycopg's
+        tpc_* calls, which leave the connection unusable until the transaction is
+        finished, so the worker's next task can use it. Any error closes the connection:
+        the server rolls the open transaction back."""
+        conn = self.conn
+        try:
             with conn.cursor() as cur:
+                cur.execute("BEGIN")
                 count = self.rows.write(cur, str(unit), rows)
                 cur.execute(
                     sql.SQL("INSERT INTO {} (unit, sink_id, batch_id) VALUES (%s, %s, %s)").format(
@@ -156,12 +235,11 @@ class PostgresTwoPhaseWriter(TwoPhaseCommitWriter):
                     ),
                     (str(unit), unit.sink_id, unit.batch_id),
                 )
-            if count:
-                conn.tpc_prepare()
-            else:
-                conn.tpc_rollback()
-        finally:
-            conn.close()
+                end = sql.SQL("PREPARE TRANSACTION {}").format(sql.Literal(str(unit)))
+                cur.execute(end if count else sql.SQL("ROLLBACK"))
+        except BaseException:
+            self._drop()
+            raise
         return count
 
     def decide(self, decision: Decision) -> Decision:
@@ -194,7 +272,7 @@ class PostgresTwoPhaseWriter(TwoPhaseCommitWriter):
             return Outcome.ALREADY_COMMITTED if self._recorded(unit) else Outcome.MISSING
         except psycopg.OperationalError as exc:
             log.warning("COMMIT PREPARED %s: %s; retrying", unit, _first_line(exc, self.options))
-            self._conn = None
+            self._drop()
             return Outcome.RETRY
         return Outcome.COMMITTED
 
@@ -214,7 +292,16 @@ class PostgresTwoPhaseWriter(TwoPhaseCommitWriter):
                 self.rollback_unit(unit)
             return True
         finally:
+            self._unlock_shared(key)
+
+    def _unlock_shared(self, key: int) -> None:
+        """A session lock outlives the call: a connection that cannot release it is closed,
+        which releases it, so none goes back to the pool holding it."""
+        try:
             self.conn.execute("SELECT pg_advisory_unlock_shared(%s)", (key,))
+        except BaseException:
+            self._drop()
+            raise
 
     def units_in_doubt(self, sink_id: str) -> list[UnitId]:
         rows = self.conn.execute(
@@ -234,6 +321,13 @@ class PostgresTwoPhaseWriter(TwoPhaseCommitWriter):
             )
 
     def close(self) -> None:
+        """Task or driver: the connection back to the thread's pool (closed if it is still
+        inside a transaction)."""
+        if self._conn is not None:
+            give_back(self.options, self._conn)
+            self._conn = None
+
+    def _drop(self) -> None:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
@@ -270,6 +364,12 @@ class PostgresPlainWriter(DataSourceStreamArrowWriter):
 
         context = TaskContext.get()
         name = f"plain|{context.partitionId() if context else 0}"
-        with connect(self.options, autocommit=False) as conn, conn.cursor() as cur:
-            self.rows.write(cur, name, iterator)
+        conn = take(self.options)
+        try:
+            with conn.transaction(), conn.cursor() as cur:
+                self.rows.write(cur, name, iterator)
+        except BaseException:
+            conn.close()
+            raise
+        give_back(self.options, conn)
         return WriterCommitMessage()
