@@ -91,6 +91,30 @@ class SinkClaimedError(ProtocolError):
         )
 
 
+class Siblings(Enum):
+    """What a task does with units that other attempts of the same task (its batch and
+    partition) left prepared while the batch is undecided.
+
+    On a cluster Spark can run two attempts of one task at once (a stage resubmitted
+    after an executor was lost re-runs a partition whose first attempt is still
+    going) and keep whichever result reaches its output commit coordinator first.
+    A later attempt that rolls back an earlier one's unit can so remove the unit the
+    batch's decision names: the commit fails with :class:`UnitMissingError` and the
+    query must restart to replay the batch. Stores that can avoid the rollback do.
+    """
+
+    #: Roll them back: they may hold locks the task's own writes would wait on (the
+    #: default, and the only choice for a store with locks whose units can be torn).
+    ROLL_BACK = "roll back"
+    #: Report another attempt's unit of this query run as the task's own, writing
+    #: nothing: for a store whose prepare is atomic (a PostgreSQL prepared transaction),
+    #: so every unit it lists is whole. Units of earlier runs are rolled back.
+    ADOPT = "adopt"
+    #: Leave them: they block nothing, and the driver's recovery rolls back whatever
+    #: the batch's decision does not name (Redis stage lists).
+    LEAVE = "leave"
+
+
 class UnitMissingError(ProtocolError):
     """A unit the driver was about to decide is not prepared (a zombie rolled it back)."""
 
@@ -129,6 +153,10 @@ class UnitId:
         if not _ATTEMPT.match(parts[4]):
             return None
         return cls(parts[1], int(parts[2]), int(parts[3]), parts[4])
+
+    def same_run(self, task: TaskIdentity) -> bool:
+        """Whether another attempt of ``task``'s run made this unit (the attempt's id aside)."""
+        return self.attempt.partition("-")[2] == task.attempt.partition("-")[2]
 
     def made_by(self, query_id: str) -> bool:
         """Whether the query ``query_id`` made this unit (True for an untagged older unit)."""
@@ -191,6 +219,9 @@ class UnitStore(ABC):
     Every hook runs on the driver except :meth:`prepare` and those
     :meth:`TwoPhaseCommitWriter.prepare_task` calls, which run in tasks too.
     """
+
+    #: What a task does with the units other attempts of it left (see :class:`Siblings`).
+    siblings: Siblings = Siblings.ROLL_BACK
 
     @abstractmethod
     def sink_id(self, query_id: str) -> str:
@@ -274,8 +305,9 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter, UnitStore):
         return self.prepare_task(TaskIdentity.current(), iterator)
 
     def prepare_task(self, task: TaskIdentity, rows: Iterator[Any]) -> PreparedUnit:
-        """Task: 1. skip a decided or applied batch; 2. release what other attempts of this
-        partition, and strays of earlier batches, hold; 3. prepare; 4. report the unit.
+        """Task: 1. skip a decided or applied batch; 2. release what strays of earlier
+        batches hold, and deal with what other attempts of this task left (roll back,
+        adopt or leave, as :attr:`siblings` says); 3. prepare; 4. report the unit.
 
         Step 1 comes before step 2: the units of a decided batch are the driver's to
         commit (a replay after a crash between decision and commit), never to discard.
@@ -285,9 +317,14 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter, UnitStore):
         steps = timing.TaskSteps("sink write", task.batch_id, rest="write and prepare")
         sink_id = self.sink_id(task.query_id)
         self._check_owner(sink_id, task.query_id)
-        if self._already_done(sink_id, task) or not self._release_others(sink_id, task):
+        released = not self._already_done(sink_id, task) and self._release_others(sink_id, task)
+        if released is False:
             log.info("batch %d of sink %s is decided: writing nothing", task.batch_id, sink_id)
             return PreparedUnit(sink_id, task.query_id, task.batch_id, None, 0, True,
+                                task.query_name)  # fmt: skip
+        if isinstance(released, UnitId):
+            log.info("reporting %s, prepared whole by another attempt of this task", released)
+            return PreparedUnit(sink_id, task.query_id, task.batch_id, released, 0, False,
                                 task.query_name)  # fmt: skip
         steps.add("owner and batch checks", steps.began)
         faults.point("before-prepare", task.batch_id, role="worker", query=task.query_name)
@@ -311,21 +348,25 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter, UnitStore):
             return True
         return task.batch_id <= self.applied_watermark(sink_id, task.query_id)
 
-    def _release_others(self, sink_id: str, task: TaskIdentity) -> bool:
-        """Roll back earlier attempts' units of this (batch, partition) unless the batch got
-        decided meanwhile (then False), and strays of earlier batches (they may hold locks
-        this task's writes would wait on). Only this query's: until a query claims the sink
-        id, another query's units may be the ones its first decision names."""
+    def _release_others(self, sink_id: str, task: TaskIdentity) -> bool | UnitId:
+        """Roll back strays of earlier batches (they may hold locks this task's writes would
+        wait on), then deal with the units earlier attempts of this (batch, partition) left:
+        True to go on and prepare, False when the batch got decided meanwhile, or another
+        attempt's whole unit to report (:class:`Siblings`). Only this query's units: until
+        a query claims the sink id, another query's may be the ones its first decision
+        names."""
         units = self.units_in_doubt(sink_id)
         by_batch = _by_batch(u for u in units if u.made_by(task.query_id))
         for batch_id in sorted(b for b in by_batch if b < task.batch_id):
             self._settle_undecided_or_stray(sink_id, batch_id, by_batch[batch_id], commit=False)
-        mine = [u for u in by_batch.get(task.batch_id, [])
-                if u.partition == task.partition and u.made_by(task.query_id)]  # fmt: skip
-        if mine:
-            log.info("rolling back %s left by earlier attempts", ", ".join(map(str, mine)))
-            return self.rollback_undecided(sink_id, task.batch_id, mine)
-        return True
+        mine = [u for u in by_batch.get(task.batch_id, []) if u.partition == task.partition]
+        if not mine or self.siblings is Siblings.LEAVE:
+            return True
+        whole = [u for u in mine if u.same_run(task)]
+        if self.siblings is Siblings.ADOPT and whole:
+            return whole[0]
+        log.info("rolling back %s left by earlier attempts", ", ".join(map(str, mine)))
+        return self.rollback_undecided(sink_id, task.batch_id, mine)
 
     # -- commit: on the driver ---------------------------------------------------
 

@@ -45,6 +45,7 @@ from connectors.protocol import (
     Outcome,
     PreparedUnit,
     ProtocolError,
+    Siblings,
     SinkClaimedError,
     TwoPhaseCommitWriter,
     UnitId,
@@ -172,34 +173,53 @@ class SinkContract:
         self.run_batch(fresh, 2)
         self.assert_exactly_once(fresh, range(3))
 
-    def test_a_retried_task_rolls_back_the_failed_attempts_unit(self) -> None:
+    def test_a_retried_task_deals_with_the_failed_attempts_unit_as_its_store_says(
+        self,
+    ) -> None:
         writer = self.new_writer()
         failed = self.prepare(writer, 0, 0)  # its worker died; Spark retries the task
         messages = [self.prepare(writer, 0, p) for p in range(self.partitions)]
-        assert failed.unit is not None and failed.unit not in writer.units_in_doubt(
-            self.sink(writer)
-        ), "the retry must roll back the failed attempt's unit (it may hold locks)"
+        in_doubt = writer.units_in_doubt(self.sink(writer))
+        assert failed.unit is not None
+        if writer.siblings is Siblings.ROLL_BACK:
+            assert failed.unit not in in_doubt, "the retry must roll back the failed attempt's unit"
+        elif writer.siblings is Siblings.ADOPT:
+            assert messages[0].unit == failed.unit, "the retry must report the whole unit it found"
+        else:
+            assert failed.unit in in_doubt and messages[0].unit != failed.unit
         writer.commit(messages, 0)
         self.assert_exactly_once(writer, range(1))
 
     def test_two_live_attempts_of_one_task_never_share_a_unit(self) -> None:
-        """Attempt numbers repeat across stage attempts; task attempt ids never do."""
+        """Attempt numbers repeat across stage attempts; task attempt ids never do. (A store
+        that adopts has the second attempt report the first one's unit, preparing none.)"""
         writer = self.new_writer()
         first, second = self.task(0, 0), self.task(0, 0)
-        units = {
+        units = [
             self.ship(writer).prepare_task(task, iter(batch_rows(0, 0))).unit
             for task in (first, second)
-        }
-        assert len(units) == 2, "two attempts of one task got the same unit name"
+        ]
+        if writer.siblings is Siblings.ADOPT:
+            assert units[0] == units[1] and units[0] is not None
+            assert units[0].attempt == first.attempt, "the second attempt prepared a unit"
+        else:
+            assert len(set(units)) == 2, "two attempts of one task got the same unit name"
         messages = [self.prepare(writer, 0, p) for p in range(1, self.partitions)]
         retry = self.ship(writer).prepare_task(self.task(0, 0), iter(batch_rows(0, 0)))
         writer.commit([retry, *messages], 0)
         self.assert_exactly_once(writer, range(1))
 
-    def test_a_zombie_that_rolls_back_a_unit_before_the_decision_fails_the_batch(self) -> None:
+    def test_a_second_live_attempt_of_a_task_loses_and_duplicates_nothing(self) -> None:
+        """A resubmitted stage re-runs a task whose first attempt already prepared, and Spark
+        keeps the first attempt's result. A store that rolls back other attempts' units
+        fails that batch (a restart replays it); one that adopts or leaves them commits it."""
         writer = self.new_writer()
         messages = [self.prepare(writer, 0, p) for p in range(self.partitions)]
-        self.prepare(writer, 0, 0)  # a zombie attempt of task 0 rolls back the retry's unit
+        self.prepare(writer, 0, 0)  # the second attempt of task 0, whose result Spark drops
+        if writer.siblings is not Siblings.ROLL_BACK:
+            writer.commit(messages, 0)
+            self.assert_exactly_once(writer, range(1))
+            return
         with pytest.raises(UnitMissingError):
             writer.commit(messages, 0)
         writer.abort(messages, 0)  # Spark aborts the batch whose commit failed

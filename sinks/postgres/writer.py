@@ -22,6 +22,7 @@ from connectors.protocol import (
     Lineage,
     Outcome,
     PreparedUnit,
+    Siblings,
     TwoPhaseCommitWriter,
     UnitId,
     UnitMissingError,
@@ -140,6 +141,10 @@ class PostgresTwoPhaseWriter(TwoPhaseCommitWriter):
     transaction is committed). A per-(sink, batch) advisory
     lock makes the decision exclusive with any rollback of that batch's units.
     """
+
+    #: PREPARE TRANSACTION is atomic, so a listed unit is whole: a task reports another
+    #: attempt's unit instead of rolling it back (its row locks would block this one's).
+    siblings = Siblings.ADOPT
 
     def __init__(self, options: PostgresSinkOptions, columns: tuple[str, ...]) -> None:
         self.options = options

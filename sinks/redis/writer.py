@@ -15,6 +15,7 @@ from connectors.protocol import (
     Decision,
     Lineage,
     Outcome,
+    Siblings,
     TwoPhaseCommitWriter,
     UnitId,
     UnitMissingError,
@@ -121,6 +122,10 @@ class RedisStagedWriter(TwoPhaseCommitWriter):
     a unit's stage is deleted in the same script that applies it, so applying
     it again finds nothing to do. In increment mode each counter moves once.
     """
+
+    #: A stage list locks nothing, so other attempts' units stay until the driver's
+    #: recovery rolls back those the decision does not name.
+    siblings = Siblings.LEAVE
 
     def __init__(self, options: RedisSinkOptions, spec: values.Layout) -> None:
         self.options = options

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 
-from connectors.protocol import TwoPhaseCommitWriter
+from connectors.protocol import Siblings, TwoPhaseCommitWriter
 from connectors.testing import MemorySink, SinkContract, memory_server
 
 
@@ -18,3 +18,25 @@ class TestMemorySink(SinkContract):
 
     def visible(self) -> Mapping[str, int]:
         return memory_server(self.server).data
+
+
+class _AdoptingMemorySink(MemorySink):
+    siblings = Siblings.ADOPT  # its prepare is one assignment: every unit it lists is whole
+
+
+class _LeavingMemorySink(MemorySink):
+    siblings = Siblings.LEAVE
+
+
+class TestMemorySinkThatAdopts(TestMemorySink):
+    """The contract with the policy PostgreSQL uses for other attempts' units."""
+
+    def new_writer(self, sink_id: str | None = None) -> TwoPhaseCommitWriter:
+        return _AdoptingMemorySink(self.server, sink_id)
+
+
+class TestMemorySinkThatLeaves(TestMemorySink):
+    """The contract with the policy Redis uses for other attempts' units."""
+
+    def new_writer(self, sink_id: str | None = None) -> TwoPhaseCommitWriter:
+        return _LeavingMemorySink(self.server, sink_id)
