@@ -69,6 +69,7 @@ def stage_frame(spark: SparkSession, spec: PipelineSpec, query: QuerySpec) -> Da
         .option("subscribe", query.topic)
         .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", str(spec.max_offsets))
+        .options(**query.source_options)
         .load()
     )
     if query.stage == "records":

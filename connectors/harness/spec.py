@@ -34,6 +34,7 @@ class QuerySpec:
     columns: tuple[str, ...]  # select expressions over the stage's output
     options: dict[str, str] = field(default_factory=dict, repr=False)  # may hold passwords
     source: str = "eos_kafka"  # or Spark's own "kafka"
+    source_options: dict[str, str] = field(default_factory=dict)  # more source options
 
     @property
     def output_mode(self) -> str:

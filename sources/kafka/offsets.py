@@ -31,6 +31,18 @@ class KafkaRange(InputPartition):
         return self.end - self.start
 
 
+@dataclass(frozen=True)
+class KafkaRanges(InputPartition):
+    """One task's work when a batch has more ranges than ``maxPartitions``: several ranges,
+    read one after the other by one pooled consumer."""
+
+    ranges: tuple[KafkaRange, ...]
+
+    @property
+    def size(self) -> int:
+        return sum(r.size for r in self.ranges)
+
+
 def to_spark(offsets: Mapping[TopicPartitionKey, int]) -> dict[str, dict[str, int]]:
     """``{"topic": {"partition": next_offset}}``, the form written to ``offsets/N``."""
     result: dict[str, dict[str, int]] = {}
@@ -160,3 +172,18 @@ def _split(whole: KafkaRange, parts: int) -> list[KafkaRange]:
     return [
         KafkaRange(whole.topic, whole.partition, lo, hi) for lo, hi in itertools.pairwise(bounds)
     ]
+
+
+def pack_ranges(ranges: list[KafkaRange], max_tasks: int | None) -> list[KafkaRange | KafkaRanges]:
+    """At most ``max_tasks`` tasks: each range, largest first, goes to the task with the
+    fewest offsets so far (the first such on a tie). A pure function of its arguments,
+    so a replay plans the same tasks."""
+    if not max_tasks or len(ranges) <= max_tasks:
+        return list(ranges)
+    tasks: list[list[KafkaRange]] = [[] for _ in range(max_tasks)]
+    sizes = [0] * max_tasks
+    for piece in sorted(ranges, key=lambda r: (-r.size, r.topic, r.partition, r.start)):
+        emptiest = min(range(max_tasks), key=lambda i: (sizes[i], i))
+        tasks[emptiest].append(piece)
+        sizes[emptiest] += piece.size
+    return [task[0] if len(task) == 1 else KafkaRanges(tuple(task)) for task in tasks]

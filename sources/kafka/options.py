@@ -32,6 +32,7 @@ _KNOWN = {
     "startingoffsetsbytimestampstrategy",
     "maxoffsetspertrigger",
     "minpartitions",
+    "maxpartitions",
     "failondataloss",
     "includeheaders",
     "kafkaconsumer.polltimeoutms",
@@ -76,6 +77,7 @@ class KafkaSourceOptions:
     timestamp_strategy: Literal["error", "latest"] = "error"
     max_offsets_per_trigger: int | None = None
     min_partitions: int | None = None
+    max_partitions: int | None = None
     fail_on_data_loss: bool = True
     include_headers: bool = False
     poll_timeout_ms: int = 120_000
@@ -109,6 +111,19 @@ class KafkaSourceOptions:
         return any(t == topic for t, _ in self.assigned)
 
 
+def _max_partitions(options: Mapping[str, str]) -> int | None:
+    """``maxPartitions``: at most this many read tasks a batch; not below ``minPartitions``."""
+    most = _positive_int(options, "maxPartitions")
+    least = _positive_int(options, "minPartitions")
+    if most is not None and least is not None and least > most:
+        raise ConfigError(
+            f"Option 'minPartitions' ({least}) is above 'maxPartitions' ({most}): a batch cannot "
+            "have at least that many tasks and at most this many. Lower minPartitions or raise "
+            "maxPartitions."
+        )
+    return most
+
+
 def parse_options(raw: Mapping[str, str]) -> KafkaSourceOptions:
     """Parse Spark's string options into a frozen config; raise ConfigError on bad input."""
     options = {k.lower(): v for k, v in raw.items() if k.lower() not in opt.SPARK_WRITER_OPTIONS}
@@ -131,6 +146,7 @@ def parse_options(raw: Mapping[str, str]) -> KafkaSourceOptions:
         ),  # type: ignore[arg-type]
         max_offsets_per_trigger=_positive_int(options, "maxOffsetsPerTrigger"),
         min_partitions=_positive_int(options, "minPartitions"),
+        max_partitions=_max_partitions(options),
         fail_on_data_loss=opt.boolean(options, "failOnDataLoss", True),
         include_headers=opt.boolean(options, "includeHeaders", False),
         poll_timeout_ms=_positive_int(options, "kafkaConsumer.pollTimeoutMs") or 120_000,

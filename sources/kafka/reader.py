@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
+from itertools import chain
 from typing import Any
 
 import pyarrow as pa
@@ -23,11 +24,13 @@ from pyspark.sql.streaming.datasource import (
 from sources.kafka.broker import BrokerView
 from sources.kafka.offsets import (
     KafkaRange,
+    KafkaRanges,
     Offsets,
     SourceOffset,
     from_spark,
     limit_offsets,
     moved_back,
+    pack_ranges,
     plan_ranges,
     to_spark,
 )
@@ -101,9 +104,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         unplaced = [tp for tp in following.ends if tp not in begin]
         if unplaced:  # offsets written before starts were checkpointed
             begin = {**begin, **self.broker.earliest(unplaced)}
-        return plan_ranges(begin, following.ends, self.options.min_partitions)
+        ranges = plan_ranges(begin, following.ends, self.options.min_partitions)
+        return pack_ranges(ranges, self.options.max_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Task: the range's records, or each packed range's in turn (``maxPartitions``)."""
+        if isinstance(partition, KafkaRanges):
+            return chain.from_iterable(read_range(self.options, r) for r in partition.ranges)
         assert isinstance(partition, KafkaRange)
         return read_range(self.options, partition)
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from confluent_kafka import TopicPartition
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.functions import spark_partition_id
 from pyspark.sql.streaming.query import StreamingQuery
 
 from connectors.endpoints import Endpoints
@@ -104,6 +105,26 @@ def test_reads_exactly_the_committed_records(
     assert all(r["topic"] == topic for r in rows)
 
     # The same rows as a plain read_committed confluent-kafka consumer over the same ranges.
+    end = _json_field(progress[-1]["sources"][0]["endOffset"])[topic]
+    ranges = {int(p): (0, int(o)) for p, o in end.items()}
+    assert _records(rows) == read_to_end(endpoints.kafka_bootstrap, topic, ranges=ranges)
+
+
+def test_max_partitions_packs_the_ranges_into_fewer_tasks_and_reads_each_record_once(
+    spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path
+) -> None:
+    topic = f"src-packed-{unique}"
+    create_topic(endpoints.kafka_bootstrap, topic, partitions=5)
+    visible = produce_mixed(
+        endpoints.kafka_bootstrap, topic, 5, transactions=10, per_txn=40, txn_id=unique
+    )
+    df = _stream(spark, endpoints, subscribe=topic, startingOffsets="earliest", maxPartitions="2")
+    tasks = df.withColumn("task", spark_partition_id())
+    rows, progress = _run_available_now(tasks, tmp_path / "ck")
+    values = [bytes(r["value"]) for r in rows]
+    assert len(values) == len(set(values)) and set(values) == visible, "lost or repeated records"
+    assert {r["partition"] for r in rows} == set(range(5))
+    assert {r["task"] for r in rows} == {0, 1}, "five partitions were not read by two tasks"
     end = _json_field(progress[-1]["sources"][0]["endOffset"])[topic]
     ranges = {int(p): (0, int(o)) for p, o in end.items()}
     assert _records(rows) == read_to_end(endpoints.kafka_bootstrap, topic, ranges=ranges)

@@ -4,10 +4,12 @@ import pickle
 
 from sources.kafka.offsets import (
     KafkaRange,
+    KafkaRanges,
     SourceOffset,
     from_spark,
     limit_offsets,
     moved_back,
+    pack_ranges,
     plan_ranges,
     to_spark,
 )
@@ -136,3 +138,18 @@ def test_the_progress_report_reuses_latest_offsets_look_up() -> None:
     broker.ends = {("t", 0): 12}
     assert from_spark(reader.reportLatestOffset() or {}) == {("t", 0): 12}
     assert broker.latest_calls == 2
+
+
+def test_pack_puts_every_range_into_at_most_max_tasks_the_same_way_every_time() -> None:
+    sizes = {0: 500, 1: 100, 2: 300, 3: 250, 4: 50}
+    ranges = [KafkaRange("t", p, 1000, 1000 + n) for p, n in sizes.items()]
+    tasks = pack_ranges(ranges, 2)
+    assert tasks == pack_ranges(list(reversed(ranges)), 2), "packing depends on the input order"
+    assert len(tasks) == 2 and all(isinstance(t, KafkaRanges) for t in tasks)
+    packed = [r for t in tasks if isinstance(t, KafkaRanges) for r in t.ranges]
+    assert sorted(packed, key=str) == sorted(ranges, key=str), "a range was lost or read twice"
+    assert [t.size for t in tasks] == [600, 600]  # largest first, each to the emptiest task
+    assert pack_ranges(ranges, 5) == ranges and pack_ranges(ranges, None) == ranges
+    single = pack_ranges(ranges[:3], 2)
+    assert single[0] == KafkaRange("t", 0, 1000, 1500), "a lone range stays a plain range"
+    assert pickle.loads(pickle.dumps(tasks[1])) == tasks[1]

@@ -66,6 +66,8 @@ def test_assign_and_json_offsets() -> None:
         ({"kafka.auto.offset.reset": "earliest"}, "use startingOffsets"),
         ({"kafka.isolation.level": "dirty"}, "'kafka.isolation.level' must be"),
         ({"startingTimestamp": "1", "startingOffsetsByTimestamp": "{}"}, "only one of"),
+        ({"maxPartitions": "0"}, "'maxPartitions' must be >= 1"),
+        ({"minPartitions": "8", "maxPartitions": "2"}, r"'minPartitions' \(8\) is above"),
     ],
 )
 def test_bad_options_name_the_option(extra: dict[str, str], message: str) -> None:
