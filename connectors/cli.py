@@ -59,6 +59,12 @@ def _bench_command(args: argparse.Namespace) -> int:
     return run_bench(args.which, records=args.records, out_dir=Path(args.out))
 
 
+def _tasks_command(args: argparse.Namespace) -> int:
+    from connectors.compare.task_cost import run
+
+    return run()
+
+
 def _compare_command(args: argparse.Namespace) -> int:
     from connectors.compare.command import run_compare
 
@@ -159,6 +165,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_arguments(compare)
     compare.set_defaults(func=_compare_command)
+    tasks = benches.add_parser(
+        "tasks", help="Spark's cost per Python task under each worker set-up (~2 min)"
+    )
+    tasks.set_defaults(func=_tasks_command)
     for which, text in [
         ("source", "eos_kafka source vs a raw confluent-kafka consume loop"),
         ("postgres", "eos_postgres exactly-once vs at-least-once"),

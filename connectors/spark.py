@@ -36,7 +36,8 @@ TASK_ATTEMPTS = 4
 
 #: Settings every session of this package gets (loopback only, RocksDB state with
 #: changelog checkpointing, no speculation, Arrow transfers, reused Python workers
-#: forked from a daemon that imported the task modules first).
+#: forked from a daemon that imported the task modules first, Unix domain sockets
+#: between Spark and its Python processes).
 BASE_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
     "spark.driver.host": "127.0.0.1",
@@ -45,6 +46,11 @@ BASE_CONF: dict[str, str] = {
     "spark.sql.shuffle.partitions": "4",
     "spark.speculation": "false",
     "spark.python.worker.reuse": "true",
+    # Tasks hand over to their Python workers, and the streaming source's driver-side
+    # runner answers Spark, over Unix domain sockets instead of loopback TCP: with the
+    # workers' garbage collection cut (connectors.worker_daemon.freeze), a local[2] job
+    # of four Python data source write tasks went from 133 to 59 ms (median of 25).
+    "spark.python.unix.domain.socket.enabled": "true",
     # Workers fork with pyarrow, pandas, confluent-kafka and the connectors imported.
     "spark.python.daemon.module": "connectors.worker_daemon",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
