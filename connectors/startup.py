@@ -28,14 +28,18 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
-#: Set by Spark in the Python processes it starts (PythonWorkerFactory): the secret in
-#: every one, the port or socket path only in those it starts directly. Processes
-#: forked from its daemon (``pyspark.daemon``), as the sink's commit runners are in
-#: Spark 4.3, have the secret alone, and their parent is the daemon.
+#: Set by Spark in the Python processes it starts (PythonWorkerFactory). Over TCP: the
+#: secret in every one, the port only in those it starts directly; processes forked
+#: from its daemon (``pyspark.daemon``), as the sink's commit runners are in Spark 4.3,
+#: have the secret alone, and their parent is the daemon. Over Unix domain sockets
+#: (``spark.python.unix.domain.socket.enabled``) there is no secret: every one has the
+#: flag and the socket directory, the socket path only those started directly.
 SPARK_WORKER_ENV = (
     "PYTHON_WORKER_FACTORY_SECRET",
     "PYTHON_WORKER_FACTORY_PORT",
     "PYTHON_WORKER_FACTORY_SOCK_PATH",
+    "PYTHON_UNIX_DOMAIN_ENABLED",
+    "PYTHON_WORKER_FACTORY_SOCK_DIR",
 )
 
 

@@ -60,17 +60,14 @@ def test_workers_start_with_the_imported_objects_frozen_out_of_the_collector(
     """PySpark collects garbage in a worker after every task: with the imports frozen
     (gc.freeze before the fork) it walks only what tasks left, not ~100,000 objects."""
 
-    def frozen_and_collect_ms(_: object) -> tuple[int, float]:
+    def frozen_and_tracked(_: object) -> tuple[int, int]:
         import gc
-        import time
 
-        began = time.perf_counter()
-        gc.collect()
-        return gc.get_freeze_count(), (time.perf_counter() - began) * 1000
+        gc.collect()  # as after a task: what it leaves is what a collection walks
+        return gc.get_freeze_count(), len(gc.get_objects())
 
-    found = spark.sparkContext.parallelize(range(2), 2).map(frozen_and_collect_ms).collect()
-    assert all(frozen > 50_000 for frozen, _ in found), found
-    assert all(ms < 20 for _, ms in found), f"a collection still walks the imports: {found}"
+    found = spark.sparkContext.parallelize(range(2), 2).map(frozen_and_tracked).collect()
+    assert all(frozen > 50_000 and tracked < frozen // 4 for frozen, tracked in found), found
 
 
 def test_workers_talk_to_spark_over_a_unix_socket(spark: SparkSession) -> None:

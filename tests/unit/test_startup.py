@@ -29,12 +29,23 @@ def _counting(fail: list[bool]) -> tuple[list[int], Callable[[], None]]:
     return calls, check
 
 
+# What a process forked from Spark's Python daemon has (Spark 4.3's commit runners), over
+# loopback TCP and over Unix domain sockets.
+FORKED_ENV = [
+    {"PYTHON_WORKER_FACTORY_SECRET": "not-a-real-secret"},
+    {"PYTHON_UNIX_DOMAIN_ENABLED": "True", "PYTHON_WORKER_FACTORY_SOCK_DIR": "/tmp"},
+]
+
+
+@pytest.mark.parametrize("forked", FORKED_ENV, ids=["tcp", "unix-sockets"])
 def test_in_a_process_spark_started_the_checks_run_once_after_they_pass(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, forked: dict[str, str]
 ) -> None:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    # What a process forked from Spark's Python daemon has (Spark 4.3's commit runners).
-    monkeypatch.setenv("PYTHON_WORKER_FACTORY_SECRET", "not-a-real-secret")
+    for name in SPARK_WORKER_ENV:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in forked.items():
+        monkeypatch.setenv(name, value)
     calls, check = _counting([True])
     with pytest.raises(RuntimeError):
         once_per_driver("eos_redis|a", check)
