@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 
 # local[N,F]: let a task fail F-1 times (a killed Python worker) before the query fails.
 TASK_ATTEMPTS = 4
+#: On a cluster: attempts of a stage in a row (fetch failures after lost executors).
+STAGE_ATTEMPTS = 8
 
 #: Settings every session of this package gets (loopback only, RocksDB state with
 #: changelog checkpointing, no speculation, Arrow transfers, reused Python workers
@@ -137,8 +139,8 @@ FORWARDED_ENV = ("PYTHONPATH",)
 
 def cluster_conf(master: str) -> dict[str, str]:
     """Settings for a session on a cluster (``master`` not ``local``): one-core executors
-    that retry a failed task three times, and :data:`FORWARDED_ENV` as
-    ``spark.executorEnv.*``."""
+    that retry a failed task three times, stages resubmitted up to :data:`STAGE_ATTEMPTS`
+    times in a row, and :data:`FORWARDED_ENV` as ``spark.executorEnv.*``."""
     if master.startswith("local") or is_connect(master):
         return {}
     forwarded = {
@@ -150,6 +152,10 @@ def cluster_conf(master: str) -> dict[str, str]:
         "spark.executor.cores": "1",
         "spark.executor.memory": os.environ.get("EOS_SPARK_EXECUTOR_MEMORY", "1g"),
         "spark.task.maxFailures": str(TASK_ATTEMPTS),
+        # A lost executor takes its shuffle files along, and every stage reading them
+        # fails and is resubmitted; Spark gives a query up after 4 such attempts of one
+        # stage in a row (a CI run lost 4 executors in 17 s to three queries' faults).
+        "spark.stage.maxConsecutiveAttempts": str(STAGE_ATTEMPTS),
         **{f"spark.executorEnv.{name}": value for name, value in forwarded.items()},
     }
 
