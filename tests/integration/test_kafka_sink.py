@@ -38,7 +38,10 @@ from sinks.kafka.options import parse_options as sink_options
 from sinks.kafka.writer import (
     LIBRDKAFKA_LOG,
     ClientPool,
+    KafkaPlainWriter,
+    KafkaSinkError,
     KafkaTransactionalWriter,
+    PlainProducers,
     _begin,
     _fenced_producer,
     _MarkerGroup,
@@ -174,6 +177,30 @@ def test_two_workers_fence_each_others_pooled_producer_back_and_forth(
     topic = writer.options.topic
     assert topic is not None
     assert open_transactions(endpoints.kafka_bootstrap, topic) == set()
+
+
+def test_at_least_once_producers_are_kept_per_worker_and_dropped_after_a_failure(
+    endpoints: Endpoints, unique: str
+) -> None:
+    """The at-least-once writer reuses its worker's producer (a new idempotent producer
+    waits ~500 ms for its id); a record the broker refuses fails the task with the
+    count of failed records, and the producer is not kept."""
+    topic = f"ks-plain-{unique}"
+    create_topic(endpoints.kafka_bootstrap, topic, 2, **{"max.message.bytes": "2000"})
+    options = sink_options({"kafka.bootstrap.servers": endpoints.kafka_bootstrap, "topic": topic,
+                            "deliveryGuarantee": "at-least-once"})  # fmt: skip
+    writer, pool = KafkaPlainWriter(options), PlainProducers()
+    for batch in range(3):
+        writer.write_rows(iter(_rows(batch)), pool)
+    assert pool.created == 1, "one producer for three tasks"
+    too_large = pa.RecordBatch.from_arrays([pa.array([b"k"]), pa.array([b"x" * 5000])],
+                                           ["key", "value"])  # fmt: skip
+    with pytest.raises(KafkaSinkError, match=r"1 failed .*(?i:too large)"):
+        writer.write_rows(iter([too_large]), pool)
+    writer.write_rows(iter(_rows(3)), pool)
+    assert pool.created == 2, "the failed task's producer was dropped, not reused"
+    delivered = [r.value for r in read_to_end(endpoints.kafka_bootstrap, topic)]
+    assert sorted(delivered) == _expected(range(4))
 
 
 def _fenced_lines(writer: KafkaTransactionalWriter, name: str, caplog: Any) -> list[str]:
