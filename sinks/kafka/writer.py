@@ -24,6 +24,12 @@ marker missing from the group is looked up there before a batch counts as new.
 Both carry the query id that wrote them: a marker of another query (a new
 checkpoint, or a second query, with the same ``sinkId``) fails the task instead
 of skipping its batches.
+
+A pooled producer remembers the marker its own last transaction committed, and a
+task that takes it reads no marker from the broker: only a transaction of this
+transactional id moves the marker, any other producer of the id must have called
+``init_transactions()`` first, and that fences this one, which the task finds out at
+the marker's offset before it trusts what it remembers.
 """
 
 from __future__ import annotations
@@ -117,6 +123,7 @@ class KafkaTransactionalWriter(DataSourceStreamArrowWriter):
                         raise
                     log.info("pooled producer %s is stale (%s): initialising a new one", name, exc)
                     since = time.perf_counter()
+                    marker.known = None  # another producer of the id may have moved it
                     producer, fresh = pool.new_producer(self.options, name), True
                     steps.add("client set-up", since)
         except BaseException:
@@ -131,12 +138,13 @@ class KafkaTransactionalWriter(DataSourceStreamArrowWriter):
     def _attempt(self, producer: Producer, marker: _MarkerGroup, task: TaskIdentity,
                  iterator: Iterator[pa.RecordBatch], sid: str,
                  steps: timing.TaskSteps) -> TaskReport:  # fmt: skip
-        """Begin with the marker's offset (a stale producer fails here), then read the
-        marker: a marked batch aborts the empty transaction and is skipped."""
+        """Begin with the marker's offset (a stale producer fails here), then the marker
+        (remembered by a pooled producer, else read): a marked batch aborts the empty
+        transaction and is skipped."""
         since = time.perf_counter()
         _begin(producer, marker, task)
         try:
-            done, owner = marker.read()
+            done, owner = marker.known = marker.known or marker.read()
             steps.add("begin and marker", since)
             if owner and owner != task.query_id:
                 raise SinkClaimedError(sid, Lineage(owner), task.query_id)
@@ -148,6 +156,7 @@ class KafkaTransactionalWriter(DataSourceStreamArrowWriter):
             faults.point("before-prepare", task.batch_id, role="worker", query=task.query_name)
             batches = rows(steps.pulled("waiting for rows", iterator), self.options.topic)
             count = _finish(producer, marker, task, batches, sid, steps)
+            marker.known = (task.batch_id + 1, task.query_id)
         except Exception:  # a crash (or a simulated one) leaves it open, for fencing to end
             _abort_quietly(producer)
             raise
@@ -170,6 +179,10 @@ class _MarkerGroup:
         self.topic = options.marker_topic
         self.group = group
         self.options = options
+        #: The marker as the pooled producer's own last transaction left it (set only
+        #: while that producer is unfenced; see the module's docstring), else None.
+        self.known: tuple[int, str] | None = None
+        self.reads = 0  # marker reads from the broker: for tests
         self.consumer = Consumer(
             {
                 **CONNECT_AT_ONCE,
@@ -189,6 +202,7 @@ class _MarkerGroup:
     def read(self) -> tuple[int, str]:
         """(batches done, the query id that marked them): (0, "") before any marker. A broker
         error is raised with its code, never read as "nothing done"."""
+        self.reads += 1
         position = TopicPartition(self.topic, 0)
         marked = _call(lambda: self.consumer.committed([position], timeout=CALL_TIMEOUT),
                        f"reading marker {self.group}")[0]  # fmt: skip

@@ -158,20 +158,32 @@ def test_a_zombie_that_passed_its_marker_check_is_fenced_by_the_retry(
 
 
 def test_two_workers_fence_each_others_pooled_producer_back_and_forth(
-    endpoints: Endpoints, writer: KafkaTransactionalWriter
+    endpoints: Endpoints, writer: KafkaTransactionalWriter, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Spark hands a task partition's batches to whichever worker is free: each worker's
     pooled producer is fenced by the other's in between, finds out at the marker offset
     (before any record), takes a new producer and writes its batch once."""
     first, second = ClientPool(), ClientPool()
+    reads: list[str] = []
+    read = _MarkerGroup.read
+
+    def counted(marker: _MarkerGroup) -> tuple[int, str]:
+        reads.append(marker.group)
+        return read(marker)
+
+    monkeypatch.setattr(_MarkerGroup, "read", counted)
     for batch in range(6):
         report = writer.write_task(_task(batch), iter(_rows(batch)), (first, second)[batch % 2])
         assert not report.skipped and report.records == 50
     assert (first.created, second.created) == (3, 3), "each fenced pooled producer replaced"
-    # Back to back on one worker, the pooled producer is reused: no new one.
+    assert len(reads) == 6, "a new producer reads the marker from the broker"
+    # Back to back on one worker, the pooled producer is reused: no new one, and the
+    # marker it committed last is known without asking the broker.
     writer.write_task(_task(6), iter(_rows(6)), second)
-    assert second.created == 3
-    # A late replay of an old batch writes nothing.
+    assert (second.created, len(reads)) == (3, 6)
+    # A late replay of a batch the other worker wrote writes nothing: first's producer
+    # (last committed batch 4) was fenced since, so what it remembers is not trusted.
+    assert writer.write_task(_task(5, run="run-2"), iter(_rows(5)), first).skipped
     assert writer.write_task(_task(4, run="run-2"), iter(_rows(4)), first).skipped
     assert _values(endpoints, writer, "read_committed") == _expected(range(7))
     topic = writer.options.topic
