@@ -36,17 +36,18 @@ TASK_ATTEMPTS = 4
 #: On a cluster: attempts of a stage in a row (fetch failures after lost executors).
 STAGE_ATTEMPTS = 8
 
-#: ``file:`` paths (a local or shared-mount checkpoint) through Hadoop's raw local file
+#: ``file:`` checkpoints (local, or a shared mount) through Hadoop's raw local file
 #: system: no ``.crc`` checksum file beside every checkpoint file. Without Hadoop's
 #: native library (the pip PySpark has none) each local file operation that sets a
 #: permission or resolves a link forks ``chmod`` or ``readlink`` from the JVM, and the
-#: checksum file doubles them: one atomic checkpoint write (Spark's FileContext
-#: manager, as for ``offsets/N``, ``commits/N`` and the state store's files) took 28.0
-#: ms, and 15.5 ms raw (200 writes, local[1]); a batch writes about six. Renames stay
-#: atomic (RawLocalFs renames with overwrite as rename(2) does). Other schemes (hdfs,
-#: s3a) are not touched; a session's own ``conf`` can set the checksummed classes back.
+#: checksum file doubles them: one atomic checkpoint write through Spark's FileContext
+#: manager (``offsets/N``, ``commits/N``, the state store's files; a batch writes about
+#: six) took 28-34 ms, and 19-23 ms raw (200 writes, local[1]). Only FileContext's
+#: class changes (``fs.AbstractFileSystem.file.impl``, what Spark's checkpoint manager
+#: uses): ``fs.file.impl`` too broke executors on a cluster, where Spark casts the
+#: ``file:`` FileSystem to LocalFileSystem. Renames stay atomic (rename(2)); other
+#: schemes (hdfs, s3a) are not touched; a session's own ``conf`` can set it back.
 LOCAL_FILES_RAW: dict[str, str] = {
-    "spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
     "spark.hadoop.fs.AbstractFileSystem.file.impl": "org.apache.hadoop.fs.local.RawLocalFs",
 }
 
