@@ -182,7 +182,6 @@ class _MarkerGroup:
         #: The marker as the pooled producer's own last transaction left it (set only
         #: while that producer is unfenced; see the module's docstring), else None.
         self.known: tuple[int, str] | None = None
-        self.reads = 0  # marker reads from the broker: for tests
         self.consumer = Consumer(
             {
                 **CONNECT_AT_ONCE,
@@ -202,7 +201,6 @@ class _MarkerGroup:
     def read(self) -> tuple[int, str]:
         """(batches done, the query id that marked them): (0, "") before any marker. A broker
         error is raised with its code, never read as "nothing done"."""
-        self.reads += 1
         position = TopicPartition(self.topic, 0)
         marked = _call(lambda: self.consumer.committed([position], timeout=CALL_TIMEOUT),
                        f"reading marker {self.group}")[0]  # fmt: skip
