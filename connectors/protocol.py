@@ -50,6 +50,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
 from connectors import faults, timing
+from connectors.ahead import RowsAhead
 from connectors.context import TaskIdentity, query_tag
 from connectors.errors import EosError
 
@@ -313,7 +314,12 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter, UnitStore):
         commit (a replay after a crash between decision and commit), never to discard.
         Step 2 discards only while the batch is undecided, atomically (rule 2). Before
         both, a sink id another query owns fails the task (:class:`SinkClaimedError`).
+        Spark's first rows are pulled on a thread during 1-2 (:class:`RowsAhead`).
         """
+        with RowsAhead(rows) as ahead:
+            return self._prepare(task, iter(ahead))
+
+    def _prepare(self, task: TaskIdentity, rows: Iterator[Any]) -> PreparedUnit:
         steps = timing.TaskSteps("sink write", task.batch_id, rest="write and prepare")
         sink_id = self.sink_id(task.query_id)
         self._check_owner(sink_id, task.query_id)

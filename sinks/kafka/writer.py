@@ -46,6 +46,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
 from connectors import faults, timing
+from connectors.ahead import RowsAhead
 from connectors.context import TaskIdentity, current_batch
 from connectors.errors import EosError
 from connectors.protocol import Lineage, SinkClaimedError, derive_sink_id
@@ -106,34 +107,45 @@ class KafkaTransactionalWriter(DataSourceStreamArrowWriter):
     ) -> TaskReport:
         """Task: 1. a producer and marker consumer from the worker's pool; 2. read the
         marker; 3. the marker's offset first in the transaction (a fenced pooled producer
-        is replaced here, before any record); 4. produce; 5. commit; 6. back to the pool."""
+        is replaced here, before any record); 4. produce; 5. commit; 6. back to the pool.
+        Spark's first rows are pulled on a thread during 1-3 (:class:`RowsAhead`)."""
         steps = timing.TaskSteps("sink write", task.batch_id, rest="produce")
         pool = pool or CLIENTS
-        sid = sink_id(self.options, task.query_id)
-        name = transactional_id(self.options, sid, task.partition)
-        producer, marker, fresh = pool.take(self.options, name)
-        steps.add("client set-up", steps.began)
-        try:
-            while True:
-                try:
-                    report = self._attempt(producer, marker, task, iterator, sid, steps)
-                    break
-                except _StaleProducerError as exc:
-                    if fresh:
-                        raise
-                    log.info("pooled producer %s is stale (%s): initialising a new one", name, exc)
-                    since = time.perf_counter()
-                    marker.known = None  # another producer of the id may have moved it
-                    producer, fresh = pool.new_producer(self.options, name), True
-                    steps.add("client set-up", since)
-        except BaseException:
-            pool.discard(marker)
-            raise
-        finally:
-            steps.record()
+        name = transactional_id(self.options, sink_id(self.options, task.query_id), task.partition)
+        with RowsAhead(iterator) as ahead:
+            rows_in = steps.pulled("waiting for rows", iter(ahead))
+            producer, marker, fresh = pool.take(self.options, name)
+            steps.add("client set-up", steps.began)
+            try:
+                report, producer = self._attempts(producer, marker, fresh, task, rows_in, steps,
+                                                  pool)  # fmt: skip
+            except BaseException:
+                pool.discard(marker)
+                raise
+            finally:
+                steps.record()
         pool.give_back(self.options, name, producer, marker)
         faults.point("after-commit", task.batch_id, role="worker", query=task.query_name)
         return report
+
+    def _attempts(self, producer: Producer, marker: _MarkerGroup, fresh: bool,
+                  task: TaskIdentity, rows_in: Iterator[pa.RecordBatch], steps: timing.TaskSteps,
+                  pool: ClientPool) -> tuple[TaskReport, Producer]:  # fmt: skip
+        """Task: the transaction, again with a new producer when the pooled one was stale."""
+        sid = sink_id(self.options, task.query_id)
+        while True:
+            try:
+                return self._attempt(producer, marker, task, rows_in, sid, steps), producer
+            except _StaleProducerError as exc:
+                if fresh:
+                    raise
+                log.info("pooled producer %s is stale (%s): initialising a new one",
+                         marker.group, exc)  # fmt: skip
+                since = time.perf_counter()
+                marker.known = None  # another producer of the id may have moved it
+                # the marker group is named after the transactional id
+                producer, fresh = pool.new_producer(self.options, marker.group), True
+                steps.add("client set-up", since)
 
     def _attempt(self, producer: Producer, marker: _MarkerGroup, task: TaskIdentity,
                  iterator: Iterator[pa.RecordBatch], sid: str,
@@ -154,7 +166,7 @@ class KafkaTransactionalWriter(DataSourceStreamArrowWriter):
                 _call(lambda: producer.abort_transaction(CALL_TIMEOUT), "abort_transaction")
                 return TaskReport(task.batch_id, task.partition, 0, skipped=True)
             faults.point("before-prepare", task.batch_id, role="worker", query=task.query_name)
-            batches = rows(steps.pulled("waiting for rows", iterator), self.options.topic)
+            batches = rows(iterator, self.options.topic)
             count = _finish(producer, marker, task, batches, sid, steps)
             marker.known = (task.batch_id + 1, task.query_id)
         except Exception:  # a crash (or a simulated one) leaves it open, for fencing to end

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +63,15 @@ def _rows(batch: int) -> list[pa.RecordBatch]:
     values = [f"b{batch}-r{i}".encode() for i in range(50)]
     keys = [f"k{i % 5}".encode() for i in range(50)]
     return [pa.RecordBatch.from_arrays([pa.array(keys), pa.array(values)], ["key", "value"])]
+
+
+def _paused(batch: pa.RecordBatch, meanwhile: Callable[[], None]) -> Iterator[pa.RecordBatch]:
+    """A task's rows that pause it past its marker check, before its first record: the
+    first (empty) batch is pulled ahead while the task checks (RowsAhead), and
+    ``meanwhile`` runs when the task asks for more."""
+    yield batch.slice(0, 0)
+    meanwhile()
+    yield batch
 
 
 @pytest.fixture
@@ -144,15 +153,14 @@ def test_a_zombie_that_passed_its_marker_check_is_fenced_by_the_retry(
     zombie_task, retry_task = _task(3), _task(3, run="run-2")
     woke: list[str] = []
 
-    def zombie_rows() -> pa.RecordBatch:
+    def retry() -> None:
         # The retry runs its whole transaction while the zombie is between its marker
         # check and its first record.
         writer.write_task(retry_task, iter(_rows(3)))
         woke.append("zombie")
-        return _rows(3)[0]
 
     with pytest.raises(Exception, match=r"(?i)fenced|epoch"):
-        writer.write_task(zombie_task, (zombie_rows() for _ in range(1)))
+        writer.write_task(zombie_task, _paused(_rows(3)[0], retry))
     assert woke == ["zombie"]
     assert _values(endpoints, writer, "read_committed") == _expected(range(3, 4))
 
@@ -261,13 +269,12 @@ def test_a_pooled_zombie_is_fenced_by_a_retry_on_another_worker(
     writer.write_task(_task(1), iter(_rows(1)), first)  # first now holds the current epoch
     woke: list[str] = []
 
-    def zombie_rows() -> pa.RecordBatch:
+    def retry() -> None:
         writer.write_task(_task(2, run="run-2"), iter(_rows(2)), second)
         woke.append("zombie")
-        return _rows(2)[0]
 
     with pytest.raises(Exception, match=r"(?i)fenced|epoch"):
-        writer.write_task(_task(2), (zombie_rows() for _ in range(1)), first)
+        writer.write_task(_task(2), _paused(_rows(2)[0], retry), first)
     assert woke == ["zombie"]
     assert _values(endpoints, writer, "read_committed") == _expected(range(3))
     # The failed worker drops its pair; its next batch starts from a new producer.
@@ -295,13 +302,12 @@ def test_of_two_queries_sharing_a_sink_id_only_one_writes(
     first, second = _task(0, query="query-a"), _task(0, run="b", query="query-b")
     outcome: list[str] = []
 
-    def first_rows() -> pa.RecordBatch:
+    def query_b() -> None:
         writer.write_task(second, iter(_rows(1)))  # query B runs its whole task meanwhile
         outcome.append("b committed")
-        return _rows(0)[0]
 
     with pytest.raises(Exception, match=r"(?i)fenced|epoch"):
-        writer.write_task(first, (first_rows() for _ in range(1)))
+        writer.write_task(first, _paused(_rows(0)[0], query_b))
     with pytest.raises(SinkClaimedError, match="query-b"):
         writer.write_task(_task(0, run="a2", query="query-a"), iter(_rows(0)))
     assert outcome == ["b committed"]
