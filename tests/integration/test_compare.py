@@ -23,7 +23,7 @@ def test_compare_runs_every_kind_of_pipeline_and_writes_the_report(
     endpoints: Endpoints, tmp_path: Path
 ) -> None:
     argv = ["bench", "compare", "--records", "60000", "--keys", "1000", "--rate", "1000",
-            "--latency-seconds", "6", "--pipelines", ",".join(PIPELINES),
+            "--latency-seconds", "6", "--rounds", "1", "--pipelines", ",".join(PIPELINES),
             "--report-dir", str(tmp_path / "report"), "--out", str(tmp_path / "json")]  # fmt: skip
     assert main(argv) == 0
 
