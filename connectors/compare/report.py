@@ -96,7 +96,7 @@ def _measure(target: Target, mine: Result, other: Result) -> tuple[str, bool] | 
         if not (mine.rate and other.rate):
             return None
         ratio, spread = paired_ratio(mine, other)
-        return f"{ratio:.2f}x{spread}", ratio >= target.bound
+        return f"{_ratio_text(ratio, target.bound)}x{spread}", ratio >= target.bound
     if target.kind == "latency":
         ours, theirs = mine.latency(0.5), other.latency(0.5)
         if ours is None or not theirs:
@@ -108,6 +108,13 @@ def _measure(target: Target, mine: Result, other: Result) -> tuple[str, bool] | 
     more = mine.recovery_s - other.recovery_s
     return (f"{more:+.1f} s ({mine.recovery_s:.1f} vs {other.recovery_s:.1f} s)",
             more <= target.bound)  # fmt: skip
+
+
+def _ratio_text(ratio: float, bound: float) -> str:
+    """Two decimals, or three where two would round a miss up to the bound (0.948 is not
+    0.95)."""
+    text = f"{ratio:.2f}"
+    return f"{ratio:.3f}" if ratio < bound and float(text) >= bound else text
 
 
 def paired_ratio(mine: Result, other: Result) -> tuple[float, str]:

@@ -107,6 +107,9 @@ def test_a_pipeline_reports_its_median_round_and_a_ratio_pairs_rounds() -> None:
         report.targets_table([eo, alo])
     )
     assert report.paired_ratio(_result("eos-kafka", 900, 1.0), alo) == (0.9, "")
+    near = "\n".join(report.targets_table([_result("eos-kafka", 948, 1.0),
+                                           _result("eos-kafka-alo", 1000, 1.0)]))  # fmt: skip
+    assert "| (1) >= 0.95x (2): Kafka | 0.948x | **no**" in near  # not "0.95x ... no"
 
 
 def test_the_results_table_has_a_row_per_pipeline_with_ratios_to_eos_kafka() -> None:
