@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import pyarrow as pa
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
 from connectors import faults, timing
@@ -165,9 +165,10 @@ class KafkaTransactionalWriter(DataSourceStreamArrowWriter):
                          task.partition)  # fmt: skip
                 _call(lambda: producer.abort_transaction(CALL_TIMEOUT), "abort_transaction")
                 return TaskReport(task.batch_id, task.partition, 0, skipped=True)
+            _log_marker(producer, marker, task)
             faults.point("before-prepare", task.batch_id, role="worker", query=task.query_name)
             batches = rows(iterator, self.options.topic)
-            count = _finish(producer, marker, task, batches, sid, steps)
+            count = _finish(producer, task, batches, sid, steps)
             marker.known = (task.batch_id + 1, task.query_id)
         except Exception:  # a crash (or a simulated one) leaves it open, for fencing to end
             _abort_quietly(producer)
@@ -267,7 +268,13 @@ class _MarkerGroup:
 def _fenced_producer(options: KafkaSinkOptions, name: str) -> Producer:
     """A new producer; its init_transactions() fences every older one of ``name``."""
     producer = Producer(
-        {**options.producer_config(), "transactional.id": name, "logger": LIBRDKAFKA_LOG}
+        {
+            **options.producer_config(),
+            "transactional.id": name,
+            # a failed record fails commit_transaction(): no report per delivered record
+            "delivery.report.only.error": True,
+            "logger": LIBRDKAFKA_LOG,
+        }
     )
     # No metadata request first: with eager connections (CONNECT_AT_ONCE)
     # init_transactions() takes 5-7 ms alone (it waited ~500 ms one time in three
@@ -358,18 +365,24 @@ def _begin(producer: Producer, marker: _MarkerGroup, task: TaskIdentity) -> None
         raise
 
 
+def _log_marker(producer: Producer, marker: _MarkerGroup, task: TaskIdentity) -> None:
+    """The marker log record, as the transaction's first record, before any row: a new
+    producer looks the log topic up and registers its partition with the transaction
+    while the task still waits for rows, not inside commit (a record produced just
+    before ``commit_transaction()`` held some commits up ~100 ms on a new producer)."""
+    topic, key, value = marker.log_record(task.batch_id + 1, task.query_id)
+    producer.produce(topic, value, key, partition=0)
+
+
 def _finish(
     producer: Producer,
-    marker: _MarkerGroup,
     task: TaskIdentity,
     batches: Iterator[list[Row]],
     sid: str,
     steps: timing.TaskSteps,
 ) -> int:
-    """The records, the marker log record, then commit."""
+    """The records, then commit (the marker's offset and log record are in already)."""
     count = _produce(producer, batches)
-    topic, key, value = marker.log_record(task.batch_id + 1, task.query_id)
-    producer.produce(topic, value, key, partition=0)
     faults.point("after-prepare", task.batch_id, role="worker", query=task.query_name)
     began = time.perf_counter()
     _call(lambda: producer.commit_transaction(CALL_TIMEOUT), "commit_transaction")
@@ -403,9 +416,24 @@ def _produce(producer: Producer, batches: Iterator[list[Row]]) -> int:
                     break
                 except BufferError:
                     producer.poll(0.05)
+                except KafkaException as exc:
+                    raise _produce_failed(producer, topic, exc) from exc
         count += len(batch)
         producer.poll(0)
     return count
+
+
+def _produce_failed(producer: Producer, topic: str, exc: KafkaException) -> KafkaSinkError:
+    """produce() refused a record. In a fatal state it says only "Fatal error"; the
+    transaction calls return the fatal error itself (e.g. fenced by a newer instance)."""
+    reason = error_of(exc).str()
+    if error_of(exc).fatal() or error_of(exc).code() == KafkaError._FATAL:
+        try:
+            producer.abort_transaction(0)
+        except KafkaException as fatal:  # _NOT_CONFIGURED: a plain producer, no reason there
+            if error_of(fatal).code() != KafkaError._NOT_CONFIGURED:
+                reason = error_of(fatal).str()
+    return KafkaSinkError(f"Producing a record to topic {topic!r} failed: {reason}")
 
 
 def _call(call: Callable[[], T], what: str) -> T:

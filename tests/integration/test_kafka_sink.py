@@ -128,11 +128,12 @@ def test_a_zombie_attempt_cannot_commit(
     retry = _fenced_producer(options, name)
     assert marker.read() == (0, "")
     from sinks.kafka.records import Row
-    from sinks.kafka.writer import _begin, _finish
+    from sinks.kafka.writer import _begin, _finish, _log_marker
 
     _begin(retry, marker, task)
+    _log_marker(retry, marker, task)
     records: Iterator[list[Row]] = iter([[(out, b"retry", b"k", None, None)]])
-    _finish(retry, marker, task, records, name, TaskSteps("sink write", 7, rest="produce"))
+    _finish(retry, task, records, name, TaskSteps("sink write", 7, rest="produce"))
     assert marker.read() == (8, "kafka-query"), "the marker names the query that wrote it"
     marker.close()
     with pytest.raises(KafkaException, match=r"(?i)fenced|epoch"):
