@@ -34,7 +34,6 @@ the marker's offset before it trusts what it remembers.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections import OrderedDict
@@ -53,6 +52,7 @@ from connectors.protocol import Lineage, SinkClaimedError, derive_sink_id
 from connectors.secrets import settings_digest
 from connectors.topics import read_to_end
 from sinks.kafka.errors import FENCED_CODES, Action, classify, error_of
+from sinks.kafka.marker_log import Marker, decode, encode
 from sinks.kafka.options import CONNECT_AT_ONCE, KafkaSinkOptions, transactional_id
 from sinks.kafka.records import Row, rows
 
@@ -247,13 +247,21 @@ class _MarkerGroup:
         mine = [r for r in records if r.key == key]
         if not mine or not mine[-1].value:  # none, or a tombstone of `eos sinks reset`
             return 0, ""
-        saved = json.loads(mine[-1].value)
-        return int(saved["next_batch"]), str(saved["query"])
+        marker = decode(mine[-1].value)
+        if marker is None:
+            raise KafkaSinkError(
+                f"The marker log {options.marker_log!r} holds a record keyed {self.group!r} "
+                f"at offset {mine[-1].offset} that is not a sink marker, so whether this "
+                "batch was written is unknown. Nothing was written. Remove the record (`eos "
+                "sinks reset` writes a tombstone) only if this task partition never wrote "
+                "a batch of this query."
+            )
+        return marker.next_batch, marker.query
 
     def log_record(self, next_batch: int, query_id: str) -> tuple[str, bytes, bytes]:
         """(topic, key, value) of the marker record the transaction writes to the log."""
-        value = json.dumps({"next_batch": next_batch, "query": query_id, "topic": self.topic})
-        return self.options.marker_log, self.group.encode(), value.encode()
+        value = encode(Marker(next_batch, query_id, self.topic))
+        return self.options.marker_log, self.group.encode(), value
 
     def offset(self, next_batch: int, query_id: str) -> TopicPartition:
         return TopicPartition(self.topic, 0, next_batch, metadata=query_id)
@@ -393,9 +401,10 @@ def _finish(
 
 def _fenced(exc: KafkaSinkError) -> bool:
     cause = exc.__cause__
-    if not isinstance(cause, KafkaException):
-        return False
-    error = error_of(cause)
+    return isinstance(cause, KafkaException) and _fatal(error_of(cause))
+
+
+def _fatal(error: KafkaError) -> bool:
     return error.code() in FENCED_CODES or error.fatal()
 
 
@@ -427,11 +436,11 @@ def _produce_failed(producer: Producer, topic: str, exc: KafkaException) -> Kafk
     """produce() refused a record. In a fatal state it says only "Fatal error"; the
     transaction calls return the fatal error itself (e.g. fenced by a newer instance)."""
     reason = error_of(exc).str()
-    if error_of(exc).fatal() or error_of(exc).code() == KafkaError._FATAL:
+    if _fatal(error_of(exc)) or error_of(exc).code() == KafkaError._FATAL:
         try:
-            producer.abort_transaction(0)
-        except KafkaException as fatal:  # _NOT_CONFIGURED: a plain producer, no reason there
-            if error_of(fatal).code() != KafkaError._NOT_CONFIGURED:
+            producer.abort_transaction(10)  # returns at once, with the fatal error
+        except KafkaException as fatal:  # a plain producer's says only "not transactional"
+            if _fatal(error_of(fatal)):
                 reason = error_of(fatal).str()
     return KafkaSinkError(f"Producing a record to topic {topic!r} failed: {reason}")
 
