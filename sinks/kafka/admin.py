@@ -11,10 +11,10 @@ the same marker as a record keyed by the group's name in the compacted marker lo
 
 from __future__ import annotations
 
-import json
+import logging
 import re
 from collections.abc import Iterable
-from typing import Any, NamedTuple
+from typing import Any
 
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, Producer
 from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
@@ -23,15 +23,11 @@ from connectors.errors import ServiceUnavailableError
 from connectors.protocol import Lineage, TwoPhaseCommitWriter
 from connectors.sinks_admin import Settled, SinkAdmin, SinkAdminError, SinkRecord
 from connectors.topics import read_to_end
+from sinks.kafka.marker_log import Marker, decode
 from sinks.kafka.options import DEFAULT_MARKER_LOG
 
 TIMEOUT = 30.0
-
-
-class Marker(NamedTuple):
-    next_batch: int
-    query: str
-    topic: str  # the marker topic; "" in a log record written before it said so
+log = logging.getLogger(__name__)
 
 
 class KafkaSinkAdmin(SinkAdmin):
@@ -80,9 +76,12 @@ class KafkaSinkAdmin(SinkAdmin):
             if not record.value:
                 markers.pop(group, None)
                 continue
-            saved = json.loads(record.value)
-            markers[group] = Marker(int(saved["next_batch"]), str(saved["query"]),
-                                    str(saved.get("topic", "")))  # fmt: skip
+            marker = decode(record.value)
+            if marker is None:
+                log.warning("%s offset %d (key %r) is not a sink marker: skipped",
+                            self.marker_log, record.offset, group[:80])  # fmt: skip
+                continue
+            markers[group] = marker
         return markers
 
     def records(self) -> list[SinkRecord]:

@@ -327,7 +327,8 @@ def test_a_marker_whose_group_offsets_expired_is_found_in_the_marker_log(
     admin = AdminClient(options.client_config())
     for future in admin.delete_consumer_groups(groups, request_timeout=30).values():
         future.result()  # what expiry does
-    replay = writer.write_task(_task(2, run="after-expiry"), iter(_rows(2)))
+    # on another worker: this one's pooled producer remembers the marker it committed
+    replay = writer.write_task(_task(2, run="after-expiry"), iter(_rows(2)), ClientPool())
     assert replay.skipped, "a batch marked before the group expired was written again"
     with pytest.raises(SinkClaimedError, match="kafka-query"):
         writer.write_task(_task(0, run="new", query="new-query"), iter(_rows(9)))
@@ -336,6 +337,40 @@ def test_a_marker_whose_group_offsets_expired_is_found_in_the_marker_log(
     resource = ConfigResource("TOPIC", options.marker_log)
     config = admin.describe_configs([resource])[resource].result(timeout=30)
     assert config["cleanup.policy"].value == "compact"
+
+
+def test_a_record_in_the_marker_log_that_is_no_marker_is_never_read_as_one(
+    endpoints: Endpoints, unique: str
+) -> None:
+    """Another writer on the marker log: under the task's own key, a replay whose group
+    offsets are gone fails with the record named (rather than taking "nothing done" and
+    writing again); under other keys, ``eos sinks list`` skips it."""
+    from confluent_kafka import Producer
+
+    from sinks.kafka.admin import KafkaSinkAdmin
+
+    topic, log_topic = f"ks-{unique}", f"ks-log-{unique}"
+    create_topic(endpoints.kafka_bootstrap, topic, 2)
+    options = sink_options({"kafka.bootstrap.servers": endpoints.kafka_bootstrap, "topic": topic,
+                            "sinkId": f"ks-{unique}", "markerLogTopic": log_topic})  # fmt: skip
+    check_broker(options)
+    writer = KafkaTransactionalWriter(options)
+    for batch in range(2):
+        writer.write_task(_task(batch), iter(_rows(batch)))
+    (group,) = _marker_groups(writer)
+    stray = Producer(options.client_config())
+    stray.produce(log_topic, b'{"unrelated": true}', b"someone-else")
+    stray.produce(log_topic, b"not json", group.encode())
+    assert stray.flush(30) == 0
+    admin = AdminClient(options.client_config())
+    for future in admin.delete_consumer_groups([group], request_timeout=30).values():
+        future.result()  # what expiry does: the log is all that is left
+    with pytest.raises(KafkaSinkError, match=rf"{log_topic}.*{group}.*not a sink marker"):
+        writer.write_task(_task(1, run="after-expiry"), iter(_rows(1)), ClientPool())
+    assert _values(endpoints, writer, "read_committed") == _expected(range(2))
+    listed = KafkaSinkAdmin(options.client_config(), marker_log=log_topic).records()
+    (mine,) = [r for r in listed if r.sink_id == f"ks-{unique}"]
+    assert mine.last_decided == 1, "the last marker that is one"
 
 
 def _marker_groups(writer: KafkaTransactionalWriter) -> list[str]:
