@@ -111,14 +111,15 @@ class KafkaTransactionalWriter(DataSourceStreamArrowWriter):
         Spark's first rows are pulled on a thread during 1-3 (:class:`RowsAhead`)."""
         steps = timing.TaskSteps("sink write", task.batch_id, rest="produce")
         pool = pool or CLIENTS
-        name = transactional_id(self.options, sink_id(self.options, task.query_id), task.partition)
+        sid = sink_id(self.options, task.query_id)
+        name = transactional_id(self.options, sid, task.partition)
         with RowsAhead(iterator) as ahead:
             rows_in = steps.pulled("waiting for rows", iter(ahead))
             producer, marker, fresh = pool.take(self.options, name)
             steps.add("client set-up", steps.began)
             try:
-                report, producer = self._attempts(producer, marker, fresh, task, rows_in, steps,
-                                                  pool)  # fmt: skip
+                report, producer = self._attempts(producer, marker, fresh, task, rows_in, sid,
+                                                  steps, pool)  # fmt: skip
             except BaseException:
                 pool.discard(marker)
                 raise
@@ -129,10 +130,10 @@ class KafkaTransactionalWriter(DataSourceStreamArrowWriter):
         return report
 
     def _attempts(self, producer: Producer, marker: _MarkerGroup, fresh: bool,
-                  task: TaskIdentity, rows_in: Iterator[pa.RecordBatch], steps: timing.TaskSteps,
+                  task: TaskIdentity, rows_in: Iterator[pa.RecordBatch], sid: str,
+                  steps: timing.TaskSteps,
                   pool: ClientPool) -> tuple[TaskReport, Producer]:  # fmt: skip
         """Task: the transaction, again with a new producer when the pooled one was stale."""
-        sid = sink_id(self.options, task.query_id)
         while True:
             try:
                 return self._attempt(producer, marker, task, rows_in, sid, steps), producer
@@ -435,8 +436,9 @@ def _produce(producer: Producer, batches: Iterator[list[Row]]) -> int:
 def _produce_failed(producer: Producer, topic: str, exc: KafkaException) -> KafkaSinkError:
     """produce() refused a record. In a fatal state it says only "Fatal error"; the
     transaction calls return the fatal error itself (e.g. fenced by a newer instance)."""
-    reason = error_of(exc).str()
-    if _fatal(error_of(exc)) or error_of(exc).code() == KafkaError._FATAL:
+    error = error_of(exc)
+    reason = error.str()
+    if _fatal(error) or error.code() == KafkaError._FATAL:
         try:
             producer.abort_transaction(10)  # returns at once, with the fatal error
         except KafkaException as fatal:  # a plain producer's says only "not transactional"
