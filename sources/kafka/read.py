@@ -12,11 +12,11 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Generator, Iterator, Sequence
-from operator import itemgetter
+from itertools import chain
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from connectors import faults, timing
@@ -306,23 +306,39 @@ def _below(records: Sequence[Message], end: int) -> Sequence[Message]:
 
 
 def _to_arrow(records: Sequence[Message], work: KafkaRange, schema: pa.Schema) -> pa.RecordBatch:
-    """Columns from the messages with C-level loops (``map`` over unbound methods and
-    ``itemgetter``; ``zip(*pairs)`` built a 25,000-argument call and sometimes ran a GC)."""
+    """Columns from the messages with C-level loops: ``map`` over unbound methods, and
+    numpy's ``fromiter`` for the numbers (``zip(*pairs)`` built a 25,000-argument call
+    and sometimes ran a GC; ``itemgetter`` lists of the timestamp pairs took a third
+    more time than one flat ``fromiter``)."""
     count = len(records)
-    stamps = list(map(Message.timestamp, records))  # (type, milliseconds) pairs
-    kinds = pa.array(list(map(itemgetter(0), stamps)), pa.int32())
-    millis = pa.array(list(map(itemgetter(1), stamps)), pa.int64())
+    # (type, milliseconds) pairs, flattened: type, ms, type, ms, ...
+    stamps = np.fromiter(
+        chain.from_iterable(map(Message.timestamp, records)), np.int64, count=2 * count
+    )
     columns: list[pa.Array] = [
         pa.array(list(map(Message.key, records)), pa.binary()),
         pa.array(list(map(Message.value, records)), pa.binary()),
         pa.repeat(pa.scalar(work.topic, pa.string()), count),
         pa.repeat(pa.scalar(work.partition, pa.int32()), count),
-        pa.array(list(map(Message.offset, records)), pa.int64()),
-        millis.cast(pa.timestamp("ms", tz="UTC")).cast(schema.field("timestamp").type),
+        pa.array(_offsets(records), pa.int64()),
+        pa.array(stamps[1::2])
+        .cast(pa.timestamp("ms", tz="UTC"))
+        .cast(schema.field("timestamp").type),
         # librdkafka: 0 none, 1 create, 2 log-append; Spark: -1, 0, 1.
-        pc.subtract(kinds, pa.scalar(1, pa.int32())),
+        pa.array((stamps[0::2] - 1).astype(np.int32)),
     ]
     if len(schema) == 8:
         headers = [h or [] for h in map(Message.headers, records)]
         columns.append(pa.array(headers, HEADER_TYPE))
     return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def _offsets(records: Sequence[Message]) -> np.ndarray:
+    """The records' offsets. They increase within a partition, so when the last is
+    ``count - 1`` past the first there is no gap and they are a range: no call per
+    record. Gaps (transaction markers, compaction) take the offsets one by one."""
+    count = len(records)
+    first, last = _offset(records[0].offset()), _offset(records[-1].offset())
+    if last - first == count - 1:
+        return np.arange(first, last + 1, dtype=np.int64)
+    return np.fromiter(map(Message.offset, records), np.int64, count=count)

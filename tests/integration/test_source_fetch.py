@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from connectors.endpoints import Endpoints
 from connectors.errors import DataLossError
@@ -16,7 +16,7 @@ from connectors.topics import create_topic
 from sources.kafka import read
 from sources.kafka.offsets import KafkaRange
 from sources.kafka.options import KafkaSourceOptions, parse_options
-from tests.kafka_util import produce_plain
+from tests.kafka_util import produce_mixed, produce_plain
 
 pytestmark = pytest.mark.services
 
@@ -140,3 +140,63 @@ def test_a_read_to_the_logs_end_holds_up_no_next_task(endpoints: Endpoints, uniq
         pool.give_back(settings, consumer)
     assert pool.created == 1
     assert sorted(waits)[2] < 0.1, waits
+
+
+@pytest.mark.parametrize("time_type", ["CreateTime", "LogAppendTime"])
+def test_every_column_is_what_a_plain_consumer_reads(
+    endpoints: Endpoints, unique: str, time_type: str
+) -> None:
+    """The Arrow columns, built without a call per record where the offsets run without a
+    gap, against confluent-kafka's own messages: plain records (no gaps), a committed
+    and an aborted transaction between them (gaps: markers, aborted records), records
+    with and without a key, both timestamp types."""
+    bootstrap = endpoints.kafka_bootstrap
+    topic = f"src-columns-{time_type.lower()}-{unique}"
+    create_topic(bootstrap, topic, 1, **{"message.timestamp.type": time_type})
+    plain = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i in range(50):
+        key = None if i % 7 == 0 else b"k%d" % i
+        plain.produce(topic, value=b"v%d" % i, key=key, timestamp=1_700_000_000_000 + i)
+    plain.flush(30)
+    produce_mixed(bootstrap, topic, 1, transactions=3, per_txn=20, txn_id=f"columns-{unique}")
+    end = 50 + 3 * 20 + 3 + 3  # + a marker per transaction, + 3 plain records
+    options = parse_options({"kafka.bootstrap.servers": bootstrap, "subscribe": topic})
+    batches = list(read.read_range(options, KafkaRange(topic, 0, 0, end), read.ConsumerPool()))
+    columns = {
+        name: [v for batch in batches for v in batch.column(name).to_pylist()]
+        for name in ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType")
+    }
+    expected = _committed_messages(bootstrap, topic, end)
+    assert columns["offset"] == [m.offset() for m in expected]
+    assert columns["offset"][:50] == list(range(50))
+    assert len(expected) == 50 + 2 * 20 + 3, "aborted records and markers are gaps"
+    assert columns["key"] == [m.key() for m in expected]
+    assert columns["value"] == [m.value() for m in expected]
+    assert set(columns["topic"]) == {topic} and set(columns["partition"]) == {0}
+    stamps = [m.timestamp() for m in expected]
+    assert [int(t.timestamp() * 1000) for t in columns["timestamp"]] == [s[1] for s in stamps]
+    spark_type = 0 if time_type == "CreateTime" else 1
+    assert columns["timestampType"] == [spark_type] * len(expected)
+    if time_type == "CreateTime":
+        assert [s[1] for s in stamps[:50]] == [1_700_000_000_000 + i for i in range(50)]
+
+
+def _committed_messages(bootstrap: str, topic: str, end: int) -> list[Any]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"{topic}-check",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    messages: list[Any] = []
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        messages += [m for m in consumer.consume(500, 0.2) if m.error() is None]
+        position = consumer.position([TopicPartition(topic, 0)])[0].offset
+        if position >= end:
+            break
+    consumer.close()
+    return [m for m in messages if m.offset() < end]
