@@ -8,11 +8,11 @@ import time
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer
 
 from connectors.endpoints import Endpoints
 from connectors.errors import DataLossError
-from connectors.topics import create_topic
+from connectors.topics import create_topic, read_to_end
 from sources.kafka import read
 from sources.kafka.offsets import KafkaRange
 from sources.kafka.options import KafkaSourceOptions, parse_options
@@ -166,37 +166,16 @@ def test_every_column_is_what_a_plain_consumer_reads(
         name: [v for batch in batches for v in batch.column(name).to_pylist()]
         for name in ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType")
     }
-    expected = _committed_messages(bootstrap, topic, end)
-    assert columns["offset"] == [m.offset() for m in expected]
+    expected = read_to_end(bootstrap, topic, ranges={0: (0, end)})
+    assert columns["offset"] == [r.offset for r in expected]
     assert columns["offset"][:50] == list(range(50))
     assert len(expected) == 50 + 2 * 20 + 3, "aborted records and markers are gaps"
-    assert columns["key"] == [m.key() for m in expected]
-    assert columns["value"] == [m.value() for m in expected]
+    assert columns["key"] == [r.key for r in expected]
+    assert columns["value"] == [r.value for r in expected]
     assert set(columns["topic"]) == {topic} and set(columns["partition"]) == {0}
-    stamps = [m.timestamp() for m in expected]
-    assert [int(t.timestamp() * 1000) for t in columns["timestamp"]] == [s[1] for s in stamps]
+    stamps = [r.timestamp for r in expected]
+    assert [int(t.timestamp() * 1000) for t in columns["timestamp"]] == stamps
     spark_type = 0 if time_type == "CreateTime" else 1
     assert columns["timestampType"] == [spark_type] * len(expected)
     if time_type == "CreateTime":
-        assert [s[1] for s in stamps[:50]] == [1_700_000_000_000 + i for i in range(50)]
-
-
-def _committed_messages(bootstrap: str, topic: str, end: int) -> list[Any]:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"{topic}-check",
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-        }
-    )
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    messages: list[Any] = []
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        messages += [m for m in consumer.consume(500, 0.2) if m.error() is None]
-        position = consumer.position([TopicPartition(topic, 0)])[0].offset
-        if position >= end:
-            break
-    consumer.close()
-    return [m for m in messages if m.offset() < end]
+        assert stamps[:50] == [1_700_000_000_000 + i for i in range(50)]
