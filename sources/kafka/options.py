@@ -102,6 +102,12 @@ class KafkaSourceOptions:
             "log_level": int(self.kafka.get("log_level", "3")),
         }
 
+    def named_topics(self) -> tuple[str, ...]:
+        """The topics ``subscribe`` or ``assign`` name; () for ``subscribePattern``."""
+        if self.subscription == "subscribe":
+            return self.topics
+        return tuple(dict.fromkeys(t for t, _ in self.assigned))
+
     def matches(self, topic: str) -> bool:
         """True when ``topic`` belongs to the subscription (pattern or list)."""
         if self.subscription == "subscribe":

@@ -254,6 +254,41 @@ def test_pattern_picks_up_new_topics(
         query.stop()
 
 
+def test_a_named_subscription_asks_about_its_own_topics_only(
+    endpoints: Endpoints, unique: str
+) -> None:
+    """latestOffset looks the partitions up every batch: for topics named by ``subscribe`` or
+    ``assign`` that is a description of those topics (a topic not there yet left out),
+    never the cluster's whole topic list, which grows with every topic of the cluster
+    (15 ms a batch at 1,600 topics); only ``subscribePattern`` needs the list."""
+    from sources.kafka.broker import BrokerView
+    from sources.kafka.options import parse_options
+
+    topic = f"named-{unique}"
+    create_topic(endpoints.kafka_bootstrap, topic, partitions=2)
+    cases = [
+        ({"subscribe": f"{topic},missing-{unique}"}, [(topic, 0), (topic, 1)], False),
+        ({"assign": json.dumps({topic: [1]})}, [(topic, 1)], False),
+        ({"subscribePattern": f"named-{unique}.*"}, [(topic, 0), (topic, 1)], True),
+    ]
+    for options, partitions, lists_all in cases:
+        view = BrokerView(
+            parse_options({"kafka.bootstrap.servers": endpoints.kafka_bootstrap, **options})
+        )
+        admin = view.admin
+        listed: list[Any] = []
+        real = admin.list_topics
+
+        def spy(*args: Any, real: Any = real, listed: list[Any] = listed, **kw: Any) -> Any:
+            listed.append(args or kw)  # then the real request, to the real broker
+            return real(*args, **kw)
+
+        admin.list_topics = spy  # type: ignore[method-assign]
+        assert view.partitions() == partitions, options
+        assert view.latest(partitions) == dict.fromkeys(partitions, 0), options
+        assert bool(listed) is lists_all, (options, listed)
+
+
 def test_fail_on_data_loss(
     spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path
 ) -> None:
