@@ -289,6 +289,13 @@ def _fenced_producer(options: KafkaSinkOptions, name: str) -> Producer:
     # init_transactions() takes 5-7 ms alone (it waited ~500 ms one time in three
     # without them, and a metadata request first still left it at ~60 ms).
     _call(lambda: producer.init_transactions(CALL_TIMEOUT), "init_transactions")
+    if options.topic:
+        # The topic's partitions now, while the task still waits for Spark's rows: a new
+        # producer otherwise holds its first rows until it has looked the topic up, a
+        # broker round trip after the rows came (make bench: the produce step of tasks on
+        # a new producer 5.8-7.0 ms against 2.4-4.8 ms on a pooled one). The answer fills
+        # the producer's metadata cache, and producing then asks for no metadata.
+        _call(lambda: producer.list_topics(options.topic, timeout=CALL_TIMEOUT), "metadata")
     return producer
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ from connectors.timing import TaskSteps
 from connectors.topics import create_topic, read_to_end
 from sinks.kafka.checks import check_broker
 from sinks.kafka.options import parse_options as sink_options
+from sinks.kafka.options import transactional_id
 from sinks.kafka.writer import (
     LIBRDKAFKA_LOG,
     ClientPool,
@@ -45,6 +47,7 @@ from sinks.kafka.writer import (
     _begin,
     _fenced_producer,
     _MarkerGroup,
+    sink_id,
 )
 from tests.sink_util import stream_into
 
@@ -198,6 +201,35 @@ def test_two_workers_fence_each_others_pooled_producer_back_and_forth(
     topic = writer.options.topic
     assert topic is not None
     assert open_transactions(endpoints.kafka_bootstrap, topic) == set()
+
+
+def test_a_new_producer_has_looked_the_topic_up_before_its_first_row(
+    endpoints: Endpoints, unique: str, caplog: Any
+) -> None:
+    """A new producer asks for the topic's partitions right after init_transactions(),
+    while its task still waits for Spark's rows; otherwise its first rows wait for that
+    round trip after they came (librdkafka's metadata log shows which happened)."""
+    topic = f"ks-meta-{unique}"
+    create_topic(endpoints.kafka_bootstrap, topic, 2)
+    options = sink_options({"kafka.bootstrap.servers": endpoints.kafka_bootstrap, "topic": topic,
+                            "sinkId": f"ks-meta-{unique}", "kafka.debug": "metadata"})  # fmt: skip
+    check_broker(options)
+    writer, pool = KafkaTransactionalWriter(options), ClientPool()
+    name = transactional_id(options, sink_id(options, _task(0).query_id), 0)
+    producer, marker, fresh = pool.take(options, name)
+    assert fresh
+    caplog.set_level(logging.DEBUG, logger=LIBRDKAFKA_LOG.name)
+    deadline = time.monotonic() + 0.5  # the look-up's log lines (librdkafka's log queue)
+    while time.monotonic() < deadline:
+        producer.poll(0.05)
+    caplog.clear()
+    pool.give_back(options, name, producer, marker)  # new, and no transaction yet
+    report = writer.write_task(_task(0), iter(_rows(0)), pool)
+    assert (report.records, pool.created) == (50, 1)
+    lines = [r.getMessage() for r in caplog.records if r.name == LIBRDKAFKA_LOG.name]
+    assert any("Request metadata" in line for line in lines), "the log shows metadata requests"
+    assert not [line for line in lines if f"Topic {topic} with" in line], lines
+    assert _values(endpoints, writer, "read_committed") == _expected(range(1))
 
 
 def test_at_least_once_producers_are_kept_per_worker_and_dropped_after_a_failure(
