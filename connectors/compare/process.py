@@ -1,4 +1,5 @@
-"""One pipeline as an OS process: its ``EOS-EVENT`` lines, its memory, its SIGKILL."""
+"""One pipeline as an OS process: its ``EOS-EVENT`` lines, its memory and CPU time (and
+the local broker's), its SIGKILL."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import signal
 import subprocess
 import threading
 import time
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,12 +29,8 @@ class Memory:
     driver_mb: float = 0.0
     workers_mb: float = 0.0
 
-    def sample(self, root: psutil.Process) -> None:
+    def sample(self, root: psutil.Process, tree: list[psutil.Process]) -> None:
         driver = workers = 0
-        try:
-            tree = [root, *root.children(recursive=True)]
-        except psutil.Error:
-            return
         for proc in tree:
             try:
                 rss = proc.memory_info().rss
@@ -48,6 +46,75 @@ class Memory:
 
 
 @dataclass
+class CpuClock:
+    """CPU seconds (user and system) used so far by the pipeline (every process of its
+    tree, the JVM and Python workers included; a process that exited keeps what it
+    used) and by the Kafka broker when it runs on this machine, sampled over time and
+    read between two moments (a phase's first and last batch): what a pipeline costs the
+    machine per record, the broker's share included, which transactions raise."""
+
+    broker: psutil.Process | None = None
+    #: (wall clock, pipeline CPU s, broker CPU s): the broker's 0 when it is not local
+    samples: list[tuple[float, float, float]] = field(default_factory=list)
+    _used: dict[tuple[int, float], float] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def sample(self, tree: list[psutil.Process]) -> None:
+        """Sampler thread, and the kill (a last sample, so the phase's end is covered)."""
+        with self._lock:
+            for proc in tree:
+                try:
+                    times = proc.cpu_times()
+                    self._used[(proc.pid, proc.create_time())] = times.user + times.system
+                except psutil.Error:
+                    continue  # gone: it keeps its last sample
+            self.samples.append((time.time(), sum(self._used.values()), _cpu_of(self.broker)))
+
+    def between(self, start: float, end: float) -> tuple[float, float | None] | None:
+        """(pipeline, broker) CPU seconds from ``start`` to ``end`` (``time.time()``),
+        interpolated between samples; the broker's None when it is not on this machine;
+        None when the samples do not span the interval."""
+        if len(self.samples) < 2 or not self.samples[0][0] <= start < end <= self.samples[-1][0]:
+            return None
+        first, last = self._at(start), self._at(end)
+        broker = last[1] - first[1] if self.broker is not None else None
+        return last[0] - first[0], broker
+
+    def _at(self, moment: float) -> tuple[float, float]:
+        i = max(1, bisect_left(self.samples, moment, key=lambda s: s[0]))
+        (t0, p0, b0), (t1, p1, b1) = self.samples[i - 1], self.samples[i]
+        share = (moment - t0) / (t1 - t0) if t1 > t0 else 1.0
+        return p0 + (p1 - p0) * share, b0 + (b1 - b0) * share
+
+
+def _cpu_of(proc: psutil.Process | None) -> float:
+    if proc is None:
+        return 0.0
+    try:
+        times = proc.cpu_times()
+    except psutil.Error:
+        return 0.0
+    return float(times.user + times.system)
+
+
+def local_broker(bootstrap: str) -> psutil.Process | None:
+    """The process listening on the first bootstrap server's port, when that server is
+    on this machine's loopback (the local stack's broker); else None."""
+    host, _, port = bootstrap.split(",")[0].strip().rpartition(":")
+    if host.strip("[]") not in ("127.0.0.1", "localhost", "::1") or not port.isdigit():
+        return None
+    try:
+        listening = psutil.net_connections(kind="tcp")
+    except psutil.Error:
+        return None
+    for conn in listening:
+        if conn.status == psutil.CONN_LISTEN and conn.laddr.port == int(port) and conn.pid:
+            with contextlib.suppress(psutil.Error):
+                return psutil.Process(conn.pid)
+    return None
+
+
+@dataclass
 class PipelineProcess:
     """Started in its own session, so a SIGKILL of its group takes the JVM and workers too."""
 
@@ -56,6 +123,7 @@ class PipelineProcess:
     env: dict[str, str]
     events: list[dict[str, Any]] = field(default_factory=list)
     memory: Memory = field(default_factory=Memory)
+    cpu: CpuClock = field(default_factory=CpuClock)
 
     def start(self) -> PipelineProcess:
         self._stderr = self.log.open("ab")
@@ -65,7 +133,7 @@ class PipelineProcess:
         )  # fmt: skip
         self._root = psutil.Process(self.proc.pid)
         threading.Thread(target=self._read_events, daemon=True).start()
-        threading.Thread(target=self._sample_memory, daemon=True).start()
+        threading.Thread(target=self._sample, daemon=True).start()
         return self
 
     def _read_events(self) -> None:
@@ -75,9 +143,14 @@ class PipelineProcess:
             if event is not None:
                 self.events.append(event)
 
-    def _sample_memory(self) -> None:
+    def _sample(self) -> None:
         while self.proc.poll() is None:
-            self.memory.sample(self._root)
+            try:
+                tree = [self._root, *self._root.children(recursive=True)]
+            except psutil.Error:
+                tree = []
+            self.memory.sample(self._root, tree)
+            self.cpu.sample(tree)
             time.sleep(SAMPLE_SECONDS)
 
     def alive(self) -> bool:
@@ -109,6 +182,7 @@ class PipelineProcess:
             tree = [self._root, *self._root.children(recursive=True)]
         except psutil.Error:
             tree = []
+        self.cpu.sample(tree)  # up to the kill: the last batch came just before it
         killed_at = time.time()
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)

@@ -178,6 +178,27 @@ def steps_table(results: list[Result]) -> list[str]:
             "next rows, the sink's own writes and its transaction.", "", *lines]  # fmt: skip
 
 
+def cpu_table(results: list[Result]) -> list[str]:
+    """CPU milliseconds per 1,000 records of the throughput phase: the pipeline's
+    processes and the local broker's; a table only when some run measured them."""
+    measured = [r for r in results if r.cpu_s]
+    if not measured:
+        return []
+    lines = ["CPU time per 1,000 records of the throughput phase (ms, user and system): "
+             "the pipeline's processes (Python driver, JVM, Python workers) and the Kafka "
+             "broker, which shares the machine's cores with them. A transaction costs the "
+             "broker more than a plain write: its coordinator's log, the markers, the "
+             "offsets commit.", "",
+             "| pipeline | guarantee | pipeline CPU ms | broker CPU ms | together |",
+             "|---|---|--:|--:|--:|"]  # fmt: skip
+    for r in measured:
+        mine, broker = r.cpu_ms_per_1k("pipeline"), r.cpu_ms_per_1k("broker")
+        both = None if mine is None or broker is None else mine + broker
+        lines.append(f"| {r.pipeline.label} | {r.pipeline.guarantee} | {_num(mine, 1)} | "
+                     f"{_num(broker, 1)} | {_num(both, 1)} |")  # fmt: skip
+    return [*lines, ""]
+
+
 def _paced_profile(results: list[Result]) -> list[str]:
     if not any(r.latency_stages_ms for r in results):
         return []
@@ -271,6 +292,7 @@ def markdown(results: list[Result], settings: Settings, facts: list[str], comman
         "stateful count (RocksDB), moving rows between the JVM and Python workers.", "",
         *profile_table(results), "",
         *steps_table(results), "",
+        *cpu_table(results),
         *_paced_profile(results),
         _definitions(), "",
     ])  # fmt: skip
@@ -300,6 +322,9 @@ def _definitions() -> str:
         "committed batch.",
         "- memory: peak resident set of the driver (the Python process and its JVM) and "
         "of the workers (Spark's Python workers), sampled every 0.25 s.",
+        "- CPU: user and system time of every process of the pipeline, and of the broker "
+        "when it runs on this machine, sampled every 0.25 s and interpolated to the "
+        "throughput phase's first and last batch.",
     ])  # fmt: skip
 
 

@@ -40,7 +40,7 @@ from typing import Any
 from confluent_kafka import Producer
 
 from connectors.compare import pipelines as pl
-from connectors.compare.process import PipelineProcess
+from connectors.compare.process import CpuClock, PipelineProcess, local_broker
 from connectors.endpoints import Endpoints
 from connectors.topics import create_topic
 
@@ -65,6 +65,8 @@ class Result:
     stages_ms: dict[str, float] = field(default_factory=dict)  # Spark's per-batch split
     latency_stages_ms: dict[str, float] = field(default_factory=dict)  # the paced phase's
     round_rates: list[float] = field(default_factory=list)  # records/s of each round
+    #: CPU seconds of the throughput phase's measured interval: "pipeline", "broker"
+    cpu_s: dict[str, float] = field(default_factory=dict)
     error: str | None = None
 
     @property
@@ -81,6 +83,12 @@ class Result:
     def commit_p50(self) -> float | None:
         return statistics.median(self.commit_ms) if self.commit_ms else None
 
+    def cpu_ms_per_1k(self, who: str) -> float | None:
+        """CPU milliseconds ``who`` ("pipeline", "broker") spent per 1,000 records."""
+        if who not in self.cpu_s or not self.records:
+            return None
+        return self.cpu_s[who] * 1e6 / self.records
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -95,7 +103,8 @@ class Settings:
 def start(target: pl.Target, endpoints: Endpoints, max_offsets: int) -> PipelineProcess:
     env = {"EOS_COMMIT_TIMES": str(target.commit_times), "EOS_SPARK_LOG_LEVEL": "ERROR"}
     log = target.state_dir / "pipeline.log"
-    return PipelineProcess(pl.command(target, endpoints, max_offsets), log, env).start()
+    cpu = CpuClock(local_broker(endpoints.kafka_bootstrap))
+    return PipelineProcess(pl.command(target, endpoints, max_offsets), log, env, cpu=cpu).start()
 
 
 # -- throughput -------------------------------------------------------------------------
@@ -121,8 +130,17 @@ def throughput(
     result.commit_ms = _commit_times(batches, target)
     result.stages_ms = _stages(batches, target) if pipeline.spark else {}
     result.driver_mb, result.workers_mb = process.memory.driver_mb, process.memory.workers_mb
+    result.cpu_s = _cpu_used(process.cpu, first["t"], batches[-1]["t"])
     _check_counts(target, endpoints, s.records)
     pl.clean_up(target, endpoints)
+
+
+def _cpu_used(cpu: CpuClock, start: float, end: float) -> dict[str, float]:
+    used = cpu.between(start, end)
+    if used is None:
+        return {}
+    pipeline, broker = used
+    return {"pipeline": pipeline} | ({} if broker is None else {"broker": broker})
 
 
 def _sink_commits(target: pl.Target) -> dict[int, float]:

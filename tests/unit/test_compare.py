@@ -4,13 +4,19 @@ the targets' verdicts, and the choice of pipelines."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
+import psutil  # type: ignore[import-untyped]
 import pytest
 
 from connectors.compare import pipelines as pl
 from connectors.compare import report, runner
 from connectors.compare.command import _chosen
+from connectors.compare.process import CpuClock
 from connectors.errors import ConfigError
 
 
@@ -194,3 +200,55 @@ def test_the_latency_phase_has_its_own_profile() -> None:
     assert "| eos_kafka -> count -> eos_kafka | exactly-once | 1,200 | 700 |" in table
     assert "raw" not in table
     assert "batch interval" not in "\n".join(report.profile_table([paced]))
+
+
+_SPIN_THEN_SLEEP = """
+import sys, time
+while time.process_time() < 0.5:
+    pass
+print(time.time(), flush=True)
+time.sleep(0.6)
+"""
+
+
+def test_the_cpu_clock_counts_a_process_tree_between_two_moments() -> None:
+    # A real child spins for 0.5 s of CPU, says when, sleeps 0.6 s and exits; the clock
+    # samples it throughout and after it exited.
+    child = subprocess.Popen([sys.executable, "-c", _SPIN_THEN_SLEEP], stdout=subprocess.PIPE,
+                             text=True)  # fmt: skip
+    clock = CpuClock()
+    tree = [psutil.Process(child.pid)]
+    clock.sample(tree)
+    began = clock.samples[0][0]
+    spun: list[float] = []
+    reader = threading.Thread(target=lambda: spun.append(float(child.stdout.readline())))  # type: ignore[union-attr]
+    reader.start()
+    while child.poll() is None:
+        clock.sample(tree)
+        time.sleep(0.02)
+    for _ in range(3):
+        clock.sample(tree)
+        time.sleep(0.02)
+    reader.join()
+    ended = clock.samples[-1][0]
+    spinning = clock.between(began, spun[0])
+    sleeping = clock.between(spun[0] + 0.1, spun[0] + 0.5)
+    assert spinning is not None and sleeping is not None
+    assert 0.4 < spinning[0] < 0.7 and spinning[1] is None  # no broker on this clock
+    assert sleeping[0] < 0.05
+    whole = clock.between(began, ended)
+    assert whole is not None and whole[0] >= 0.45  # the exited child keeps what it used
+    assert clock.between(began - 10, ended) is None  # before the first sample: unknown
+    assert clock.between(began, ended + 10) is None  # after the last one: unknown
+
+
+def test_the_cpu_table_gives_milliseconds_per_thousand_records() -> None:
+    eo = _result("eos-kafka", 2000, 2.0)
+    eo.cpu_s = {"pipeline": 0.03, "broker": 0.01}
+    alo = _result("eos-kafka-alo", 2000, 2.0)
+    alo.cpu_s = {"pipeline": 0.02}  # the broker is not on this machine
+    lines = report.cpu_table([eo, alo, _result("raw", 10, 1.0)])
+    assert "| eos_kafka -> count -> eos_kafka | exactly-once | 15.0 | 5.0 | 20.0 |" in lines
+    assert "| eos_kafka -> count -> eos_kafka | at-least-once | 10.0 | - | - |" in lines
+    assert sum(line.startswith("| eos_kafka") for line in lines) == 2  # raw: not measured
+    assert report.cpu_table([_result("raw", 10, 1.0)]) == []
