@@ -65,6 +65,20 @@ def _tasks_command(args: argparse.Namespace) -> int:
     return run()
 
 
+def _kafka_cpu_command(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from connectors.bench import _endpoints
+    from connectors.compare.sink_cpu import run
+    from connectors.errors import ConfigError
+
+    if args.tasks < 1 or args.rounds < 1:
+        raise ConfigError(f"--tasks and --rounds must be 1 or more (got {args.tasks}, "
+                          f"{args.rounds})")  # fmt: skip
+    run(_endpoints().kafka_bootstrap, args.tasks, args.rounds, Path(args.out))
+    return 0
+
+
 def _compare_command(args: argparse.Namespace) -> int:
     from connectors.compare.command import run_compare
 
@@ -169,6 +183,15 @@ def build_parser() -> argparse.ArgumentParser:
         "tasks", help="Spark's cost per Python task under each worker set-up (~2 min)"
     )
     tasks.set_defaults(func=_tasks_command)
+    kafka_cpu = benches.add_parser(
+        "kafka-cpu",
+        help="one Kafka sink task's CPU, its own and the local broker's, at-least-once "
+        "against exactly-once (~2 min)",
+    )
+    kafka_cpu.add_argument("--tasks", type=int, default=200, help="tasks per mode and round")
+    kafka_cpu.add_argument("--rounds", type=int, default=3)
+    kafka_cpu.add_argument("--out", default="bench-results", help="kafka-cpu.json")
+    kafka_cpu.set_defaults(func=_kafka_cpu_command)
     for which, text in [
         ("source", "eos_kafka source vs a raw confluent-kafka consume loop"),
         ("postgres", "eos_postgres exactly-once vs at-least-once"),

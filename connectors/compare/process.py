@@ -68,7 +68,7 @@ class CpuClock:
                     self._used[(proc.pid, proc.create_time())] = times.user + times.system
                 except psutil.Error:
                     continue  # gone: it keeps its last sample
-            self.samples.append((time.time(), sum(self._used.values()), _cpu_of(self.broker)))
+            self.samples.append((time.time(), sum(self._used.values()), cpu_seconds(self.broker)))
 
     def between(self, start: float, end: float) -> tuple[float, float | None] | None:
         """(pipeline, broker) CPU seconds from ``start`` to ``end`` (``time.time()``),
@@ -87,7 +87,8 @@ class CpuClock:
         return p0 + (p1 - p0) * share, b0 + (b1 - b0) * share
 
 
-def _cpu_of(proc: psutil.Process | None) -> float:
+def cpu_seconds(proc: psutil.Process | None) -> float:
+    """``proc``'s user and system CPU seconds so far; 0 for None or a process gone."""
     if proc is None:
         return 0.0
     try:

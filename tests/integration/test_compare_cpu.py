@@ -1,15 +1,21 @@
-"""The benchmark's CPU clock finds the local broker and sees what transactions cost it."""
+"""The benchmarks' CPU clocks find the local broker and see what transactions cost it:
+`eos bench compare`'s per-pipeline clock and `eos bench kafka-cpu`'s per-task modes."""
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
 
+from connectors.compare import sink_cpu
 from connectors.compare.process import CpuClock, local_broker
 from connectors.endpoints import Endpoints
 from connectors.topics import create_topic
+from sinks.kafka.options import KafkaSinkOptions, parse_options
+from sinks.kafka.writer import ClientPool
 
 pytestmark = pytest.mark.services
 
@@ -40,3 +46,41 @@ def test_the_clock_charges_the_local_broker_for_transactions(
     pipeline, broker_s = used
     assert pipeline == 0.0  # an empty tree
     assert broker_s is not None and broker_s > 0.01  # ~40 transactions' coordinator work
+
+
+def test_the_kafka_cpu_bench_measures_each_mode_on_the_real_broker(
+    endpoints: Endpoints, tmp_path: Path
+) -> None:
+    results = sink_cpu.run(endpoints.kafka_bootstrap, tasks=8, rounds=1, out_dir=tmp_path)
+    assert [r.mode for r in results] == list(sink_cpu.MODES)
+    for r in results:
+        assert r.wall_ms > 0 and r.client_cpu_ms > 0 and r.broker_cpu_ms is not None, r
+    saved = json.loads((tmp_path / "kafka-cpu.json").read_text())
+    assert saved["local_broker"] and [r["mode"] for r in saved["results"]] == list(sink_cpu.MODES)
+    lines = sink_cpu.table(results)
+    assert lines[2].startswith("| at-least-once |") and "(1.0x)" in lines[2]
+
+
+@pytest.mark.parametrize(("mode", "new_producers"), [("exactly-once", 1),
+                                                     ("exactly-once, moved", 9)])  # fmt: skip
+def test_a_moved_task_takes_a_new_producer_and_a_staying_one_does_not(
+    endpoints: Endpoints, unique: str, monkeypatch: pytest.MonkeyPatch, mode: str,
+    new_producers: int,
+) -> None:  # fmt: skip
+    made: list[str] = []
+    real = ClientPool.new_producer
+
+    def counted(pool: ClientPool, options: KafkaSinkOptions, name: str) -> Producer:
+        made.append(name)
+        return real(pool, options, name)
+
+    monkeypatch.setattr(ClientPool, "new_producer", counted)
+    topic = f"cpu-{unique}"
+    create_topic(endpoints.kafka_bootstrap, topic, 4)
+    options = parse_options({"kafka.bootstrap.servers": endpoints.kafka_bootstrap,
+                             "topic": topic, "markerLogTopic": f"{topic}-markers"})  # fmt: skip
+    create_topic(endpoints.kafka_bootstrap, f"{topic}-markers", 1, **{"cleanup.policy": "compact"})
+    task = sink_cpu._task(mode, options)
+    for b in range(3 + 6):  # warm-up and measured tasks alike
+        task(b)
+    assert len(made) == new_producers  # moved: every task's pooled producer was fenced
