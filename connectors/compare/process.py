@@ -63,11 +63,8 @@ class CpuClock:
         """Sampler thread, and the kill (a last sample, so the phase's end is covered)."""
         with self._lock:
             for proc in tree:
-                try:
-                    times = proc.cpu_times()
-                    self._used[(proc.pid, proc.create_time())] = times.user + times.system
-                except psutil.Error:
-                    continue  # gone: it keeps its last sample
+                with contextlib.suppress(psutil.Error):  # gone: it keeps its last sample
+                    self._used[(proc.pid, proc.create_time())] = _busy(proc)
             self.samples.append((time.time(), sum(self._used.values()), cpu_seconds(self.broker)))
 
     def between(self, start: float, end: float) -> tuple[float, float | None] | None:
@@ -92,9 +89,13 @@ def cpu_seconds(proc: psutil.Process | None) -> float:
     if proc is None:
         return 0.0
     try:
-        times = proc.cpu_times()
+        return _busy(proc)
     except psutil.Error:
         return 0.0
+
+
+def _busy(proc: psutil.Process) -> float:
+    times = proc.cpu_times()
     return float(times.user + times.system)
 
 
@@ -146,13 +147,17 @@ class PipelineProcess:
 
     def _sample(self) -> None:
         while self.proc.poll() is None:
-            try:
-                tree = [self._root, *self._root.children(recursive=True)]
-            except psutil.Error:
-                tree = []
+            tree = self._tree()
             self.memory.sample(self._root, tree)
             self.cpu.sample(tree)
             time.sleep(SAMPLE_SECONDS)
+
+    def _tree(self) -> list[psutil.Process]:
+        """The launched process and every descendant now ([] once it is gone)."""
+        try:
+            return [self._root, *self._root.children(recursive=True)]
+        except psutil.Error:
+            return []
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -179,10 +184,7 @@ class PipelineProcess:
 
     def kill(self) -> float:
         """SIGKILL the whole group, as a crash would; return when it was sent."""
-        try:
-            tree = [self._root, *self._root.children(recursive=True)]
-        except psutil.Error:
-            tree = []
+        tree = self._tree()
         self.cpu.sample(tree)  # up to the kill: the last batch came just before it
         killed_at = time.time()
         with contextlib.suppress(ProcessLookupError):
