@@ -19,7 +19,18 @@ QUIX_VERSION = "3.28.1"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument(
+        "--records",
+        type=int,
+        default=4_000_000,
+        help="throughput phase; records/s is measured over the second half",
+    )
+    parser.add_argument(
+        "--batch-records",
+        type=int,
+        default=100_000,
+        help="throughput phase: records a batch (Spark's maxOffsetsPerTrigger)",
+    )
     parser.add_argument("--keys", type=int, default=10_000)
     parser.add_argument("--rate", type=int, default=5_000, help="latency phase, records/s")
     parser.add_argument("--latency-seconds", type=float, default=15.0,
@@ -68,16 +79,17 @@ def run_compare(args: argparse.Namespace) -> int:
     from connectors.compare.jars import spark_kafka_jars
 
     chosen = _chosen(args.pipelines)
-    if args.rounds < 1 or args.latency_seconds < 0:
-        raise ConfigError(f"--rounds must be 1 or more (got {args.rounds}), --latency-"
-                          f"seconds 0 or more (got {args.latency_seconds:g})")  # fmt: skip
+    if args.rounds < 1 or args.latency_seconds < 0 or args.batch_records < 1:
+        raise ConfigError(f"--rounds and --batch-records must be 1 or more (got {args.rounds}, "
+                          f"{args.batch_records}), --latency-seconds 0 or more (got "
+                          f"{args.latency_seconds:g})")  # fmt: skip
     if any(p.engine == "quix" for p in chosen):
         ensure_quix()
     if any(p.engine == "spark" for p in chosen):
         spark_kafka_jars()
     endpoints = _endpoints()
     settings = runner.Settings(args.records, args.keys, args.rate, args.latency_seconds,
-                               runner.work_dir(), args.rounds)  # fmt: skip
+                               runner.work_dir(), args.rounds, args.batch_records)  # fmt: skip
     topic = f"eos-bench-compare-{uuid.uuid4().hex[:8]}"
     print(f"Writing {args.records:,} records of ~100 bytes over {args.keys:,} keys to {topic}...")
     fill_topic(endpoints.kafka_bootstrap, topic, args.records, args.keys)
@@ -109,7 +121,8 @@ def _command(args: argparse.Namespace) -> str:
 
 def _command_argv(args: argparse.Namespace) -> list[str]:
     return [
-        "--records", str(args.records), "--keys", str(args.keys), "--rate", str(args.rate),
+        "--records", str(args.records), "--batch-records", str(args.batch_records),
+        "--keys", str(args.keys), "--rate", str(args.rate),
         "--latency-seconds", f"{args.latency_seconds:g}", "--pipelines", args.pipelines,
         "--rounds", str(args.rounds),
     ]  # fmt: skip

@@ -252,3 +252,18 @@ def test_the_cpu_table_gives_milliseconds_per_thousand_records() -> None:
     assert "| eos_kafka -> count -> eos_kafka | at-least-once | 10.0 | - | - |" in lines
     assert sum(line.startswith("| eos_kafka") for line in lines) == 2  # raw: not measured
     assert report.cpu_table([_result("raw", 10, 1.0)]) == []
+
+
+def test_records_per_second_leaves_the_first_half_of_the_phase_out_as_warm_up() -> None:
+    # After the start-up batch, ten batches of 100 records: batches 0-4 warm up; the
+    # clock starts at batch 4's commit, and batches 5-9 are measured.
+    batches = [{"batch": i, "records": 100, "t": float(i)} for i in range(10)]
+    clock, *measured = runner.warmed_up(batches, "eos-kafka")
+    assert clock["batch"] == 4 and [b["batch"] for b in measured] == [5, 6, 7, 8, 9]
+    # Uneven batches (Quix's commits): the window starts at the first batch after half
+    # of the records, whichever batch that is.
+    uneven = [{"records": n, "t": float(i)} for i, n in enumerate((700, 100, 100, 100))]
+    clock, *measured = runner.warmed_up(uneven, "quix")
+    assert clock["t"] == 0.0 and len(measured) == 3
+    with pytest.raises(AssertionError, match="too few to leave out a warm-up"):
+        runner.warmed_up([{"records": 100, "t": 0.0}], "raw")
