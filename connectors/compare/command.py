@@ -28,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--batch-records",
         type=int,
-        default=100_000,
+        default=runner.BATCH_RECORDS,
         help="throughput phase: records a batch (Spark's maxOffsetsPerTrigger)",
     )
     parser.add_argument("--keys", type=int, default=10_000)

@@ -56,6 +56,7 @@ WARM_UP_SECONDS = 5.0  # after the sink first shows a count: steady state from h
 #: pipeline's batch times still falling at batch 10, where the phase used to end:
 #: Spark's Kafka connector from 1,163 to ~400 ms, this package's from ~800 to ~450.
 WARM_UP = 0.5
+BATCH_RECORDS = 100_000  # the throughput phase's batch (Spark's maxOffsetsPerTrigger)
 AFTER_KILL_SECONDS = 8.0
 START_TIMEOUT = 180.0
 
@@ -107,7 +108,7 @@ class Settings:
     latency_seconds: float
     work_dir: Path
     rounds: int = 1
-    batch_records: int = 100_000  # Spark's maxOffsetsPerTrigger in the throughput phase
+    batch_records: int = BATCH_RECORDS
 
 
 def start(target: pl.Target, endpoints: Endpoints, max_offsets: int) -> PipelineProcess:
