@@ -7,6 +7,7 @@ Every call is bounded in time; a broker that does not answer is a
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -27,6 +28,23 @@ from sources.kafka.options import EARLIEST, LATEST, KafkaSourceOptions
 log = logging.getLogger(__name__)
 
 NO_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"  # the all-zero id of brokers that keep none
+
+# A partition whose leader is being chosen or moved: a partition just added (the
+# brokers list it some tens of ms before its leader answers), a broker restarting.
+# librdkafka does not mark these retriable in an admin result, so the look-up asks
+# again, backing off, until its time bound.
+LEADER_MOVING = frozenset(
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.REPLICA_NOT_AVAILABLE,
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+        KafkaError.OFFSET_NOT_AVAILABLE,
+    }
+)
+FIRST_BACKOFF_S = 0.05
+MAX_BACKOFF_S = 1.0
 
 
 class BrokerView:
@@ -203,16 +221,23 @@ class BrokerView:
             else IsolationLevel.READ_UNCOMMITTED
         )
         request = {TopicPartition(t, p): spec for (t, p), spec in specs.items()}
-        try:
-            futures = self.admin.list_offsets(
-                request, isolation_level=isolation, request_timeout=self.timeout
-            )
-            return {
-                (tp.topic, tp.partition): int(future.result(timeout=self.timeout).offset)
-                for tp, future in futures.items()
-            }
-        except (KafkaException, TimeoutError) as exc:
-            raise self._unavailable("list offsets", exc) from None
+        deadline = time.monotonic() + self.timeout
+        backoff = FIRST_BACKOFF_S
+        while True:
+            try:
+                futures = self.admin.list_offsets(
+                    request, isolation_level=isolation, request_timeout=self.timeout
+                )
+                return {
+                    (tp.topic, tp.partition): int(future.result(timeout=self.timeout).offset)
+                    for tp, future in futures.items()
+                }
+            except (KafkaException, TimeoutError) as exc:
+                if not _leader_moving(exc) or time.monotonic() + backoff > deadline:
+                    raise self._unavailable("list offsets", exc) from None
+                log.info("eos_kafka: a partition's leader is moving (%s); asking again.", exc)
+            time.sleep(backoff)
+            backoff = min(2 * backoff, MAX_BACKOFF_S)
 
     def _unavailable(self, what: str, exc: BaseException) -> ServiceUnavailableError:
         """The error for a failed look-up, with the broker's reason (an authentication
@@ -224,6 +249,10 @@ class BrokerView:
             "Check that the brokers run and are reachable, and the kafka.security.protocol and "
             "kafka.sasl.* options; raise kafkaConsumer.pollTimeoutMs for slow clusters."
         )
+
+
+def _leader_moving(exc: BaseException) -> bool:
+    return isinstance(exc, KafkaException) and exc.args[0].code() in LEADER_MOVING
 
 
 def _unknown_topic(exc: BaseException) -> bool:
