@@ -75,6 +75,11 @@ class Result:
     stages_ms: dict[str, float] = field(default_factory=dict)  # Spark's per-batch split
     latency_stages_ms: dict[str, float] = field(default_factory=dict)  # the paced phase's
     round_rates: list[float] = field(default_factory=list)  # records/s of each round
+    #: The warm-up half's records and seconds (after the start-up batch, up to where
+    #: records/s starts), so a report can show how far a ratio moves once warm
+    warmup_records: int = 0
+    warmup_seconds: float = 0.0
+    round_warmup_rates: list[float] = field(default_factory=list)
     #: CPU seconds of the throughput phase's measured interval: "pipeline", "broker"
     cpu_s: dict[str, float] = field(default_factory=dict)
     error: str | None = None
@@ -82,6 +87,10 @@ class Result:
     @property
     def rate(self) -> float:
         return self.records / self.seconds if self.seconds else 0.0
+
+    @property
+    def warmup_rate(self) -> float:
+        return self.warmup_records / self.warmup_seconds if self.warmup_seconds else 0.0
 
     def latency(self, quantile: float) -> float | None:
         if len(self.latencies_ms) < 2:
@@ -137,6 +146,8 @@ def throughput(
     clock, *measured = warmed_up(batches, pipeline.key)
     result.records = sum(int(b["records"]) for b in measured)
     result.seconds = measured[-1]["t"] - clock["t"]
+    result.warmup_records = sum(int(b["records"]) for b in batches) - result.records
+    result.warmup_seconds = clock["t"] - first["t"]
     result.commit_ms = _commit_times(measured, target)
     result.stages_ms = _stages(measured, target) if pipeline.spark else {}
     result.driver_mb, result.workers_mb = process.memory.driver_mb, process.memory.workers_mb
@@ -389,10 +400,11 @@ def _phase(result: Result, phase: Callable[[], None]) -> bool:
 
 def median_round(rounds: list[Result]) -> Result:
     """The round with the median records/s (the lower of the two middle ones), carrying
-    every round's records/s."""
+    every round's records/s, measured and of the warm-up."""
     rates = [r.rate for r in rounds]
     median = next(r for r in rounds if r.rate == statistics.median_low(rates))
     median.round_rates = rates
+    median.round_warmup_rates = [r.warmup_rate for r in rounds]
     return median
 
 

@@ -35,6 +35,8 @@ def test_compare_runs_every_kind_of_pipeline_and_writes_the_report(
         assert r["error"] is None, key
         # records/s is of the second half (the first is start-up and warm-up)
         assert 0 < r["records"] <= 100_000 and r["rate"] > 0, key
+        # the warm-up half: every batch after the start-up batch, up to the measured ones
+        assert 0 < r["warmup_records"] < 200_000 - r["records"] and r["warmup_seconds"] > 0
         assert r["latency_p50_ms"] is not None and 0 < r["latency_p50_ms"] <= r["latency_p99_ms"]
         assert r["recovery_s"] is not None and r["recovery_s"] > 0, key
         assert r["commit_ms"] and r["driver_mb"] > 20, key
