@@ -81,6 +81,12 @@ def current_batch() -> int | None:
     return int(value) if value is not None else None
 
 
+def current_partition() -> int | None:
+    """The partition id of the running Spark task, when called inside one."""
+    context = _context()
+    return int(context.partitionId()) if context else None
+
+
 def current_query_name() -> str | None:
     """The name of the streaming query the running task belongs to (``.queryName``)."""
     context = _context()

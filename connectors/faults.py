@@ -1,9 +1,12 @@
 """Named fault points: no-ops unless a test enables one through the environment.
 
-``EOS_FAULT_POINT`` holds comma-separated entries ``point[@batch][:query][=action]``:
+``EOS_FAULT_POINT`` holds comma-separated entries
+``point[@batch][#partition][:query][=action]``:
 
 * ``point`` is one of :data:`POINTS`;
 * ``@N`` limits it to micro-batch N;
+* ``#P`` limits it to the task of partition P (a task point only: the driver has none),
+  so a test can crash one task of a batch after the others committed;
 * ``:NAME`` limits it to the streaming query named NAME (``.queryName(NAME)``), so
   one pipeline of several queries crosses each query's points in a planned order
   (``after-prepare@3:kafka`` fires in the ``kafka`` query's batch 3 only);
@@ -44,7 +47,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from connectors.context import current_batch, current_query_name
+from connectors.context import current_batch, current_partition, current_query_name
 
 #: Every fault point, in protocol order. ``before-prepare`` is in a sink task after
 #: it checked that its batch is undecided, before it writes anything; ``mid-prepare``
@@ -69,31 +72,42 @@ class SimulatedCrash(BaseException):
 
 @dataclass(frozen=True)
 class Entry:
-    """One ``point[@batch][:query][=action]`` entry of ``EOS_FAULT_POINT``."""
+    """One ``point[@batch][#partition][:query][=action]`` entry of ``EOS_FAULT_POINT``."""
 
     point: str
     batch: int | None = None
     query: str | None = None
     action: str = "kill"
+    partition: int | None = None
 
     @classmethod
     def parse(cls, text: str) -> Entry:
         rest, _, action = text.strip().partition("=")
         rest, _, query = rest.partition(":")
+        rest, _, partition = rest.partition("#")
         point, _, batch = rest.partition("@")
         if (
             point not in POINTS
             or (action and action not in ACTIONS)
             or (not batch.isdigit() and batch)
+            or (not partition.isdigit() and partition)
         ):
             raise ValueError(
-                f"EOS_FAULT_POINT entry {text!r}: expected point[@batch][:query][=action] with "
-                f"point one of {', '.join(POINTS)} and action one of {', '.join(ACTIONS)}"
+                f"EOS_FAULT_POINT entry {text!r}: expected point[@batch][#partition][:query]"
+                f"[=action] with point one of {', '.join(POINTS)} and action one of "
+                f"{', '.join(ACTIONS)}"
             )
-        return cls(point, int(batch) if batch else None, query or None, action or "kill")
+        return cls(
+            point,
+            int(batch) if batch else None,
+            query or None,
+            action or "kill",
+            int(partition) if partition else None,
+        )
 
     def __str__(self) -> str:
         text = self.point + (f"@{self.batch}" if self.batch is not None else "")
+        text += f"#{self.partition}" if self.partition is not None else ""
         text += f":{self.query}" if self.query else ""
         return text + (f"={self.action}" if self.action != "kill" else "")
 
@@ -104,11 +118,14 @@ class Entry:
             return self.action
         return os.environ.get("EOS_FAULT_SCOPE", "process")
 
-    def matches(self, name: str, batch: int | None, query: str | None) -> bool:
+    def matches(
+        self, name: str, batch: int | None, query: str | None, partition: int | None = None
+    ) -> bool:
         return (
             self.point == name
             and (self.batch is None or self.batch == batch)
             and (self.query is None or self.query == query)
+            and (self.partition is None or self.partition == partition)
         )
 
 
@@ -133,8 +150,9 @@ def point(
         return
     batch = batch if batch is not None else current_batch()
     query = query if query is not None else current_query_name()
+    partition = current_partition() if role != "driver" else None
     for entry in entries:
-        if entry.matches(name, batch, query) and _claim(
+        if entry.matches(name, batch, query, partition) and _claim(
             entry, len(entries) > 1, role, batch, query
         ):
             if entry.action == "pause":
@@ -193,7 +211,7 @@ def simulate(*entries: str) -> Iterator[None]:
 def _simulated_point(name: str, batch: int | None, query: str | None) -> None:
     assert _simulated is not None
     for entry in list(_simulated):
-        if entry.matches(name, batch, query):
+        if entry.matches(name, batch, query, current_partition()):
             _simulated.remove(entry)
             raise SimulatedCrash(str(entry))
 

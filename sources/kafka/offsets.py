@@ -64,6 +64,35 @@ def from_spark(value: Mapping[str, Any]) -> Offsets:
 # Kafka topic names are made of [a-zA-Z0-9._-], so an "@" key never names a topic.
 TOPIC_IDS = "@topicIds"
 STARTS = "@starts"
+SPLIT = "@split"
+
+
+@dataclass(frozen=True)
+class Split:
+    """How a batch's ranges are split into tasks: ``minPartitions`` and ``maxPartitions``
+    as they were when the batch was planned.
+
+    It belongs to the batch, not to today's options: a sink that marks progress per
+    task partition (the Kafka sink) must see a replayed batch split into the very
+    same tasks, or a task partition's marker speaks of other records than the replay
+    gives it (records lost, or written twice, after a restart with another
+    ``minPartitions``).
+    """
+
+    min_partitions: int | None = None
+    max_partitions: int | None = None
+
+    def to_spark(self) -> dict[str, int | None]:
+        return {"minPartitions": self.min_partitions, "maxPartitions": self.max_partitions}
+
+    @classmethod
+    def from_spark(cls, value: Mapping[str, Any]) -> Split:
+        return cls(_optional_int(value.get("minPartitions")),
+                   _optional_int(value.get("maxPartitions")))  # fmt: skip
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 @dataclass(frozen=True)
@@ -76,11 +105,14 @@ class SourceOffset:
     position decided while planning it (a partition that appeared, or one
     whose log went back, read from its log start) instead of from batch N-1's
     end: checkpointed, so a replay of batch N plans exactly the same ranges.
+    ``split`` is how batch N is split into tasks (:class:`Split`); None in an
+    offset written by a version of this package that did not record it.
     """
 
     ends: Offsets
     topic_ids: Mapping[str, str] = field(default_factory=dict)
     starts: Offsets = field(default_factory=dict)
+    split: Split | None = None
 
     def to_spark(self) -> dict[str, Any]:
         value: dict[str, Any] = to_spark(self.ends)
@@ -88,14 +120,18 @@ class SourceOffset:
             value[TOPIC_IDS] = dict(sorted(self.topic_ids.items()))
         if self.starts:
             value[STARTS] = to_spark(self.starts)
+        if self.split is not None:
+            value[SPLIT] = self.split.to_spark()
         return value
 
     @classmethod
     def from_spark(cls, value: Mapping[str, Any]) -> SourceOffset:
+        split = value.get(SPLIT)
         return cls(
             ends=from_spark(value),
             topic_ids=dict(value.get(TOPIC_IDS, {})),
             starts=from_spark(value.get(STARTS, {})),
+            split=Split.from_spark(split) if isinstance(split, Mapping) else None,
         )
 
     def begin_of_next(self, following: SourceOffset) -> Offsets:

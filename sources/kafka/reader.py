@@ -27,6 +27,7 @@ from sources.kafka.offsets import (
     KafkaRanges,
     Offsets,
     SourceOffset,
+    Split,
     from_spark,
     limit_offsets,
     moved_back,
@@ -89,7 +90,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             latest.setdefault(tp, offset)
         if latest == previous.ends and not starts and ids == previous.topic_ids:
             return start  # nothing new: the same offsets, so Spark runs no batch
-        return SourceOffset(latest, ids, starts).to_spark()
+        return SourceOffset(latest, ids, starts, self._split()).to_spark()
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         """Driver, right after :meth:`latestOffset` (for the progress report): the end it
@@ -98,14 +99,30 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return to_spark(seen if seen is not None else self._latest_now())
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        """Driver. The ranges of the batch from ``start`` to ``end``, the same on every replay."""
+        """Driver. The tasks of the batch from ``start`` to ``end``, the same on every replay:
+        split as the batch's own offset says (:class:`Split`), whatever the options say now."""
         following = SourceOffset.from_spark(end)
         begin = SourceOffset.from_spark(start).begin_of_next(following)
         unplaced = [tp for tp in following.ends if tp not in begin]
         if unplaced:  # offsets written before starts were checkpointed
             begin = {**begin, **self.broker.earliest(unplaced)}
-        ranges = plan_ranges(begin, following.ends, self.options.min_partitions)
-        return pack_ranges(ranges, self.options.max_partitions)
+        split = following.split or self._unrecorded_split()
+        ranges = plan_ranges(begin, following.ends, split.min_partitions)
+        return pack_ranges(ranges, split.max_partitions)
+
+    def _split(self) -> Split:
+        return Split(self.options.min_partitions, self.options.max_partitions)
+
+    def _unrecorded_split(self) -> Split:
+        """An offset written before splits were recorded: today's options, which is right
+        unless they changed since that batch was planned (said once in the log)."""
+        log.warning(
+            "eos_kafka: this batch's offset does not record how it was split into tasks "
+            "(written by an older version); planning it with today's minPartitions/"
+            "maxPartitions. If they changed since it first ran, a sink that marks progress "
+            "per task partition may write part of it twice or skip part of it."
+        )
+        return self._split()
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Task: the range's records, or each packed range's in turn (``maxPartitions``)."""

@@ -37,7 +37,12 @@ def test_entries_parse_and_print_back() -> None:
     assert entry == faults.Entry("after-prepare", 3, "kafka", "pause")
     assert str(entry) == "after-prepare@3:kafka=pause"
     assert str(faults.Entry.parse("after-commit")) == "after-commit"
-    for bad in ("before-lunch", "after-commit=explode", "after-commit@x"):
+    one_task = faults.Entry.parse("before-prepare@0#3:q=group")
+    assert one_task == faults.Entry("before-prepare", 0, "q", "group", partition=3)
+    assert str(one_task) == "before-prepare@0#3:q=group"
+    assert one_task.matches("before-prepare", 0, "q", 3)
+    assert not one_task.matches("before-prepare", 0, "q", 2)
+    for bad in ("before-lunch", "after-commit=explode", "after-commit@x", "after-commit#x"):
         with pytest.raises(ValueError, match="EOS_FAULT_POINT entry"):
             faults.Entry.parse(bad)
 

@@ -6,6 +6,7 @@ from sources.kafka.offsets import (
     KafkaRange,
     KafkaRanges,
     SourceOffset,
+    Split,
     from_spark,
     limit_offsets,
     moved_back,
@@ -153,3 +154,28 @@ def test_pack_puts_every_range_into_at_most_max_tasks_the_same_way_every_time() 
     single = pack_ranges(ranges[:3], 2)
     assert single[0] == KafkaRange("t", 0, 1000, 1500), "a lone range stays a plain range"
     assert pickle.loads(pickle.dumps(tasks[1])) == tasks[1]
+
+
+def test_a_batch_is_split_as_its_offset_recorded_whatever_the_options_say_now() -> None:
+    """The split belongs to the batch: planned with minPartitions=4, a replay planned by a
+    reader now configured with minPartitions=2 (or maxPartitions=1) makes the same 4
+    tasks, so each task partition of a sink gets the records it got the first time."""
+    start = SourceOffset({("t", 0): 0, ("t", 1): 0}).to_spark()
+    end = SourceOffset({("t", 0): 1000, ("t", 1): 1000}, split=Split(4, None)).to_spark()
+    assert end["@split"] == {"minPartitions": 4, "maxPartitions": None}
+    assert SourceOffset.from_spark(end).split == Split(4, None)
+
+    def tasks(**options: str) -> list[tuple[int, int, int]]:
+        raw = {"kafka.bootstrap.servers": "unused:9092", "subscribe": "t", **options}
+        planned = KafkaStreamReader(parse_options(raw)).partitions(start, end)
+        return [(r.partition, r.start, r.end) for r in planned if isinstance(r, KafkaRange)]
+
+    first = [(0, 0, 500), (0, 500, 1000), (1, 0, 500), (1, 500, 1000)]
+    assert tasks(minPartitions="4") == first
+    assert tasks(minPartitions="2") == first
+    assert tasks(maxPartitions="1") == first
+    # An offset written before splits were recorded is planned with today's options.
+    unrecorded = SourceOffset({("t", 0): 1000, ("t", 1): 1000}).to_spark()
+    reader = KafkaStreamReader(parse_options({"kafka.bootstrap.servers": "unused:9092",
+                                              "subscribe": "t", "minPartitions": "2"}))  # fmt: skip
+    assert len(reader.partitions(start, unrecorded)) == 2
