@@ -3,7 +3,12 @@
 ``read_to_end`` is the one reader every check uses: it reads each partition from
 its start (or a given range) until the consumer's *position* reaches the end
 offset asked for at call time: the last stable offset under read_committed, so a
-transaction left open shows up as records never reached, never as a hang.
+transaction left open shows up as records never reached, never as a hang. With
+``settled=True`` it reads up to the high watermark instead, under read_committed:
+it waits until every transaction open at call time has ended, so a record
+committed before the call is never missed because another transaction, still
+open, holds the last stable offset below it (the sink's marker log, which every
+task's transaction writes to, needs this).
 """
 
 from __future__ import annotations
@@ -68,11 +73,13 @@ def read_to_end(
     ranges: Mapping[int, tuple[int, int]] | None = None,
     timeout: float = 120.0,
     settings: Settings | None = None,
+    settled: bool = False,
 ) -> list[Record]:
     """Every record of ``topic`` (or of ``ranges``: partition -> [start, end)) as a plain
-    confluent-kafka consumer under ``isolation`` returns it, in partition and offset order."""
+    confluent-kafka consumer under ``isolation`` returns it, in partition and offset order;
+    ``settled``: to the high watermark, every transaction open now ended (see above)."""
     if ranges is None:
-        ends = end_offsets(bootstrap, topic, isolation, settings)
+        ends = end_offsets(bootstrap, topic, "read_uncommitted" if settled else isolation, settings)
         ranges = {p: (0, end) for p, end in ends.items()}
     wanted = {p: r for p, r in ranges.items() if r[1] > r[0]}
     consumer = Consumer({**(settings or {}), "bootstrap.servers": bootstrap,

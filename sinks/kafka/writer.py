@@ -10,12 +10,21 @@ workers across tasks and batches; :class:`ClientPool`), so a task does not pay
 for a new producer, its metadata and ``init_transactions()`` every batch.
 Fencing still decides who may commit: ``init_transactions()`` of a producer of
 the same (sink, task partition) anywhere fences every earlier one and ends its
-open transaction. A pooled producer may have been fenced meanwhile by another
-worker, so a task's first broker call in its transaction is the marker's offset
-(``send_offsets_to_transaction``), before any record: a fenced pooled producer
-fails there, and the task takes a new producer (whose ``init_transactions()``
-fences the others in turn), reads the marker again and goes on. A fencing found
-later, once records went out, fails the task as before.
+open transaction.
+
+A task looks where its task partition stands before any transaction, while Spark
+computes its rows: a *quick* read of the marker (as the group last applied it)
+refuses another query's task partition before fencing anybody, skips a marked
+batch, and shows whether a pooled producer's marker moved since the producer's
+own last commit (another producer of the id moved it, so fenced it: a new one is
+made now, not after the rows came). A new producer is followed by a *stable*
+read (``require_stable``: a broker applies a committed transaction's offsets
+after it answered the commit), the only read trusted to say what to write. The
+transaction begins at the first row, so time spent upstream before it does not
+count against ``transaction.timeout.ms``, and a task with no rows opens none. A
+pooled producer fenced without the marker moving (another attempt initialised
+one and wrote nothing) fails at the transaction's first call, the marker's
+offset, before any record: the task takes a new producer and looks again.
 
 The same transaction also writes the marker as a record, keyed by the
 transactional id, to a compacted *marker log* topic: group offsets expire
@@ -23,13 +32,8 @@ transactional id, to a compacted *marker log* topic: group offsets expire
 marker missing from the group is looked up there before a batch counts as new.
 Both carry the query id that wrote them: a marker of another query (a new
 checkpoint, or a second query, with the same ``sinkId``) fails the task instead
-of skipping its batches.
-
-A pooled producer remembers the marker its own last transaction committed, and a
-task that takes it reads no marker from the broker: only a transaction of this
-transactional id moves the marker, any other producer of the id must have called
-``init_transactions()`` first, and that fences this one, which the task finds out at
-the marker's offset before it trusts what it remembers.
+of skipping its batches, and a task partition with no marker of its own query
+first makes sure the sink id is its query's (:mod:`sinks.kafka.claim`).
 """
 
 from __future__ import annotations
@@ -48,9 +52,10 @@ from connectors import faults, timing
 from connectors.ahead import RowsAhead
 from connectors.context import TaskIdentity, current_batch
 from connectors.errors import EosError
-from connectors.protocol import Lineage, SinkClaimedError, derive_sink_id
+from connectors.protocol import Lineage, SinkClaimedError
 from connectors.secrets import settings_digest
 from connectors.topics import read_to_end
+from sinks.kafka.claim import ensure_claimed
 from sinks.kafka.errors import FENCED_CODES, Action, classify, error_of
 from sinks.kafka.marker_log import Marker, decode, encode
 from sinks.kafka.options import CONNECT_AT_ONCE, KafkaSinkOptions, transactional_id
@@ -82,8 +87,7 @@ class TaskReport(WriterCommitMessage):
 
 
 def sink_id(options: KafkaSinkOptions, query_id: str) -> str:
-    target = options.topic or options.progress_topic or ""
-    return options.sink_id or derive_sink_id("k", query_id, target)
+    return options.sink_id_for(query_id)
 
 
 class KafkaTransactionalWriter(DataSourceStreamArrowWriter):
@@ -92,7 +96,8 @@ class KafkaTransactionalWriter(DataSourceStreamArrowWriter):
     Guarantee: a task's records become visible to read_committed readers when
     its transaction commits, before Spark completes the batch; every record is
     written exactly once, provided a replayed batch gives each task partition the
-    same records (true for eos_kafka input and deterministic stages).
+    same records (true for eos_kafka input, whose offsets record how each batch is
+    split into tasks, and deterministic stages).
     """
 
     def __init__(self, options: KafkaSinkOptions) -> None:
@@ -105,36 +110,52 @@ class KafkaTransactionalWriter(DataSourceStreamArrowWriter):
     def write_task(
         self, task: TaskIdentity, iterator: Iterator[pa.RecordBatch], pool: ClientPool | None = None
     ) -> TaskReport:
-        """Task: 1. a producer and marker consumer from the worker's pool; 2. read the
-        marker; 3. the marker's offset first in the transaction (a fenced pooled producer
-        is replaced here, before any record); 4. produce; 5. commit; 6. back to the pool.
-        Spark's first rows are pulled on a thread during 1-3 (:class:`RowsAhead`)."""
+        """Task: 1. the worker's pooled producer and marker consumer for the task partition,
+        if it has them; 2-5. the transaction (:meth:`_attempts`); 6. back to the pool.
+        Spark's first rows are pulled on a thread meanwhile (:class:`RowsAhead`)."""
         steps = timing.TaskSteps("sink write", task.batch_id, rest="produce")
         pool = pool or CLIENTS
         sid = sink_id(self.options, task.query_id)
         name = transactional_id(self.options, sid, task.partition)
         with RowsAhead(iterator) as ahead:
-            rows_in = steps.pulled("waiting for rows", iter(ahead))
-            producer, marker, fresh = pool.take(self.options, name)
-            steps.add("client set-up", steps.began)
+            rows_in = _FirstRows(steps.pulled("waiting for rows", iter(ahead)))
+            pooled, marker = pool.take(self.options, name)
             try:
-                report, producer = self._attempts(producer, marker, fresh, task, rows_in, sid,
-                                                  steps, pool)  # fmt: skip
+                report, producer = self._attempts(pooled, marker, task, rows_in, sid, steps,
+                                                  pool)  # fmt: skip
             except BaseException:
                 pool.discard(marker)
                 raise
             finally:
                 steps.record()
-        pool.give_back(self.options, name, producer, marker)
+        if producer is not None:
+            pool.give_back(self.options, name, producer, marker)
+        else:  # a marked batch that needed no producer
+            pool.discard(marker)
         faults.point("after-commit", task.batch_id, role="worker", query=task.query_name)
         return report
 
-    def _attempts(self, producer: Producer, marker: _MarkerGroup, fresh: bool,
-                  task: TaskIdentity, rows_in: Iterator[pa.RecordBatch], sid: str,
-                  steps: timing.TaskSteps,
-                  pool: ClientPool) -> tuple[TaskReport, Producer]:  # fmt: skip
-        """Task: the transaction, again with a new producer when the pooled one was stale."""
+    def _attempts(self, pooled: Producer | None, marker: _MarkerGroup, task: TaskIdentity,
+                  rows_in: _FirstRows, sid: str, steps: timing.TaskSteps,
+                  pool: ClientPool) -> tuple[TaskReport, Producer | None]:  # fmt: skip
+        """Task: 2. where the task partition stands (:meth:`_stand`): its marker read stably,
+        its owner checked, a producer fenced in where needed, all before any transaction;
+        3. a marked batch, or no rows, ends here with no transaction; 4. at the first row,
+        the transaction; 5. a pooled producer found fenced there after all (another
+        attempt initialised one and wrote nothing) is replaced, and 2-4 run again."""
+        producer, fresh = pooled, False
         while True:
+            since = time.perf_counter()
+            producer, fresh = self._stand(producer, fresh, marker, task, sid, pool)
+            steps.add("marker and producer", since)
+            done, _owner = marker.known or (0, "")
+            if done > task.batch_id:
+                log.info("batch %d partition %d is marked: skipping", task.batch_id,
+                         task.partition)  # fmt: skip
+                return TaskReport(task.batch_id, task.partition, 0, skipped=True), producer
+            if rows_in.first() is None:
+                return TaskReport(task.batch_id, task.partition, 0, skipped=False), producer
+            assert producer is not None
             try:
                 return self._attempt(producer, marker, task, rows_in, sid, steps), producer
             except _StaleProducerError as exc:
@@ -142,46 +163,121 @@ class KafkaTransactionalWriter(DataSourceStreamArrowWriter):
                     raise
                 log.info("pooled producer %s is stale (%s): initialising a new one",
                          marker.group, exc)  # fmt: skip
-                since = time.perf_counter()
-                marker.known = None  # another producer of the id may have moved it
-                # the marker group is named after the transactional id
-                producer, fresh = pool.new_producer(self.options, marker.group), True
-                steps.add("client set-up", since)
+                producer, marker.known = None, None
+
+    def _stand(self, producer: Producer | None, fresh: bool, marker: _MarkerGroup,
+               task: TaskIdentity, sid: str,
+               pool: ClientPool) -> tuple[Producer | None, bool]:  # fmt: skip
+        """Task: a quick read of the marker first, to refuse another query's task
+        partition before fencing anybody and to skip a marked batch with no producer; a
+        pooled producer whose marker moved since its own last commit (another producer of
+        the id moved it, so fenced it) is dropped; a task without a producer gets a new
+        one, fenced in, and reads the marker stably: only a read after its own
+        init_transactions() is trusted to say what to write."""
+        quick = marker.read_quick()
+        self._check_owner(quick, task, sid)
+        if producer is not None and _moved(quick, marker.known):
+            log.info("marker %s moved since this worker's last batch: its producer is fenced",
+                     marker.group)  # fmt: skip
+            producer = None
+        if producer is None and quick is not None and quick[0] > task.batch_id:
+            marker.known = quick  # marked (markers only move forward): no producer needed
+            return producer, fresh
+        if producer is None:
+            producer, fresh = pool.new_producer(self.options, marker.group), True
+            marker.known = marker.read()
+            self._check_owner(marker.known, task, sid)
+        return producer, fresh
+
+    def _check_owner(self, marker: tuple[int, str] | None, task: TaskIdentity,
+                     sid: str) -> None:  # fmt: skip
+        """SinkClaimedError when another query marked the task partition, or holds the
+        sink's claim: looked up (and taken, if free) when the marker names no query yet,
+        the task partition's first batch or its first since a reset."""
+        owner = marker[1] if marker is not None else ""
+        if owner and owner != task.query_id:
+            raise SinkClaimedError(sid, Lineage(owner), task.query_id)
+        if not owner:
+            ensure_claimed(self.options, sid, task.query_id)
 
     def _attempt(self, producer: Producer, marker: _MarkerGroup, task: TaskIdentity,
-                 iterator: Iterator[pa.RecordBatch], sid: str,
-                 steps: timing.TaskSteps) -> TaskReport:  # fmt: skip
-        """Begin with the marker's offset (a stale producer fails here), then the marker
-        (remembered by a pooled producer, else read): a marked batch aborts the empty
-        transaction and is skipped."""
+                 rows_in: _FirstRows, sid: str, steps: timing.TaskSteps) -> TaskReport:  # fmt: skip
+        """Begin with the marker's offset (a stale producer fails here, before any record),
+        the marker log record, the rows, commit."""
         since = time.perf_counter()
         _begin(producer, marker, task)
+        began = time.monotonic()
         try:
-            done, owner = marker.known = marker.known or marker.read()
             steps.add("begin and marker", since)
-            if owner and owner != task.query_id:
-                raise SinkClaimedError(sid, Lineage(owner), task.query_id)
-            if done > task.batch_id:
-                log.info("batch %d partition %d is marked: skipping", task.batch_id,
-                         task.partition)  # fmt: skip
-                _call(lambda: producer.abort_transaction(CALL_TIMEOUT), "abort_transaction")
-                return TaskReport(task.batch_id, task.partition, 0, skipped=True)
             _log_marker(producer, marker, task)
             faults.point("before-prepare", task.batch_id, role="worker", query=task.query_name)
-            batches = rows(iterator, self.options.topic)
+            batches = rows(rows_in.all(), self.options.topic)
             count = _finish(producer, task, batches, sid, steps)
             marker.known = (task.batch_id + 1, task.query_id)
-        except Exception:  # a crash (or a simulated one) leaves it open, for fencing to end
+        except Exception as exc:  # a crash (or a simulated one) leaves it open, for fencing
             _abort_quietly(producer)
+            _explain_timeout(exc, self.options, time.monotonic() - began)
             raise
         return TaskReport(task.batch_id, task.partition, count, skipped=False)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Nothing to do: each task committed its own transaction."""
+        """Driver: nothing to do: each task committed its own transaction."""
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Nothing to do: an unfinished task transaction is aborted by the next attempt's
-        init_transactions(), or by the broker after transaction.timeout.ms."""
+        """Driver: nothing to do: an unfinished task transaction is aborted by the next
+        attempt's init_transactions(), or by the broker after transaction.timeout.ms."""
+
+
+def _moved(quick: tuple[int, str] | None, known: tuple[int, str] | None) -> bool:
+    """Whether another producer of the id moved the marker past what this one last
+    committed (so fenced it), or a reset removed it. A marker behind the known one is
+    this producer's own commit not yet applied by the group: not a move."""
+    if quick is None:  # no marker in the group: moved unless this one never wrote either
+        return known != (0, "")
+    if known is None:
+        return True
+    return quick[1] != known[1] or quick[0] > known[0]
+
+
+class _FirstRows:
+    """Task side: Spark's Arrow batches with the first one holding rows looked at before
+    the transaction begins (so time spent upstream before the first row does not count
+    against ``transaction.timeout.ms``, and a task with no rows opens no transaction)."""
+
+    def __init__(self, batches: Iterator[pa.RecordBatch]) -> None:
+        self._batches = batches
+        self._first: pa.RecordBatch | None = None
+        self._looked = False
+
+    def first(self) -> pa.RecordBatch | None:
+        """The first batch with rows, None when there is none (waits for Spark)."""
+        if not self._looked:
+            self._looked = True
+            self._first = next((b for b in self._batches if b.num_rows), None)
+        return self._first
+
+    def all(self) -> Iterator[pa.RecordBatch]:
+        first = self.first()
+        if first is not None:
+            yield first
+            yield from self._batches
+
+
+def _explain_timeout(exc: Exception, options: KafkaSinkOptions, open_seconds: float) -> None:
+    """A transaction open longer than ``transaction.timeout.ms`` is aborted by the broker,
+    which bumps the producer's epoch: the next call fails as fenced. Say which setting to
+    raise instead of leaving "fenced by a newer instance"."""
+    if not isinstance(exc, KafkaSinkError) or not _fenced(exc):
+        return
+    if open_seconds * 1000 < options.transaction_timeout_ms:
+        return
+    raise KafkaSinkError(
+        f"The task's transaction was open {open_seconds:.1f} s, longer than "
+        f"kafka.transaction.timeout.ms ({options.transaction_timeout_ms} ms), so the broker "
+        "aborted it; nothing of it is visible and Spark retries the task. Raise the option "
+        "kafka.transaction.timeout.ms above the time a task takes to write its rows (at most "
+        "the broker's transaction.max.timeout.ms)."
+    ) from exc
 
 
 class _MarkerGroup:
@@ -196,27 +292,34 @@ class _MarkerGroup:
         #: The marker as the pooled producer's own last transaction left it (set only
         #: while that producer is unfenced; see the module's docstring), else None.
         self.known: tuple[int, str] | None = None
-        self.consumer = Consumer(
-            {
-                **CONNECT_AT_ONCE,
-                **options.client_config(),
-                "group.id": group,
-                # committed() then asks for the committed offset without require_stable:
-                # the task reads the marker inside its own transaction, after adding the
-                # next marker to it, and a stable read would wait for that transaction.
-                # Only committed offsets are returned either way, and no other
-                # transaction of this id can be pending: its producer was fenced.
-                "isolation.level": "read_uncommitted",
-                "enable.auto.commit": False,
-                "log_level": 4,
-            }
-        )
+        # committed() asks for the committed offset with require_stable under
+        # read_committed: a broker applies a committed transaction's offsets after it
+        # answered the commit (Kafka 3.x), and a stable read waits for them instead of
+        # returning the marker before them. It also waits while a transaction of the id
+        # is open, so it is made only after this task's own init_transactions() ended
+        # any such transaction (and before it begins its own).
+        self.stable = _marker_consumer(options, group, "read_committed")
+        # The quick read returns the marker as the group last applied it, never waiting:
+        # a pooled producer checks with it whether its marker moved (then it was fenced)
+        # and a task whether another query wrote it, before it fences anybody.
+        self.quick = _marker_consumer(options, group, "read_uncommitted")
 
     def read(self) -> tuple[int, str]:
-        """(batches done, the query id that marked them): (0, "") before any marker. A broker
-        error is raised with its code, never read as "nothing done"."""
+        """(batches done, the query id that marked them), read stably: (0, "") before any
+        marker. A broker error is raised with its code, never read as "nothing done"."""
+        marked = self._committed(self.stable)
+        if marked is None:  # never marked, or the group's offsets expired
+            return self.read_log()
+        return marked
+
+    def read_quick(self) -> tuple[int, str] | None:
+        """The marker as the group last applied it, without waiting for a transaction that
+        is committing or open; None when the group holds none (the log is not read)."""
+        return self._committed(self.quick)
+
+    def _committed(self, consumer: Consumer) -> tuple[int, str] | None:
         position = TopicPartition(self.topic, 0)
-        marked = _call(lambda: self.consumer.committed([position], timeout=CALL_TIMEOUT),
+        marked = _call(lambda: consumer.committed([position], timeout=CALL_TIMEOUT),
                        f"reading marker {self.group}")[0]  # fmt: skip
         if marked.error is not None:
             raise KafkaSinkError(
@@ -224,13 +327,15 @@ class _MarkerGroup:
                 f"({marked.error.name()}): {marked.error.str()}. Nothing was written; the "
                 "task fails so Spark retries it."
             )
-        if marked.offset < 0:  # never marked, or the group's offsets expired
-            return self.read_log()
+        if marked.offset < 0:
+            return None
         return int(marked.offset), marked.metadata or ""
 
     def read_log(self) -> tuple[int, str]:
-        """The task partition's last marker in the marker log (read_committed, to the last
-        stable offset): (0, "") when it never wrote one."""
+        """The task partition's last marker in the marker log (read_committed, up to the high
+        watermark once every transaction open now has ended: other tasks' transactions
+        write the log too, and one still open must not hide a marker committed after it
+        began): (0, "") when it never wrote one."""
         options = self.options
         try:
             records = read_to_end(
@@ -238,6 +343,7 @@ class _MarkerGroup:
                 options.marker_log,
                 settings=options.client_config(),
                 timeout=CALL_TIMEOUT,
+                settled=True,
             )
         except EosError as exc:
             raise KafkaSinkError(
@@ -268,10 +374,24 @@ class _MarkerGroup:
         return TopicPartition(self.topic, 0, next_batch, metadata=query_id)
 
     def group_metadata(self) -> Any:
-        return self.consumer.consumer_group_metadata()
+        return self.stable.consumer_group_metadata()
 
     def close(self) -> None:
-        self.consumer.close()
+        self.stable.close()
+        self.quick.close()
+
+
+def _marker_consumer(options: KafkaSinkOptions, group: str, isolation: str) -> Consumer:
+    return Consumer(
+        {
+            **CONNECT_AT_ONCE,
+            **options.client_config(),
+            "group.id": group,
+            "isolation.level": isolation,
+            "enable.auto.commit": False,
+            "log_level": 4,
+        }
+    )
 
 
 def _fenced_producer(options: KafkaSinkOptions, name: str) -> Producer:
@@ -328,13 +448,13 @@ class ClientPool:
         self._idle: OrderedDict[tuple[str, str], tuple[Producer, _MarkerGroup]] = OrderedDict()
         self.created = 0  # producers made (and fenced in): for tests and the profile
 
-    def take(self, options: KafkaSinkOptions, name: str) -> tuple[Producer, _MarkerGroup, bool]:
-        """``name``'s idle producer and marker consumer, taken out of the pool (the bool
-        False), or new ones, the producer fenced in (True)."""
+    def take(self, options: KafkaSinkOptions, name: str) -> tuple[Producer | None, _MarkerGroup]:
+        """``name``'s idle producer and marker consumer, taken out of the pool, or no
+        producer (the task fences one in once it has read the marker) and a new consumer."""
         idle = self._idle.pop(_pool_key(options, name), None)
         if idle is not None:
-            return idle[0], idle[1], False
-        return self.new_producer(options, name), _MarkerGroup(options, name), True
+            return idle
+        return None, _MarkerGroup(options, name)
 
     def new_producer(self, options: KafkaSinkOptions, name: str) -> Producer:
         """A new producer of ``name``, fenced in (it fences every other one)."""

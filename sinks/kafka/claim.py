@@ -1,0 +1,175 @@
+"""Task side: the Kafka sink's claim on its sink id, taken before a task writes anything.
+
+Each task partition's progress marker names the query that wrote it, so a second
+query with the same ``sinkId`` is refused where the first one wrote. A task
+partition the first query never wrote has no marker, though, and would commit.
+So a task whose marker names no query yet (the first batch of a task partition,
+or the first after ``eos sinks reset``) first makes sure the sink id is its
+query's:
+
+1. read the claim, quickly (as the group last applied it, never waiting): the
+   committed offset of the group ``<prefix>-<sink id>-claim`` on the marker topic's
+   partition 0 (1 = claimed; its metadata the query id); when the group's offsets
+   are gone (expired), the claim's record in the marker log, and for a sink that
+   wrote before claims existed, the queries its markers in the log name;
+2. if another query holds it: :class:`SinkClaimedError`, nothing written;
+3. if nobody does: a transaction of the transactional id ``<prefix>-<sink id>-claim``
+   commits the claim (the group offset and the log record). Its
+   ``init_transactions()`` fences every other claimer and ends its open
+   transaction, and the claim is read again after it, stably: of two queries
+   claiming at once, the second to initialise either sees the first's committed
+   claim, or fences it (the first's commit then fails, and it reads again and
+   finds the second's). A compare-and-set, by fencing.
+
+Only a task partition without a marker of its own query looks at the claim (its
+first batch, or a partition whose tasks had no rows so far): later batches find
+their query in the marker, so this costs nothing per batch.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+from connectors.errors import EosError
+from connectors.protocol import Lineage, SinkClaimedError
+from connectors.topics import read_to_end
+from sinks.kafka.errors import FENCED_CODES, error_of
+from sinks.kafka.marker_log import Marker, decode, encode
+from sinks.kafka.options import CONNECT_AT_ONCE, KafkaSinkOptions
+
+log = logging.getLogger(__name__)
+
+CALL_TIMEOUT = 60.0
+ATTEMPTS = 5
+CLAIMED = 1  # the claim group's committed offset while a query holds the claim
+
+
+class ClaimError(EosError):
+    """The sink's claim could not be read or written; nothing was written."""
+
+
+def claim_name(options: KafkaSinkOptions, sink_id: str) -> str:
+    """The claim's transactional id, consumer group and marker log key."""
+    return f"{options.transactional_id_prefix}-{sink_id}-claim"
+
+
+def ensure_claimed(options: KafkaSinkOptions, sink_id: str, query_id: str) -> None:
+    """Task: return once ``query_id`` holds the claim on ``sink_id``; raise
+    :class:`SinkClaimedError` when another query does."""
+    name = claim_name(options, sink_id)
+    quick = _consumer(options, name, "read_uncommitted")
+    try:
+        owner, in_group = read_claim(options, sink_id, quick)
+    finally:
+        quick.close()
+    if owner == query_id and in_group:
+        return
+    _refuse_other(sink_id, owner, query_id)
+    stable = _consumer(options, name, "read_committed")
+    try:
+        _take(options, sink_id, query_id, stable)
+    finally:
+        stable.close()
+
+
+def read_claim(options: KafkaSinkOptions, sink_id: str, consumer: Consumer) -> tuple[str, bool]:
+    """(the query holding the claim or "", whether the claim group holds it)."""
+    position = TopicPartition(options.marker_topic, 0)
+    try:
+        (claimed,) = consumer.committed([position], timeout=CALL_TIMEOUT)
+    except KafkaException as exc:
+        raise ClaimError(
+            f"Reading the claim on sink {sink_id!r} failed: {error_of(exc).str()}. Nothing was "
+            "written; the task fails so Spark retries it."
+        ) from None
+    if claimed.error is None and claimed.offset >= 0:
+        owner = (claimed.metadata or "") if claimed.offset == CLAIMED else ""
+        return owner, True
+    return _claim_in_log(options, sink_id), False
+
+
+def _claim_in_log(options: KafkaSinkOptions, sink_id: str) -> str:
+    """The claim as the marker log keeps it (the group's offsets expired), else the one
+    query the sink's markers name (a sink that wrote before claims existed), else ""."""
+    name = claim_name(options, sink_id)
+    prefix = f"{options.transactional_id_prefix}-{sink_id}-"
+    latest: dict[bytes, bytes | None] = {}
+    try:
+        records = read_to_end(options.bootstrap_servers, options.marker_log,
+                              settings=options.client_config(), timeout=CALL_TIMEOUT,
+                              settled=True)  # fmt: skip
+    except EosError as exc:
+        raise ClaimError(
+            f"Reading the marker log {options.marker_log!r} for the claim on sink {sink_id!r} "
+            f"failed: {exc}. Nothing was written; the task fails so Spark retries it."
+        ) from None
+    for record in records:
+        if record.key is not None and record.key.startswith(prefix.encode()):
+            latest[record.key] = record.value or None
+    if name.encode() in latest:
+        value = latest[name.encode()]
+        marker = decode(value) if value else None
+        return marker.query if marker is not None else ""
+    owners = {m.query for v in latest.values() if v and (m := decode(v)) is not None} - {""}
+    return " and ".join(sorted(owners))
+
+
+def _refuse_other(sink_id: str, owner: str, query_id: str) -> None:
+    if owner and owner != query_id:
+        raise SinkClaimedError(sink_id, Lineage(owner), query_id)
+
+
+def _take(options: KafkaSinkOptions, sink_id: str, query_id: str, consumer: Consumer) -> None:
+    """The compare-and-set: fence other claimers, read again, commit the claim."""
+    name = claim_name(options, sink_id)
+    for attempt in range(ATTEMPTS):
+        producer = Producer({**options.producer_config(), "transactional.id": name})
+        try:
+            producer.init_transactions(CALL_TIMEOUT)
+            owner, in_group = read_claim(options, sink_id, consumer)
+            _refuse_other(sink_id, owner, query_id)
+            if owner == query_id and in_group:
+                return
+            _commit_claim(producer, options, name, query_id, consumer)
+            log.info("sink %s claimed by query %s", sink_id, query_id)
+            return
+        except KafkaException as exc:
+            error = error_of(exc)
+            if error.code() not in FENCED_CODES or attempt == ATTEMPTS - 1:
+                raise ClaimError(
+                    f"Claiming sink {sink_id!r} for query {query_id} failed: {error.str()}. "
+                    "Nothing was written; the task fails so Spark retries it."
+                ) from None
+            log.info("another task claimed sink %s at the same time; reading again", sink_id)
+    raise AssertionError("unreachable")
+
+
+def _commit_claim(
+    producer: Producer, options: KafkaSinkOptions, name: str, query_id: str, consumer: Consumer
+) -> None:
+    producer.begin_transaction()
+    offsets = [TopicPartition(options.marker_topic, 0, CLAIMED, metadata=query_id)]
+    producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), CALL_TIMEOUT)
+    claim = encode(Marker(0, query_id, options.marker_topic))
+    producer.produce(options.marker_log, claim, name.encode(), partition=0)
+    producer.commit_transaction(CALL_TIMEOUT)
+
+
+def _consumer(options: KafkaSinkOptions, group: str, isolation: str) -> Any:
+    """A consumer of the claim group. Under read_committed committed() reads stably: it
+    waits while a transaction holds a pending offset for the group, so only the read
+    after the claimer's own init_transactions() (which ended any other claimer's open
+    transaction) uses it; the first look is a quick read_uncommitted one."""
+    return Consumer(
+        {
+            **CONNECT_AT_ONCE,
+            **options.client_config(),
+            "group.id": group,
+            "isolation.level": isolation,
+            "enable.auto.commit": False,
+            "log_level": 4,
+        }
+    )
