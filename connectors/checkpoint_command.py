@@ -19,8 +19,9 @@ from typing import Any
 
 from connectors import savepoints, state
 from connectors.checkpoint import Checkpoint, CheckpointError, OperatorState, read_checkpoint
+from connectors.checkpoint_sinks import SinkEntry
 from connectors.errors import ConfigError
-from connectors.sinks_admin import SinkRecord
+from connectors.sinks_admin import QUIET_SECONDS, SinkRecord
 
 
 def add_checkpoint_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,7 +59,17 @@ def add_savepoint_arguments(parser: argparse.ArgumentParser) -> None:
     restore.add_argument(
         "--mode", choices=["fork", "resume"], default="fork",
         help="fork: a new query id and sink lineage (default); resume: the same query id, "
-        "only while no sink decided a later batch; the original checkpoint is retired",
+        "only while no sink the checkpoint records decided a later batch and the query is "
+        "stopped; the original checkpoint is retired",
+    )  # fmt: skip
+    restore.add_argument(
+        "--no-sinks", action="store_true",
+        help="resume a checkpoint that records no sink: the query writes to no eos_* sink",
+    )  # fmt: skip
+    restore.add_argument(
+        "--quiet-seconds", type=float, default=QUIET_SECONDS, metavar="S",
+        help=f"resume refuses while a sink decided a batch less than S seconds ago (the "
+        f"query looks alive; default {QUIET_SECONDS:.0f})",
     )  # fmt: skip
     _store_arguments(parser)
 
@@ -112,7 +123,9 @@ def run_savepoint(args: argparse.Namespace) -> int:
             point,
             Path(args.to),
             args.mode,
-            lambda: _sink_records(args),  # asked when resuming
+            recorded_sinks,  # asked when resuming
+            no_sinks=args.no_sinks,
+            quiet_seconds=args.quiet_seconds,
         )
         print(f"Restored {point.name} ({args.mode}) into {restored.path}: query "
               f"{restored.query_id}, next batch {point.batch + 1}")  # fmt: skip
@@ -289,6 +302,27 @@ def _sink_records(args: argparse.Namespace) -> list[SinkRecord] | None:
                 records.extend(admin.records())
     except ConfigError:
         return None
+    return records
+
+
+def recorded_sinks(recorded: list[SinkEntry]) -> list[SinkRecord]:
+    """The bookkeeping of the sinks a checkpoint records, each read in its own store under
+    its own names; CheckpointError when a store is not named by the environment, is
+    another one than the checkpoint's, or does not answer."""
+    from connectors.sinks_command import store_admin
+
+    records: list[SinkRecord] = []
+    for entry in recorded:
+        admin = store_admin(entry)
+        try:
+            records.extend(r for r in admin.records() if r.sink_id == entry.sink_id)
+        except Exception as exc:  # any client's error: the store did not answer
+            raise CheckpointError(
+                f"Could not read sink {entry.sink_id} in {entry.store} at {entry.endpoint}: "
+                f"{type(exc).__name__}. Resuming needs every sink the checkpoint records."
+            ) from None
+        finally:
+            admin.close()
     return records
 
 

@@ -92,6 +92,17 @@ class SinkClaimedError(ProtocolError):
         )
 
 
+class SinkResetError(ProtocolError):
+    """The query's sink id was reset (``eos sinks reset``) while the query ran."""
+
+    def __init__(self, sink_id: str, batch_id: int, query_id: str) -> None:
+        super().__init__(
+            f"Sink {sink_id!r} no longer belongs to query {query_id}: it was reset (eos sinks "
+            f"reset) while the query ran. Batch {batch_id} was not decided; restart the query "
+            "(it claims the sink id again if no other query did) or give it a new sinkId."
+        )
+
+
 class Siblings(Enum):
     """What a task does with units that other attempts of the same task (its batch and
     partition) left prepared while the batch is undecided.

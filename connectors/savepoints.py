@@ -16,7 +16,13 @@ Restoring copies it into an empty directory:
   query is refused by the sink at its first batch.
 - **resume**: the same query id, allowed only while no sink of that query has
   decided a batch after N; the original checkpoint is then retired (renamed), so
-  two queries never share a sink.
+  two queries never share a sink. The sinks checked are those the checkpoint
+  itself records (:mod:`connectors.checkpoint_sinks`), each in the store and under
+  the names it recorded: one that cannot be reached refuses the resume, and so does
+  a checkpoint that records none, unless the operator says the query writes to no
+  sink of this package (``no_sinks``). So does a query that looks alive: the
+  original checkpoint planned a batch after the savepoint, or a sink decided one
+  within the last ``quiet_seconds``.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ import re
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -42,7 +48,13 @@ from connectors.checkpoint import (
     read_checkpoint,
     read_offsets,
 )
-from connectors.sinks_admin import SinkRecord
+from connectors.checkpoint_sinks import FOLDER as SINKS_FOLDER
+from connectors.checkpoint_sinks import SinkEntry, entries
+from connectors.sinks_admin import QUIET_SECONDS, SinkRecord
+
+#: Looks up the bookkeeping of the sinks a checkpoint records, in their own stores; raises
+#: CheckpointError naming a sink whose store it cannot reach.
+SinkLookup = Callable[[list[SinkEntry]], list[SinkRecord]]
 
 MANIFEST = "savepoint.json"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -134,13 +146,17 @@ def restore(
     savepoint: Savepoint,
     to: Path,
     mode: str = "fork",
-    sink_records: Callable[[], Iterable[SinkRecord] | None] | None = None,
+    sinks: SinkLookup | None = None,
+    no_sinks: bool = False,
+    quiet_seconds: float = QUIET_SECONDS,
 ) -> Checkpoint:
     """A checkpoint at ``to`` (new or empty) that restarts at the savepoint's batch + 1.
 
-    ``sink_records`` lists the sinks' bookkeeping (``eos sinks``; None when no store is
-    known); resume needs it to prove no sink of the query decided a batch after the
-    savepoint.
+    Resume checks the sinks the savepoint's checkpoint records through ``sinks``
+    (``eos sinks``'s stores) and refuses when one decided a batch after the savepoint,
+    cannot be reached or looks alive; ``no_sinks`` says the query writes to none.
+    A fork leaves the record of the original's sinks behind: its sinks record
+    themselves under its new query id when it starts.
     """
     if mode not in ("fork", "resume"):
         raise CheckpointError(f"--mode {mode!r}: use fork or resume.")
@@ -148,9 +164,11 @@ def restore(
     if to.exists() and any(to.iterdir()):
         raise CheckpointError(f"{to} is not empty: restore into a new or empty directory.")
     if mode == "resume":
-        _check_resumable(savepoint, sink_records)
+        _check_resumable(savepoint, sinks, no_sinks, quiet_seconds)
     source = Path(savepoint.path)
-    _copy_tree(source, to, lambda rel: rel != MANIFEST)
+    sinks_folder = SINKS_FOLDER.as_posix() + "/"
+    _copy_tree(source, to, lambda rel: rel != MANIFEST and (
+        mode == "resume" or not rel.startswith(sinks_folder)))  # fmt: skip
     _repoint_operator_metadata(to, savepoint.source)
     query_id = savepoint.query_id if mode == "resume" else str(uuid.uuid4())
     _replace(to / "metadata", json.dumps({"id": query_id}))
@@ -243,27 +261,73 @@ def _repoint_operator_metadata(checkpoint: Path, old: str) -> None:
 
 
 def _check_resumable(
-    savepoint: Savepoint, sink_records: Callable[[], Iterable[SinkRecord] | None] | None
+    savepoint: Savepoint, sinks: SinkLookup | None, no_sinks: bool, quiet_seconds: float
 ) -> None:
-    records = sink_records() if sink_records is not None else None
-    if records is None:
+    _check_original_stopped(savepoint)
+    recorded = entries(Path(savepoint.path))
+    if not recorded:
+        if no_sinks:
+            return
         raise CheckpointError(
-            "--mode resume must check the sinks' bookkeeping: set EOS_POSTGRES_DSN, "
-            "EOS_REDIS_URL and/or EOS_KAFKA_BOOTSTRAP for the stores the query writes to."
+            f"Savepoint {savepoint.name!r} does not record which sinks its query commits to "
+            "(its sinks could not see the checkpoint: set it with .option('checkpointLocation', "
+            "...) rather than spark.sql.streaming.checkpointLocation, or an older version ran "
+            "it), so resuming cannot prove that no sink decided a later batch. Use --mode "
+            "fork, or pass --no-sinks if the query writes to no eos_* sink."
         )
-    ahead = [
-        r for r in records
-        if r.owner is not None and r.owner.query_id == savepoint.query_id
-        and r.last_decided is not None and r.last_decided > savepoint.batch
-    ]  # fmt: skip
-    if ahead:
-        listed = ", ".join(f"{r.sink_id} in {r.store} (batch {r.last_decided})" for r in ahead)
+    if no_sinks:
+        listed = ", ".join(f"{e.sink_id} in {e.store}" for e in recorded)
+        raise CheckpointError(f"--no-sinks, but the checkpoint records sinks: {listed}.")
+    if sinks is None:
+        raise CheckpointError("--mode resume must check the sinks' bookkeeping in their stores.")
+    problems = _resume_problems(savepoint, recorded, sinks(recorded), quiet_seconds)
+    if problems:
         raise CheckpointError(
             f"Cannot resume query {savepoint.query_id} from savepoint {savepoint.name!r} "
-            f"(batch {savepoint.batch}): its sinks decided later batches: {listed}. Resuming "
-            "would skip or repeat them. Use --mode fork (a new query id and sink lineage) "
-            "with new sink ids or targets."
+            f"(batch {savepoint.batch}): {'; '.join(problems)}. Resuming would skip or repeat "
+            "batches. Use --mode fork (a new query id and sink lineage) with new sink ids or "
+            "targets, or stop the query and wait."
         )
+
+
+def _check_original_stopped(savepoint: Savepoint) -> None:
+    """The original query planned no batch after the savepoint (else it ran on, or runs)."""
+    original = Path(savepoint.source)
+    if not (original / "metadata").is_file():
+        return
+    now = read_checkpoint(original)
+    if now.query_id == savepoint.query_id and (now.last_planned or 0) > savepoint.batch:
+        raise CheckpointError(
+            f"Cannot resume from savepoint {savepoint.name!r} (batch {savepoint.batch}): the "
+            f"original query at {original} has planned batch {now.last_planned} since, so it "
+            "ran on (or is running). Resuming would skip or repeat its batches: use --mode "
+            "fork, or take a new savepoint of the stopped query."
+        )
+
+
+def _resume_problems(
+    savepoint: Savepoint,
+    recorded: list[SinkEntry],
+    records: list[SinkRecord],
+    quiet_seconds: float,
+) -> list[str]:
+    found = {(r.store, r.sink_id): r for r in records}
+    problems = []
+    for entry in recorded:
+        record = found.get((entry.store, entry.sink_id))
+        if record is None:
+            continue  # no bookkeeping left (reset): nothing decided that resuming could skip
+        name = f"{entry.sink_id} in {entry.store}"
+        if record.last_decided is not None and record.last_decided > savepoint.batch:
+            problems.append(
+                f"its sinks decided later batches: {name} (batch {record.last_decided})"
+            )
+        if record.idle_seconds is not None and record.idle_seconds < quiet_seconds:
+            problems.append(
+                f"{name} decided a batch {record.idle_seconds:.0f} s ago, so the query looks "
+                f"alive (give --quiet-seconds below that once you know it is stopped)"
+            )
+    return problems
 
 
 def _retire(original: Path, savepoint: Savepoint) -> None:
@@ -297,6 +361,7 @@ def rescale(spark: Any, checkpoint_path: Path, partitions: int, root: Path) -> S
         raise CheckpointError(f"--partitions {partitions}: give at least 1.")
     if not checkpoint.operators:
         raise CheckpointError(f"{checkpoint.path} holds no state: nothing to rescale.")
+    _check_provider(checkpoint)
     unfinished = _unfinished_rescale(checkpoint)
     if unfinished is not None:
         return _finish_rescale(spark, checkpoint, unfinished, partitions, root)
@@ -306,6 +371,28 @@ def rescale(spark: Any, checkpoint_path: Path, partitions: int, root: Path) -> S
     point = create(checkpoint_path, f"before-rescale-{stamp}", root)
     _repartition(spark, checkpoint.path, partitions, point)
     return point
+
+
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+
+def _check_provider(checkpoint: Checkpoint) -> None:
+    """Spark's repartition moves RocksDB state only; refuse any other provider before
+    anything is taken or written. The provider is fixed at a query's first start (Spark
+    keeps it in the checkpoint), so a query on the default HDFS-backed store cannot be
+    switched over either: its state can be rescaled only by reprocessing."""
+    provider = checkpoint.conf.get("spark.sql.streaming.stateStore.providerClass", "")
+    if provider.endswith("RocksDBStateStoreProvider"):
+        return
+    name = provider.rsplit(".", 1)[-1] or "the default HDFSBackedStateStoreProvider"
+    raise CheckpointError(
+        f"{checkpoint.path} keeps its state in {name}; Spark can repartition only state kept "
+        "by RocksDBStateStoreProvider, and a query cannot change its provider once started. "
+        "Nothing was changed. To run with another number of state partitions, start a new "
+        "query (a new checkpoint) with spark.sql.streaming.stateStore.providerClass="
+        f"{ROCKSDB_PROVIDER} and the partitions you want, reprocessing its input from the "
+        "start (see docs/operations.md)."
+    )
 
 
 def _repartition(spark: Any, path: Path, partitions: int, point: Savepoint | None) -> None:

@@ -22,6 +22,8 @@ from connectors.protocol import Lineage, TwoPhaseCommitWriter, UnitId
 
 #: Units in doubt older than this at a query's start are reported as orphans.
 ORPHAN_AGE_SECONDS = 300.0
+#: A sink that decided a batch more recently than this is taken for a live query's.
+QUIET_SECONDS = 300.0
 
 
 log = logging.getLogger(__name__)
@@ -47,10 +49,58 @@ class SinkRecord:
     target: str
     last_decided: int | None
     in_doubt: tuple[UnitInDoubt, ...]
+    #: Seconds since the sink last decided (or marked) a batch or was claimed; None when
+    #: the store keeps no time.
+    idle_seconds: float | None = None
 
     def oldest(self) -> float | None:
         ages = [u.age_seconds for u in self.in_doubt if u.age_seconds is not None]
         return max(ages) if ages else None
+
+
+@dataclass(frozen=True)
+class ResetGuard:
+    """What a reset must find before it forgets a sink id, checked atomically with the
+    forgetting where the store allows (a live query's next decision waits, or fails).
+
+    ``query_id`` and ``last_committed`` come from the owning query's checkpoint: the sink
+    must belong to that query and hold no decision past the batch the checkpoint last
+    committed (a restart replays only later batches, which then find nothing to skip).
+    Both None: the checkpoint is gone, so no replay can follow. ``quiet_seconds``: the
+    sink must have decided nothing for that long (a running query decides every batch).
+    """
+
+    query_id: str | None
+    last_committed: int | None
+    quiet_seconds: float = QUIET_SECONDS
+
+    def problems(self, record: SinkRecord) -> list[str]:
+        """Why ``record`` may not be forgotten now ([] when it may)."""
+        found = []
+        owner = record.owner.query_id if record.owner else None
+        if self.query_id is not None and owner not in (None, self.query_id):
+            found.append(f"it belongs to query {owner}, not to the checkpoint's ({self.query_id})")
+        if record.in_doubt:
+            found.append(f"{len(record.in_doubt)} unit(s) are in doubt: run `eos sinks settle "
+                         f"{record.sink_id}` first")  # fmt: skip
+        if (
+            self.last_committed is not None
+            and record.last_decided is not None
+            and record.last_decided > self.last_committed
+        ):
+            found.append(
+                f"it decided batch {record.last_decided}, past batch {self.last_committed}, "
+                "the checkpoint's last committed one: the query ran on after that checkpoint "
+                "state (give its current checkpoint), or is running now"
+            )
+        idle = record.idle_seconds
+        if idle is not None and idle < self.quiet_seconds:
+            found.append(
+                f"it decided a batch {idle:.0f} s ago, so its query looks alive: stop it "
+                f"(query.stop()) and wait until it has been idle {self.quiet_seconds:.0f} s, "
+                "or lower --quiet-seconds if you know it is stopped"
+            )
+        return found
 
 
 @dataclass(frozen=True)
@@ -73,8 +123,10 @@ class SinkAdmin(ABC):
         """A writer over the sink's bookkeeping, to settle it with the protocol's recovery."""
 
     @abstractmethod
-    def forget(self, sink_id: str) -> None:
-        """Delete the sink id's bookkeeping (owner, decisions, commit records)."""
+    def forget(self, sink_id: str, guard: ResetGuard) -> None:
+        """Delete the sink id's bookkeeping (owner, decisions, commit records), after
+        checking ``guard`` again atomically with the deletion where the store allows;
+        raise :class:`SinkAdminError` (deleting nothing) when it fails."""
 
     def close(self) -> None:  # noqa: B027
         """Release connections."""
@@ -104,15 +156,20 @@ class SinkAdmin(ABC):
             raise SinkAdminError(f"Units still in doubt after settling {sink_id}: {_names(left)}")
         return Settled(tuple(sorted(named)), tuple(sorted(set(units) - named)))
 
-    def reset(self, sink_id: str) -> None:
-        """Forget the sink id; refused while units are in doubt (settle first)."""
-        record = self.record(sink_id)
-        if record.in_doubt:
-            raise SinkAdminError(
-                f"Sink {sink_id!r} has {len(record.in_doubt)} unit(s) in doubt in "
-                f"{self.store}: run `eos sinks settle {sink_id}` first."
-            )
-        self.forget(sink_id)
+    def reset(self, sink_id: str, guard: ResetGuard) -> None:
+        """Forget the sink id, so a new query can claim it; refused (nothing forgotten) when
+        ``guard`` finds a reason, checked again by :meth:`forget` as it deletes."""
+        refuse(self.store, sink_id, guard.problems(self.record(sink_id)))
+        self.forget(sink_id, guard)
+
+
+def refuse(store: str, sink_id: str, problems: list[str]) -> None:
+    """Raise the reset's refusal naming every problem, if there is any."""
+    if problems:
+        raise SinkAdminError(
+            f"Not resetting sink {sink_id!r} in {store}: {'; '.join(problems)}. Nothing was "
+            "changed."
+        )
 
 
 def _named(writer: TwoPhaseCommitWriter, unit: UnitId) -> bool:

@@ -19,6 +19,7 @@ test, a script) the checks always run.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import tempfile
 from collections.abc import Callable, Mapping
@@ -27,6 +28,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
+
+log = logging.getLogger(__name__)
 
 #: Set by Spark in the Python processes it starts (PythonWorkerFactory). Over TCP: the
 #: secret in every one, the port only in those it starts directly; processes forked
@@ -44,15 +47,23 @@ SPARK_WORKER_ENV = (
 
 
 def once_per_driver(key: str, check: Callable[[], None]) -> None:
-    """Driver: run ``check`` unless it passed before for ``key`` under this driver."""
+    """Driver: run ``check`` unless it passed before for ``key`` under this driver.
+
+    Markers live in a directory of the user's own (``eos-start-checks-<uid>``, mode 0700,
+    under the system's temporary directory): a second OS user's driver never meets the
+    first one's. A marker that cannot be written (a directory the user cannot write)
+    only means the checks run again at the next call."""
     marker = _marker(key)
     if marker is not None and marker.exists():
         return
     check()
     if marker is not None:
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        forget_ended_drivers(marker.parent)
-        marker.touch()
+        try:
+            marker.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            forget_ended_drivers(marker.parent)
+            marker.touch()
+        except OSError as exc:
+            log.info("start checks pass unrecorded (%s): they run again next time", exc)
 
 
 def forget_ended_drivers(directory: Path) -> int:
@@ -80,7 +91,8 @@ def _marker(key: str) -> Path | None:
     if driver is None:
         return None
     digest = hashlib.sha256(key.encode()).hexdigest()[:24]
-    return Path(tempfile.gettempdir()) / "eos-start-checks" / f"{driver}-{digest}"
+    folder = f"eos-start-checks-{os.getuid()}"
+    return Path(tempfile.gettempdir()) / folder / f"{driver}-{digest}"
 
 
 def _process_identity(pid: int) -> str | None:

@@ -6,22 +6,46 @@ itself, and one that never did is aborted by the next attempt's fencing or by
 the broker after ``transaction.timeout.ms``. Its bookkeeping is one marker group
 per task partition, ``<transactionalIdPrefix>-<sink id>-<partition>``, whose
 committed offset is the next batch and whose metadata is the owner query's id, and
-the same marker as a record keyed by the group's name in the compacted marker log.
+the same marker as a record keyed by the group's name in the compacted marker log;
+and the sink's claim (:mod:`sinks.kafka.claim`), ``<prefix>-<sink id>-claim``.
+
+A reset takes each of them in turn the way a task does: ``init_transactions()`` of
+its transactional id fences whatever producer a live query still has and ends its
+open transaction; the marker is then read stably, checked against the reset's
+guard, and cleared in a transaction of that producer (offset 0 with no query, and
+a tombstone in the log). A task of the old query that wakes later is fenced, and
+its next producer finds a cleared marker and an unclaimed (or another query's)
+sink id.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
+import time
 from collections.abc import Iterable
 from typing import Any
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, Producer
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
 
 from connectors.errors import ServiceUnavailableError
 from connectors.protocol import Lineage, TwoPhaseCommitWriter
-from connectors.sinks_admin import Settled, SinkAdmin, SinkAdminError, SinkRecord
+from connectors.sinks_admin import (
+    ResetGuard,
+    Settled,
+    SinkAdmin,
+    SinkAdminError,
+    SinkRecord,
+    refuse,
+)
 from connectors.topics import read_to_end
 from sinks.kafka.marker_log import Marker, decode
 from sinks.kafka.options import DEFAULT_MARKER_LOG
@@ -42,7 +66,7 @@ class KafkaSinkAdmin(SinkAdmin):
         self.config = client_config
         self.marker_log = marker_log
         self.admin = AdminClient(client_config)
-        self.group = re.compile(rf"^{re.escape(transactional_id_prefix)}-(.+)-(\d+)$")
+        self.group = re.compile(rf"^{re.escape(transactional_id_prefix)}-(.+)-(\d+|claim)$")
         self.prefix = transactional_id_prefix
 
     def _groups(self) -> dict[str, list[str]]:
@@ -64,7 +88,9 @@ class KafkaSinkAdmin(SinkAdmin):
     def _log(self) -> dict[str, Marker]:
         """Marker group -> its last marker in the marker log (a tombstone forgets it).
         The log holds every marker a group ever had, also after the group's offsets
-        expired or were deleted."""
+        expired or were deleted. Also sets :attr:`_written`: group -> the broker's time of
+        its last record (seconds since the epoch)."""
+        self._written: dict[str, float] = {}
         if self.marker_log not in self.admin.list_topics(timeout=TIMEOUT).topics:
             return {}
         settings = {k: v for k, v in self.config.items() if k != "bootstrap.servers"}
@@ -73,6 +99,7 @@ class KafkaSinkAdmin(SinkAdmin):
         markers: dict[str, Marker] = {}
         for record in records:
             group = (record.key or b"").decode(errors="replace")
+            self._written[group] = record.timestamp / 1000
             if not record.value:
                 markers.pop(group, None)
                 continue
@@ -87,10 +114,11 @@ class KafkaSinkAdmin(SinkAdmin):
     def records(self) -> list[SinkRecord]:
         groups, log = self._groups(), self._log()
         logged = self._by_sink(log)
-        return [
+        found = [
             self._record(sink, groups.get(sink, []), {g: log[g] for g in logged.get(sink, [])})
             for sink in sorted(set(groups) | set(logged))
         ]
+        return [r for r in found if r.owner is not None or r.last_decided is not None]
 
     def _record(self, sink_id: str, groups: list[str], logged: dict[str, Marker]) -> SinkRecord:
         """A group's committed offset is its marker; the log's marker stands in for a
@@ -103,11 +131,15 @@ class KafkaSinkAdmin(SinkAdmin):
                 if position.offset >= 0:
                     markers[group] = Marker(position.offset, position.metadata or "",
                                             position.topic)  # fmt: skip
+        markers = {g: m for g, m in markers.items() if m.query or m.next_batch}  # not cleared
         owners = sorted({m.query for m in markers.values()} - {""})
         owner = Lineage(" and ".join(owners)) if owners else None
         topics = ",".join(sorted({m.topic for m in markers.values()} - {""}))
-        last = max(m.next_batch for m in markers.values()) - 1 if markers else None
-        return SinkRecord(self.store, sink_id, owner, topics, last, ())
+        batches = [m.next_batch - 1 for g, m in markers.items() if not g.endswith("-claim")]
+        written = [self._written[g] for g in markers if g in self._written]
+        idle = time.time() - max(written) if written else None
+        return SinkRecord(self.store, sink_id, owner, topics, max(batches, default=None), (),
+                          idle)  # fmt: skip
 
     def writer(self, record: SinkRecord) -> TwoPhaseCommitWriter:
         raise SinkAdminError("A Kafka sink has no units to settle with a writer.")
@@ -116,18 +148,61 @@ class KafkaSinkAdmin(SinkAdmin):
         self.record(sink_id)
         return Settled((), ())
 
-    def forget(self, sink_id: str) -> None:
-        """Delete the marker groups and write a tombstone to the marker log for each
-        group the log still holds a marker of."""
-        groups = self._groups().get(sink_id, [])
-        logged = self._by_sink(self._log()).get(sink_id, [])
-        if logged:
-            producer = Producer({**self.config, "enable.idempotence": True})
-            for group in logged:
-                producer.produce(self.marker_log, None, group.encode(), partition=0)
-            if producer.flush(TIMEOUT):
-                raise SinkAdminError(f"Could not write tombstones to {self.marker_log!r}.")
+    def forget(self, sink_id: str, guard: ResetGuard) -> None:
+        """Each marker group, then the claim, in turn: fence, read stably, check, clear
+        (see the module's docstring); then delete the groups, which are empty by then."""
+        logged = self._log()
+        groups = set(self._groups().get(sink_id, [])) | set(self._by_sink(logged).get(sink_id, []))
+        ordered = sorted(g for g in groups if not g.endswith("-claim"))
+        ordered += sorted(g for g in groups if g.endswith("-claim"))
+        for group in ordered:
+            self._clear(sink_id, group, logged.get(group), guard)
         if groups:
-            deleted = self.admin.delete_consumer_groups(groups, request_timeout=TIMEOUT)
+            deleted = self.admin.delete_consumer_groups(sorted(groups), request_timeout=TIMEOUT)
             for future in deleted.values():
-                future.result()
+                with contextlib.suppress(KafkaException):  # gone already, or never had one
+                    future.result()
+
+    def _clear(self, sink_id: str, group: str, logged: Marker | None, guard: ResetGuard) -> None:
+        producer = Producer({**self.config, "transactional.id": group, "log_level": 3})
+        consumer = Consumer({**self.config, "group.id": group, "enable.auto.commit": False,
+                             "isolation.level": "read_committed", "log_level": 3})  # fmt: skip
+        try:
+            producer.init_transactions(TIMEOUT)  # fences the old query's producer of the id
+            marker = self._stable_marker(consumer, group) or logged
+            if marker is not None:
+                self._check(sink_id, group, marker, guard)
+            producer.begin_transaction()
+            topic = marker.topic if marker and marker.topic else self.marker_log
+            cleared = [TopicPartition(topic, 0, 0, metadata="")]
+            metadata = consumer.consumer_group_metadata()
+            producer.send_offsets_to_transaction(cleared, metadata, TIMEOUT)
+            producer.produce(self.marker_log, None, group.encode(), partition=0)
+            producer.commit_transaction(TIMEOUT)
+        except KafkaException as exc:
+            raise SinkAdminError(
+                f"Resetting {group} of sink {sink_id!r} failed: {exc.args[0].str()}. Run the "
+                "reset again: each group is cleared in a transaction of its own."
+            ) from None
+        finally:
+            consumer.close()
+
+    def _stable_marker(self, consumer: Consumer, group: str) -> Marker | None:
+        """The group's marker, read stably (after the fencing, so no transaction of the id
+        is open), on the topic the group commits to; None when the group holds none."""
+        request = ConsumerGroupTopicPartitions(group)
+        listed = self.admin.list_consumer_group_offsets([request])[group].result()
+        for position in listed.topic_partitions or []:
+            (found,) = consumer.committed([TopicPartition(position.topic, 0)], timeout=TIMEOUT)
+            if found.error is None and found.offset >= 0:
+                return Marker(found.offset, found.metadata or "", position.topic)
+        return None
+
+    def _check(self, sink_id: str, group: str, marker: Marker, guard: ResetGuard) -> None:
+        claim = group.endswith("-claim")
+        last = None if claim or marker.next_batch == 0 else marker.next_batch - 1
+        written = self._written.get(group)
+        now = SinkRecord(self.store, sink_id, Lineage(marker.query) if marker.query else None,
+                         marker.topic, last, (),
+                         time.time() - written if written else None)  # fmt: skip
+        refuse(self.store, sink_id, guard.problems(now))

@@ -2,15 +2,37 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
 from confluent_kafka.cimpl import NewTopic
 
+from connectors.checkpoint_sinks import SinkEntry, record_at_start
 from connectors.errors import ConfigError, ServiceUnavailableError
 from connectors.kafka_errors import ClientErrors
 from sinks.kafka.options import KafkaSinkOptions
 
 TIMEOUT = 30.0
+
+
+def start_checks(options: KafkaSinkOptions, raw: Mapping[str, str] | None = None) -> None:
+    """Driver, at a query's start: the broker (:func:`check_broker`); an exactly-once sink
+    recorded in the query's checkpoint (``raw``: Spark's options)."""
+    check_broker(options)
+    if options.exactly_once:
+        record_at_start(raw or {}, lambda query_id: checkpoint_entry(options, query_id))
+
+
+def checkpoint_entry(options: KafkaSinkOptions, query_id: str) -> SinkEntry:
+    """The sink as its query's checkpoint records it (:mod:`connectors.checkpoint_sinks`)."""
+    names = {
+        "transactionalIdPrefix": options.transactional_id_prefix,
+        "markerLogTopic": options.marker_log,
+    }
+    target = options.topic or options.progress_topic or ""
+    sink_id = options.sink_id_for(query_id)
+    return SinkEntry("kafka", sink_id, query_id, target, options.bootstrap_servers, names)
 
 
 def check_broker(options: KafkaSinkOptions) -> None:

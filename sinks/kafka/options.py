@@ -9,6 +9,7 @@ from typing import Any
 from connectors import options as opt
 from connectors.errors import ConfigError
 from connectors.kafka_errors import QUIET_IDLE_CLOSE
+from connectors.protocol import derive_sink_id
 
 _KNOWN = {
     "topic",
@@ -43,6 +44,11 @@ class KafkaSinkOptions:
     @property
     def transaction_timeout_ms(self) -> int:
         return int(self.kafka.get("transaction.timeout.ms", DEFAULT_TRANSACTION_TIMEOUT_MS))
+
+    def sink_id_for(self, query_id: str) -> str:
+        """The ``sinkId`` option, else one derived from the query id and the topic."""
+        target = self.topic or self.progress_topic or ""
+        return self.sink_id or derive_sink_id("k", query_id, target)
 
     @property
     def marker_topic(self) -> str:

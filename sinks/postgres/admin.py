@@ -6,9 +6,9 @@ from __future__ import annotations
 from psycopg import sql
 
 from connectors.protocol import Lineage, TwoPhaseCommitWriter, UnitId
-from connectors.sinks_admin import SinkAdmin, SinkRecord, UnitInDoubt
+from connectors.sinks_admin import ResetGuard, SinkAdmin, SinkRecord, UnitInDoubt, refuse
 from sinks.postgres.options import PostgresSinkOptions
-from sinks.postgres.writer import Connection, PostgresTwoPhaseWriter, connect
+from sinks.postgres.writer import Connection, PostgresTwoPhaseWriter, connect, sink_lock_key
 
 
 class PostgresSinkAdmin(SinkAdmin):
@@ -37,18 +37,24 @@ class PostgresSinkAdmin(SinkAdmin):
     def records(self) -> list[SinkRecord]:
         owners: dict[str, tuple[Lineage, str]] = {}
         decided: dict[str, int] = {}
+        idle: dict[str, float] = {}
         if self._exists():
-            for sink_id, query_id, origin, target in self.conn.execute(
-                sql.SQL("SELECT sink_id, query_id, origin, target FROM {}").format(
-                    self._table("sinks")
-                )
+            for sink_id, query_id, origin, target, age in self.conn.execute(
+                sql.SQL(
+                    "SELECT sink_id, query_id, origin, target, "
+                    "extract(epoch FROM now() - claimed_at)::float8 FROM {}"
+                ).format(self._table("sinks"))
             ):
                 owners[sink_id] = (Lineage(query_id, origin), target)
-            decided = dict(self.conn.execute(
-                sql.SQL("SELECT sink_id, max(batch_id) FROM {} GROUP BY sink_id").format(
-                    self._table("decisions")
-                )
-            ).fetchall())  # fmt: skip
+                idle[sink_id] = float(age)
+            for sink_id, last, age in self.conn.execute(
+                sql.SQL(
+                    "SELECT sink_id, max(batch_id), "
+                    "extract(epoch FROM now() - max(decided_at))::float8 FROM {} GROUP BY sink_id"
+                ).format(self._table("decisions"))
+            ):
+                decided[sink_id] = int(last)
+                idle[sink_id] = min(float(age), idle.get(sink_id, float(age)))
         doubt: dict[str, list[UnitInDoubt]] = {}
         for gid, age in self.conn.execute(
             "SELECT gid, extract(epoch FROM now() - prepared)::float8 FROM pg_prepared_xacts "
@@ -65,6 +71,7 @@ class PostgresSinkAdmin(SinkAdmin):
                 owners[sink_id][1] if sink_id in owners else "",
                 decided.get(sink_id),
                 tuple(sorted(doubt.get(sink_id, []), key=lambda u: u.unit)),
+                idle.get(sink_id),
             )
             for sink_id in sorted({*owners, *decided, *doubt})
         ]
@@ -76,10 +83,16 @@ class PostgresSinkAdmin(SinkAdmin):
                                       True)  # fmt: skip
         return PostgresTwoPhaseWriter(options, ())
 
-    def forget(self, sink_id: str) -> None:
+    def forget(self, sink_id: str, guard: ResetGuard) -> None:
+        """Under the sink's lock, exclusively (a decision takes it shared, so none is
+        recorded between the check and the delete): check ``guard`` again, delete."""
         if not self._exists():
             return
         with self.conn.transaction():
+            self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (sink_lock_key(sink_id),))
+            now = [r for r in self.records() if r.sink_id == sink_id]
+            if now:
+                refuse(self.store, sink_id, guard.problems(now[0]))
             for table in ("sinks", "decisions", "committed_units"):
                 self.conn.execute(
                     sql.SQL("DELETE FROM {} WHERE sink_id = %s").format(self._table(table)),

@@ -11,6 +11,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from connectors import options as opt
 from connectors.errors import ConfigError
+from connectors.protocol import derive_sink_id
 from connectors.secrets import redact
 
 _KNOWN = {
@@ -45,6 +46,10 @@ class PostgresSinkOptions:
     @property
     def table_name(self) -> str:
         return ".".join(self.table)
+
+    def sink_id_for(self, query_id: str) -> str:
+        """The ``sinkId`` option, else one derived from the query id and the table."""
+        return self.sink_id or derive_sink_id("pg", query_id, self.table_name)
 
 
 def parse_options(raw: Mapping[str, str]) -> PostgresSinkOptions:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 from psycopg import sql
 from pyspark.sql.datasource import DataSource, DataSourceStreamWriter
 from pyspark.sql.types import StructType
 
+from connectors.checkpoint_sinks import SinkEntry, postgres_endpoint, record_at_start
 from connectors.errors import ConfigError
 from connectors.sinks_admin import ORPHAN_AGE_SECONDS, SinkRecord
 from connectors.sinks_admin import warn_about_orphans as shared_warning
@@ -47,21 +49,33 @@ class PostgresDataSource(DataSource):
         if missing:
             raise ConfigError(f"Option 'keyColumns' names columns not in the stream: {missing}.")
         once_per_driver(start_key("eos_postgres", self.options, schema),
-                        lambda: start_checks(options, schema))  # fmt: skip
+                        lambda: start_checks(options, schema, self.options))  # fmt: skip
         columns = tuple(schema.fieldNames())
         if options.exactly_once:
             return PostgresTwoPhaseWriter(options, columns)
         return PostgresPlainWriter(options, columns)
 
 
-def start_checks(options: PostgresSinkOptions, schema: StructType) -> None:
-    """Driver, at a query's start: the server, the bookkeeping, the table, orphans."""
+def start_checks(
+    options: PostgresSinkOptions, schema: StructType, raw: Mapping[str, str] | None = None
+) -> None:
+    """Driver, at a query's start: the server, the bookkeeping, the table, orphans; the
+    sink recorded in the query's checkpoint (``raw``: Spark's options)."""
     with connect(options) as conn:
         check_server(conn, options)
         ensure_bookkeeping(conn, options.bookkeeping_schema)
         ensure_table(conn, options, schema)
     if options.exactly_once:
         warn_about_orphans(options)
+        record_at_start(raw or {}, lambda query_id: checkpoint_entry(options, query_id))
+
+
+def checkpoint_entry(options: PostgresSinkOptions, query_id: str) -> SinkEntry:
+    """The sink as its query's checkpoint records it (:mod:`connectors.checkpoint_sinks`)."""
+    sink_id = options.sink_id_for(query_id)
+    names = {"bookkeepingSchema": options.bookkeeping_schema}
+    endpoint = postgres_endpoint(options.dsn)
+    return SinkEntry("postgres", sink_id, query_id, options.table_name, endpoint, names)
 
 
 def warn_about_orphans(

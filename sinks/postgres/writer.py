@@ -23,10 +23,10 @@ from connectors.protocol import (
     Outcome,
     PreparedUnit,
     Siblings,
+    SinkResetError,
     TwoPhaseCommitWriter,
     UnitId,
     UnitMissingError,
-    derive_sink_id,
 )
 from connectors.secrets import redact, secret_values, settings_digest
 from sinks.postgres import copy
@@ -188,7 +188,7 @@ class PostgresTwoPhaseWriter(TwoPhaseCommitWriter):
     # -- UnitStore hooks -----------------------------------------------------------
 
     def sink_id(self, query_id: str) -> str:
-        return self.options.sink_id or derive_sink_id("pg", query_id, self.options.table_name)
+        return self.options.sink_id_for(query_id)
 
     def owner(self, sink_id: str) -> Lineage | None:
         row = self.conn.execute(
@@ -248,13 +248,17 @@ class PostgresTwoPhaseWriter(TwoPhaseCommitWriter):
         return count
 
     def decide(self, decision: Decision) -> Decision:
-        """Under the batch's lock, exclusively: the existing decision, or a new one naming
-        only prepared transactions."""
+        """Under the sink's lock, shared (``eos sinks reset`` takes it exclusively), and the
+        batch's, exclusively: the existing decision, or a new one naming only prepared
+        transactions, while the decision's query still owns the sink id."""
         with self.conn.transaction():
+            self.conn.execute("SELECT pg_advisory_xact_lock_shared(%s)",
+                              (sink_lock_key(decision.sink_id),))  # fmt: skip
             self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(decision),))
             recorded = self.find_decision(decision.sink_id, decision.batch_id)
             if recorded is not None:
                 return recorded
+            _check_still_owned(self.owner(decision.sink_id), decision)
             names = [str(u) for u in decision.units]
             prepared = {str(r[0]) for r in self.conn.execute(
                 "SELECT gid FROM pg_prepared_xacts WHERE gid = ANY(%s)", (names,)
@@ -345,6 +349,19 @@ class PostgresTwoPhaseWriter(TwoPhaseCommitWriter):
             (unit.sink_id, unit.batch_id, str(unit)),
         ).fetchone()
         return row is not None
+
+
+def sink_lock_key(sink_id: str) -> int:
+    """A signed 64-bit advisory lock key for a sink id (decisions shared, reset exclusive)."""
+    digest = hashlib.sha256(f"{sink_id}|sink".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def _check_still_owned(owner: Lineage | None, decision: Decision) -> None:
+    """A decision is recorded only while its query owns the sink id: ``eos sinks reset``
+    removed the owner while this query ran, and a new query may claim it any moment."""
+    if owner is None or owner.query_id != decision.query_id:
+        raise SinkResetError(decision.sink_id, decision.batch_id, decision.query_id)
 
 
 def _lock_key(decision: Decision) -> int:

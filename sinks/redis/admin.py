@@ -6,8 +6,15 @@ from __future__ import annotations
 import redis
 
 from connectors.protocol import Lineage, TwoPhaseCommitWriter, UnitId
-from connectors.sinks_admin import SinkAdmin, SinkAdminError, SinkRecord, UnitInDoubt
-from sinks.redis import values
+from connectors.sinks_admin import (
+    ResetGuard,
+    SinkAdmin,
+    SinkAdminError,
+    SinkRecord,
+    UnitInDoubt,
+    refuse,
+)
+from sinks.redis import scripts, values
 from sinks.redis.options import RedisSinkOptions
 from sinks.redis.writer import RedisStagedWriter, _Keys, _text, connect
 
@@ -39,8 +46,11 @@ class RedisSinkAdmin(SinkAdmin):
 
     def _record(self, sink_id: str) -> SinkRecord:
         keys = _Keys(self.options.bookkeeping_prefix, sink_id)
-        query, origin, target = self.client.hmget(keys.owner, ["query", "origin", "target"])
+        query, origin, target, active = self.client.hmget(
+            keys.owner, ["query", "origin", "target", "active_at"]
+        )
         owner = None if query is None else Lineage(_text(query), _text(origin or b""))
+        idle = None if active is None else self._now() - float(active)
         batches = [int(b) for b in self.client.hkeys(keys.decisions)]
         doubt = []
         for name in self.client.smembers(keys.units):
@@ -50,7 +60,11 @@ class RedisSinkAdmin(SinkAdmin):
                 doubt.append(UnitInDoubt(unit, None if idle is None else float(idle)))
         in_doubt = tuple(sorted(doubt, key=lambda u: u.unit))
         last = max(batches, default=None)
-        return SinkRecord(self.store, sink_id, owner, _text(target or b""), last, in_doubt)
+        return SinkRecord(self.store, sink_id, owner, _text(target or b""), last, in_doubt, idle)
+
+    def _now(self) -> float:
+        seconds, _micro = self.client.time()
+        return float(seconds)
 
     def writer(self, record: SinkRecord) -> TwoPhaseCommitWriter:
         keys = _Keys(self.options.bookkeeping_prefix, record.sink_id)
@@ -66,11 +80,28 @@ class RedisSinkAdmin(SinkAdmin):
                                    record.sink_id, prefix, True)  # fmt: skip
         return RedisStagedWriter(options, spec)
 
-    def forget(self, sink_id: str) -> None:
+    def forget(self, sink_id: str, guard: ResetGuard) -> None:
+        """One script checks ``guard`` and deletes, atomically with the sink's decisions."""
         keys = _Keys(self.options.bookkeeping_prefix, sink_id)
-        names = [keys.owner, keys.decisions, keys.applied, keys.units]
+        names = [keys.owner, keys.decisions, keys.units, keys.applied]
         names += [_text(k) for k in self.client.scan_iter(match=keys.watermark("*"))]
-        self.client.delete(*names)
+        last = "" if guard.last_committed is None else str(guard.last_committed)
+        args = [guard.query_id or "", last, str(guard.quiet_seconds)]
+        result = self.client.register_script(scripts.RESET)(keys=names, args=args)
+        if int(result[0]) == 0:
+            return
+        query, decided, doubt, idle = (_text(v) if isinstance(v, bytes) else v for v in result[1:])
+        now = SinkRecord(
+            self.store,
+            sink_id,
+            Lineage(str(query)) if query else None,
+            "",
+            int(decided) if decided != "" else None,
+            tuple(UnitInDoubt(UnitId(sink_id, -1, 0, "?"), None) for _ in range(int(doubt))),
+            float(idle) if idle != "" else None,
+        )
+        refuse(self.store, sink_id, guard.problems(now))
+        raise SinkAdminError(f"Redis refused to reset sink {sink_id!r}: {result!r}")
 
     def close(self) -> None:
         if self._client is not None:

@@ -10,6 +10,7 @@ from redis.connection import parse_url
 
 from connectors import options as opt
 from connectors.errors import ConfigError
+from connectors.protocol import derive_sink_id
 from connectors.secrets import redact
 
 _KNOWN = {
@@ -37,6 +38,10 @@ class RedisSinkOptions:
     sink_id: str | None
     bookkeeping_prefix: str
     exactly_once: bool
+
+    def sink_id_for(self, query_id: str) -> str:
+        """The ``sinkId`` option, else one derived from the query id and the target."""
+        return self.sink_id or derive_sink_id("rd", query_id, self.key_prefix, self.key_column)
 
     @property
     def bookkeeping_keys(self) -> str:

@@ -115,23 +115,52 @@ return {applied, failed}
 """
 )
 
-#: KEYS: decisions, units, then each unit's stage. ARGV: batch, decision text, unit names.
-#: Returns {0, existing decision} when the batch was decided, {1, text} when this call
-#: recorded it, {-1, missing unit names...} when a named unit has no stage.
+#: KEYS: decisions, units, owner, then each unit's stage. ARGV: batch, decision text, query
+#: id, unit names. Returns {0, existing decision} when the batch was decided, {1, text} when
+#: this call recorded it, {-1, missing unit names...} when a named unit has no stage, {-2}
+#: when the query no longer owns the sink id (``eos sinks reset`` ran meanwhile). A
+#: decision stamps the owner's ``active_at`` with the server's clock.
 DECIDE = """
-local decisions, units = KEYS[1], KEYS[2]
-local batch, text = ARGV[1], ARGV[2]
+local decisions, units, owner = KEYS[1], KEYS[2], KEYS[3]
+local batch, text, query = ARGV[1], ARGV[2], ARGV[3]
 local existing = redis.call('HGET', decisions, batch)
 if existing then return {0, existing} end
+if redis.call('HGET', owner, 'query') ~= query then return {-2} end
 local missing = {-1}
-for i = 3, #ARGV do
+for i = 4, #ARGV do
   if redis.call('SISMEMBER', units, ARGV[i]) == 0 or redis.call('EXISTS', KEYS[i]) == 0 then
     missing[#missing + 1] = ARGV[i]
   end
 end
 if #missing > 1 then return missing end
 redis.call('HSET', decisions, batch, text)
+redis.call('HSET', owner, 'active_at', redis.call('TIME')[1])
 return {1, text}
+"""
+
+#: KEYS: owner, decisions, units, then every other key of the sink. ARGV: the query the
+#: sink must belong to ("" for any), the last batch it may have decided ("" for any), the
+#: seconds it must have been idle. Deletes every key and returns {0} when all holds, else
+#: deletes nothing and returns {1, owner query, last decided batch, units in doubt, idle
+#: seconds} ("" for what is unknown): ``eos sinks reset``, atomic with DECIDE.
+RESET = """
+local owner, decisions, units = KEYS[1], KEYS[2], KEYS[3]
+local query = redis.call('HGET', owner, 'query') or ''
+local last = ''
+for _, batch in ipairs(redis.call('HKEYS', decisions)) do
+  if last == '' or tonumber(batch) > tonumber(last) then last = batch end
+end
+local doubt = redis.call('SCARD', units)
+local idle = ''
+local active = redis.call('HGET', owner, 'active_at')
+if active then idle = tostring(tonumber(redis.call('TIME')[1]) - tonumber(active)) end
+local ok = doubt == 0
+if ARGV[1] ~= '' and query ~= '' and query ~= ARGV[1] then ok = false end
+if ARGV[2] ~= '' and last ~= '' and tonumber(last) > tonumber(ARGV[2]) then ok = false end
+if idle ~= '' and tonumber(idle) < tonumber(ARGV[3]) then ok = false end
+if not ok then return {1, query, last, doubt, idle} end
+redis.call('DEL', unpack(KEYS))
+return {0}
 """
 
 #: KEYS: decisions, units, then each unit's stage. ARGV: batch, unit names.

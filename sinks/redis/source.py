@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 import warnings
+from collections.abc import Mapping
 
 import redis
 from pyspark.sql.datasource import DataSource, DataSourceStreamWriter
 from pyspark.sql.types import StructType
 
+from connectors.checkpoint_sinks import SinkEntry, record_at_start, redis_endpoint
 from connectors.errors import ConfigError
 from connectors.sinks_admin import ORPHAN_AGE_SECONDS, SinkRecord
 from connectors.sinks_admin import warn_about_orphans as shared_warning
@@ -44,14 +46,15 @@ class RedisDataSource(DataSource):
                 "per-batch changes in outputMode 'append'."
             )
         once_per_driver(start_key("eos_redis", self.options, schema),
-                        lambda: start_checks(options))  # fmt: skip
+                        lambda: start_checks(options, self.options))  # fmt: skip
         if options.exactly_once:
             return RedisStagedWriter(options, spec)
         return RedisDirectWriter(options, spec)
 
 
-def start_checks(options: RedisSinkOptions) -> None:
-    """Driver, at a query's start: the server's settings, then orphans."""
+def start_checks(options: RedisSinkOptions, raw: Mapping[str, str] | None = None) -> None:
+    """Driver, at a query's start: the server's settings, then orphans; the sink recorded
+    in the query's checkpoint (``raw``: Spark's options)."""
     client = connect(options)
     try:
         check_server(client, options.exactly_once)
@@ -59,6 +62,15 @@ def start_checks(options: RedisSinkOptions) -> None:
         client.close()
     if options.exactly_once:
         warn_about_orphans(options)
+        record_at_start(raw or {}, lambda query_id: checkpoint_entry(options, query_id))
+
+
+def checkpoint_entry(options: RedisSinkOptions, query_id: str) -> SinkEntry:
+    """The sink as its query's checkpoint records it (:mod:`connectors.checkpoint_sinks`)."""
+    sink_id = options.sink_id_for(query_id)
+    names = {"bookkeepingPrefix": options.bookkeeping_prefix}
+    endpoint = redis_endpoint(options.url)
+    return SinkEntry("redis", sink_id, query_id, options.key_prefix + "*", endpoint, names)
 
 
 def warn_about_orphans(

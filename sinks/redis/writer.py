@@ -16,10 +16,10 @@ from connectors.protocol import (
     Lineage,
     Outcome,
     Siblings,
+    SinkResetError,
     TwoPhaseCommitWriter,
     UnitId,
     UnitMissingError,
-    derive_sink_id,
 )
 from connectors.secrets import redact, secret_values, settings_digest
 from sinks.redis import scripts, values
@@ -147,8 +147,7 @@ class RedisStagedWriter(TwoPhaseCommitWriter):
     # -- UnitStore hooks -----------------------------------------------------------
 
     def sink_id(self, query_id: str) -> str:
-        target = (self.options.key_prefix, self.options.key_column)
-        return self.options.sink_id or derive_sink_id("rd", query_id, *target)
+        return self.options.sink_id_for(query_id)
 
     def applied_watermark(self, sink_id: str, query_id: str) -> int:
         value = self.client.get(self.keys(sink_id).watermark(query_id))
@@ -193,11 +192,14 @@ class RedisStagedWriter(TwoPhaseCommitWriter):
         names = [str(u) for u in decision.units]
         text = "\n".join([decision.query_id, *names])
         script = self.client.register_script(scripts.DECIDE)
+        stages = [keys.stage(u) for u in decision.units]
         result = script(
-            keys=[keys.decisions, keys.units, *(keys.stage(u) for u in decision.units)],
-            args=[str(decision.batch_id), text, *names],
+            keys=[keys.decisions, keys.units, keys.owner, *stages],
+            args=[str(decision.batch_id), text, decision.query_id, *names],
         )
         status, *rest = result
+        if int(status) == -2:
+            raise SinkResetError(decision.sink_id, decision.batch_id, decision.query_id)
         if int(status) < 0:
             missing = [u for u in decision.units if str(u) in {_text(r) for r in rest}]
             raise UnitMissingError(decision.batch_id, missing)

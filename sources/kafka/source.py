@@ -70,12 +70,13 @@ class KafkaDataSource(DataSource):
         from connectors.startup import once_per_driver, start_key
         from sinks.kafka import KafkaPlainWriter, KafkaTransactionalWriter
         from sinks.kafka import parse_options as parse_sink_options
-        from sinks.kafka.checks import check_broker
+        from sinks.kafka.checks import start_checks
         from sinks.kafka.records import check_schema
 
         options = parse_sink_options(self.options)
         check_schema(schema, has_topic_option=options.topic is not None)
-        once_per_driver(start_key("eos_kafka", self.options, schema), lambda: check_broker(options))
+        once_per_driver(start_key("eos_kafka", self.options, schema),
+                        lambda: start_checks(options, self.options))  # fmt: skip
         if options.exactly_once:
             return KafkaTransactionalWriter(options)
         return KafkaPlainWriter(options)

@@ -25,7 +25,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from connectors.checkpoint import CheckpointError, read_checkpoint
-from connectors.checkpoint_command import add_key_counts, inspect
+from connectors.checkpoint_command import add_key_counts, inspect, recorded_sinks
 from connectors.cli import main
 from connectors.endpoints import Endpoints
 from connectors.savepoints import create, find, list_savepoints, rescale, restore
@@ -90,7 +90,7 @@ def _state_get(capsys: pytest.CaptureFixture[str], *args: str) -> list[dict[str,
 
 
 def _start_check_markers() -> set[Path]:
-    return set((Path(tempfile.gettempdir()) / "eos-start-checks").glob("*"))
+    return set((Path(tempfile.gettempdir()) / f"eos-start-checks-{os.getuid()}").glob("*"))
 
 
 def _table(endpoints: Endpoints, table: str) -> dict[str, int]:
@@ -167,9 +167,16 @@ def test_inspect_savepoint_fork_and_resume(
     at_savepoint = _state_get(capsys, "--savepoint", "before-more", "--dir", str(root))
     assert {r["word"]: r["count"] for r in at_savepoint} == dict.fromkeys(KEYS, 10)
 
-    # Resume is refused: the sink decided batches after the savepoint.
+    # Resume is refused: the original checkpoint planned batches after the savepoint...
+    with pytest.raises(CheckpointError, match=rf"has planned batch {first + 1} since"):
+        restore(point, tmp_path / "resumed-too-late", "resume", recorded_sinks)
+    # ... and, with that checkpoint out of sight, the sink it records decided them.
+    original.rename(tmp_path / "away")
     with pytest.raises(CheckpointError, match=rf"{sink_id} in postgres \(batch {first + 1}"):
-        restore(point, tmp_path / "resumed-too-late", "resume", lambda: _sinks(endpoints))
+        restore(point, tmp_path / "resumed-too-late", "resume", recorded_sinks, quiet_seconds=0)
+    (tmp_path / "away").rename(original)
+    recorded = (original / "eos" / "sinks" / f"postgres-{sink_id}.json").read_text()
+    assert "eos:" not in recorded and sink_id in recorded, "no credential in the record"
 
     # Fork into a new table and sink id: state of the savepoint, records after it read again.
     fork = restore(point, tmp_path / "fork", "fork")
@@ -185,9 +192,10 @@ def test_inspect_savepoint_fork_and_resume(
 
     # Resume at the last batch: same query id, the original retired, the sink carries on.
     latest = create(original, "latest", root)
-    resumed = restore(
-        find(root, "latest"), tmp_path / "resumed", "resume", lambda: _sinks(endpoints)
-    )
+    with pytest.raises(CheckpointError, match=r"decided a batch \d+ s ago, so the query looks"):
+        restore(find(root, "latest"), tmp_path / "resumed", "resume", recorded_sinks)
+    resumed = restore(find(root, "latest"), tmp_path / "resumed", "resume", recorded_sinks,
+                      quiet_seconds=0)  # fmt: skip
     assert resumed.query_id == checkpoint.query_id and resumed.last_committed == latest.batch
     assert not original.exists()
     (retired,) = tmp_path.glob("original.retired-*")

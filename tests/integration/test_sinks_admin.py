@@ -14,7 +14,7 @@ from connectors import faults
 from connectors.cli import main
 from connectors.endpoints import Endpoints
 from connectors.protocol import SinkClaimedError, TwoPhaseCommitWriter
-from connectors.sinks_admin import SinkAdminError
+from connectors.sinks_admin import ResetGuard, SinkAdminError
 from connectors.sinks_command import admins
 from connectors.testing import SinkContract
 from sinks.kafka.checks import check_broker
@@ -78,14 +78,15 @@ def test_an_abandoned_sink_id_is_listed_settled_reset_and_claimed_again(
     shown = _eos(capsys, "show", sink_id)
     assert shown.count(f"eos|{sink_id}|") == suite.partitions + 1
     with pytest.raises(SinkAdminError, match=r"settle .* first"):
-        _reset(suite, sink_id)
+        _reset(suite, sink_id, ResetGuard(None, None, 0))
 
     settled = _eos(capsys, "settle", sink_id)
     assert f"committed {suite.partitions} unit(s), rolled back 1" in settled
     assert dict(suite.visible()) == dict(suite.expected(range(2))), "lost or duplicated rows"
     with pytest.raises(SinkClaimedError):
         suite.prepare(suite.new_writer(sink_id), 0, 0, query_id="new-query")
-    assert "bookkeeping forgotten" in _eos(capsys, "reset", sink_id, "--yes")
+    assert "bookkeeping forgotten" in _eos(capsys, "reset", sink_id, "--checkpoint-deleted",
+                                           "--quiet-seconds", "0", "--yes")  # fmt: skip
     assert sink_id not in _eos(capsys, "list")
     fresh = suite.new_writer(sink_id)
     suite.run_batch(fresh, 0, query_id="new-query")  # the new query claims the sink id
@@ -93,13 +94,13 @@ def test_an_abandoned_sink_id_is_listed_settled_reset_and_claimed_again(
     assert owner is not None and owner.query_id == "new-query"
 
 
-def _reset(suite: SinkContract, sink_id: str) -> None:
+def _reset(suite: SinkContract, sink_id: str, guard: ResetGuard) -> None:
     args = argparse.Namespace(bookkeeping_schema="eos", bookkeeping_prefix="eos",
                               transactional_id_prefix="eos",
                               marker_log_topic="eos-sink-markers")  # fmt: skip
     store = "postgres" if isinstance(suite, contract.TestPostgresAppend) else "redis"
     with admins(args) as stores:
-        next(a for a in stores if a.store == store).reset(sink_id)
+        next(a for a in stores if a.store == store).reset(sink_id, guard)
 
 
 def test_a_kafka_sink_id_is_listed_with_its_query_and_reset(
@@ -134,6 +135,51 @@ def test_a_kafka_sink_id_is_listed_with_its_query_and_reset(
     assert listed.split()[:4] == ["kafka", sink_id, "kafka-query", "4"], listed
     with pytest.raises(SinkClaimedError):
         writer.write_task(_task(0, query="new-query"), iter(_rows(0)))
-    assert "bookkeeping forgotten" in _eos(capsys, "reset", sink_id, "--yes")
+    assert "bookkeeping forgotten" in _eos(capsys, "reset", sink_id, "--checkpoint-deleted",
+                                           "--quiet-seconds", "0", "--yes")  # fmt: skip
     assert sink_id not in _eos(capsys, "list")
     writer.write_task(_task(0, query="new-query"), iter(_rows(0)))  # claimed by the new query
+
+
+def test_a_decision_racing_a_reset_waits_for_it_and_then_fails(
+    endpoints: Endpoints, unique: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL: reset checks and deletes under the sink's lock, exclusively, and a
+    decision takes it shared. A live query's batch that prepares, claims and decides
+    while a reset has checked but not yet deleted waits for the reset, then finds the
+    owner gone and fails: it never records a decision the reset then deletes (whose
+    replay would write the batch twice)."""
+    import threading
+    import time
+
+    from connectors.protocol import SinkResetError
+    from connectors.sinks_admin import refuse
+
+    for name, value in endpoints.as_env().items():
+        monkeypatch.setenv(name, value)
+    suite = _suite(contract.TestPostgresAppend, endpoints, unique)
+    sink_id = f"admin-{unique}"
+    writer = suite.new_writer(sink_id)
+    suite.run_batch(writer, 0)
+    outcome: list[BaseException | None] = []
+
+    def live_batch() -> None:
+        try:
+            suite.run_batch(suite.new_writer(sink_id), 1)
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    racer = threading.Thread(target=live_batch)
+
+    def check_then_race(store: str, sink: str, problems: list[str]) -> None:
+        refuse(store, sink, problems)
+        if not racer.is_alive() and not outcome:
+            racer.start()  # the live query's batch, between the reset's check and delete
+            time.sleep(3)
+
+    monkeypatch.setattr("sinks.postgres.admin.refuse", check_then_race)
+    _reset(suite, sink_id, ResetGuard(None, None, 0))
+    racer.join(60)
+    assert len(outcome) == 1 and isinstance(outcome[0], SinkResetError), outcome
+    assert dict(suite.visible()) == dict(suite.expected(range(1))), "batch 1 became visible"

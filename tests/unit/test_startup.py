@@ -4,6 +4,10 @@ twice per batch, each in a new Python process of the driver JVM."""
 from __future__ import annotations
 
 import os
+import pwd
+import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -73,7 +77,7 @@ def test_a_new_driver_deletes_the_markers_of_ended_drivers(
 ) -> None:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     monkeypatch.setenv("PYTHON_WORKER_FACTORY_SECRET", "not-a-real-secret")
-    markers = tmp_path / "eos-start-checks"
+    markers = tmp_path / f"eos-start-checks-{os.getuid()}"
     markers.mkdir()
     parent = _process_identity(os.getppid())
     assert parent is not None
@@ -90,3 +94,37 @@ def test_a_new_driver_deletes_the_markers_of_ended_drivers(
     assert reused_pid not in left and ended not in left, "ended drivers' markers go"
     assert len(left) == 2 and len(calls) == 1
     assert forget_ended_drivers(markers) == 0
+
+
+def test_another_users_driver_runs_its_checks_beside_a_directory_it_cannot_write(
+    tmp_path: Path,
+) -> None:
+    """Markers are kept per OS user: a second user's driver, finding the first user's
+    marker directories (and one of its own name it cannot write), still runs its checks
+    and starts, instead of failing with PermissionError as one shared directory made it."""
+    if os.getuid() != 0 or shutil.which("runuser") is None:
+        pytest.fail("this test runs a driver as user 'nobody': it needs root and runuser")
+    nobody = pwd.getpwnam("nobody").pw_uid
+    tmp_path.chmod(0o755)
+    for name in ("eos-start-checks", f"eos-start-checks-{os.getuid()}",
+                 f"eos-start-checks-{nobody}"):  # fmt: skip
+        (tmp_path / name).mkdir(mode=0o755)  # root's, not writable by nobody
+    script = (
+        "from connectors.startup import once_per_driver\n"
+        "once_per_driver('eos_redis|x', lambda: print('checked'))\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    # the OS's Python: the venv's may sit under a home directory nobody cannot enter
+    python = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
+    env = {"TMPDIR": str(tmp_path), "PYTHONPATH": str(root), "PATH": os.environ["PATH"]}
+    env["PYTHON_WORKER_FACTORY_SECRET"] = "not-a-real-secret"
+    result = subprocess.run(
+        ["runuser", "-u", "nobody", "--", python, "-c", script],
+        env=env,
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (result.returncode, result.stdout) == (0, "checked\n"), result.stderr
