@@ -102,6 +102,12 @@ class BrokerView:
                 ids[name] = str(topic_id)
         return ids
 
+    def missing_topics(self, topics: Iterable[str]) -> set[str]:
+        """Of ``topics``, those the brokers say do not exist (a topic they cannot describe
+        now for another reason raises instead)."""
+        names = set(topics)
+        return names - set(self._describe(names))
+
     def _describe(self, topics: Iterable[str]) -> dict[str, Any]:
         """The named topics' descriptions (partitions, id); topics that do not exist are
         left out. Never creates a topic, whatever the brokers' auto-creation setting."""

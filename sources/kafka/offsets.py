@@ -139,9 +139,23 @@ class SourceOffset:
         return {**self.ends, **following.starts}
 
 
+@dataclass(frozen=True)
+class MovedBack:
+    """A partition whose log no longer continues the checkpoint's position, and why.
+
+    ``recreated`` when its topic's id changed (a new topic under the old name: read it
+    from its start); else its log was truncated below the position (an unclean leader
+    election) and, when the id is known to be the same, its records below the new end
+    were read already: reading goes on from the new end."""
+
+    why: str
+    recreated: bool
+    same_topic: bool
+
+
 def moved_back(
     previous: SourceOffset, latest: Mapping[TopicPartitionKey, int], ids: Mapping[str, str]
-) -> dict[TopicPartitionKey, str]:
+) -> dict[TopicPartitionKey, MovedBack]:
     """Partitions of ``latest`` whose log no longer continues ``previous``, and why.
 
     Either the topic's id changed (deleted and recreated), or the partition now
@@ -156,16 +170,20 @@ def moved_back(
             continue
         old_id, new_id = previous.topic_ids.get(topic), ids.get(topic)
         if old_id and new_id and old_id != new_id:
-            found[(topic, partition)] = (
+            found[(topic, partition)] = MovedBack(
                 f"topic {topic!r} was deleted and recreated (its id changed from {old_id} to "
                 f"{new_id}); the checkpoint had read partition {partition} up to offset "
-                f"{reached} of the old topic"
+                f"{reached} of the old topic",
+                recreated=True,
+                same_topic=False,
             )
         elif end < reached:
-            found[(topic, partition)] = (
+            found[(topic, partition)] = MovedBack(
                 f"{topic}-{partition} now ends at offset {end}, below the offset {reached} the "
                 "checkpoint had read up to (the topic was recreated, or its log truncated by "
-                "an unclean leader election)"
+                "an unclean leader election)",
+                recreated=False,
+                same_topic=bool(old_id and new_id),
             )
     return found
 

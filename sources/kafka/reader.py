@@ -155,19 +155,30 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self.broker.latest(self.broker.partitions())
 
     def _restarts(self, previous: SourceOffset, latest: Offsets, ids: dict[str, str]) -> Offsets:
-        """Where partitions that appeared or went back start: their log start, checked.
+        """Where partitions that appeared or went back start, checked.
 
         A partition that appears after the query started should begin at offset 0
         (Spark's own source reads it so too); a later log start means records
-        were deleted before anyone read them.
+        were deleted before anyone read them. A recreated topic (its id changed,
+        or unknown) is read from its log start; a log truncated under the same
+        topic id goes on from its new end, as Spark's source does: the records
+        below it were read already, and reading them again would duplicate them.
         """
         back = moved_back(previous, latest, ids)
         new = [tp for tp in latest if tp not in previous.ends]
+        self._report_gone(previous, latest)
         if not back and not new:
             return {}
-        earliest = self.broker.earliest([*back, *new])
-        for tp, why in back.items():
-            report_data_loss(self.options, why, resume=earliest[tp])
+        earliest = self.broker.earliest([tp for tp, m in back.items() if not m.same_topic] + new)
+        starts = {}
+        for tp, moved in back.items():
+            if moved.same_topic:
+                why = (f"{moved.why}; offsets {latest[tp]}..{previous.ends[tp] - 1} of the log "
+                       f"the query read are gone, and records written at offsets it had read "
+                       f"are skipped")  # fmt: skip
+                starts[tp] = report_data_loss(self.options, why, resume=latest[tp])
+            else:
+                starts[tp] = report_data_loss(self.options, moved.why, resume=earliest[tp])
         for topic, partition in new:
             first = earliest[(topic, partition)]
             if first > 0:
@@ -177,5 +188,20 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     f"at offset {first}: offsets 0..{first - 1} were deleted before they were read",
                     resume=first,
                 )
-        log.info("eos_kafka: reading %s from their log start %s", sorted(earliest), earliest)
-        return earliest
+            starts[(topic, partition)] = first
+        log.info("eos_kafka: reading %s from %s", sorted(starts), starts)
+        return starts
+
+    def _report_gone(self, previous: SourceOffset, latest: Offsets) -> None:
+        """Partitions of the checkpoint whose topic no longer exists (deleted): a data loss
+        (records not yet read may have gone with it), whose position is kept."""
+        missing = sorted(tp for tp in previous.ends if tp not in latest)
+        gone = self.broker.missing_topics({t for t, _ in missing}) if missing else set()
+        ranges = [f"{t}-{p} from offset {previous.ends[(t, p)]}" for t, p in missing if t in gone]
+        if ranges:
+            report_data_loss(
+                self.options,
+                f"topic(s) {', '.join(sorted(gone))} no longer exist (deleted): "
+                f"{', '.join(ranges)} on can no longer be read",
+                resume=0,
+            )

@@ -470,3 +470,67 @@ def test_offsets_are_published_to_a_group_for_lag(
     committed = consumer.committed([TopicPartition(topic, 0), TopicPartition(topic, 1)], 30)
     consumer.close()
     assert [(tp.partition, tp.offset) for tp in committed] == [(0, 3), (1, 4)]
+
+
+def _latest_after(endpoints: Endpoints, previous: SourceOffset, **options: str) -> SourceOffset:
+    """What the driver plans next from ``previous`` (latestOffset on the real broker)."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from sources.kafka.options import parse_options
+    from sources.kafka.reader import KafkaStreamReader
+
+    raw = {"kafka.bootstrap.servers": endpoints.kafka_bootstrap, **options}
+    reader = KafkaStreamReader(parse_options(raw))
+    return SourceOffset.from_spark(reader.latestOffset(previous.to_spark(), ReadAllAvailable()))
+
+
+def test_a_log_truncated_under_the_same_topic_id_goes_on_from_its_new_end(
+    endpoints: Endpoints, unique: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The checkpoint read a partition to offset 10, and the log (same topic id) now ends
+    at 8, as after an unclean leader election: failOnDataLoss=true fails naming it;
+    false warns and goes on from 8, as Spark's source does, instead of reading the
+    records below 8, which the query read already, a second time."""
+    from sources.kafka.broker import BrokerView
+    from sources.kafka.options import parse_options
+
+    bootstrap, topic = endpoints.kafka_bootstrap, f"src-truncated-{unique}"
+    create_topic(bootstrap, topic)
+    produce_plain(bootstrap, topic, [f"r{i}".encode() for i in range(8)], 0)
+    view = BrokerView(parse_options({"kafka.bootstrap.servers": bootstrap, "subscribe": topic}))
+    previous = SourceOffset({(topic, 0): 10}, view.topic_ids([topic]))
+    with pytest.raises(Exception, match=rf"{topic}-0 now ends at offset 8, below the offset 10"):
+        _latest_after(endpoints, previous, subscribe=topic)
+    planned = _latest_after(endpoints, previous, subscribe=topic, failOnDataLoss="false")
+    assert planned.starts == {(topic, 0): 8}, "read again from the log start"
+    assert "offsets 8..9 of the log the query read are gone" in caplog.text
+
+
+def test_a_deleted_topic_is_a_data_loss_not_a_silent_stop(
+    endpoints: Endpoints, unique: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A subscribed topic deleted under a running query: failOnDataLoss=true fails naming
+    the topic and where the query stood; false warns, keeps that position, reads on."""
+    from confluent_kafka.admin import AdminClient
+
+    bootstrap, kept, deleted = endpoints.kafka_bootstrap, f"src-kept-{unique}", f"src-del-{unique}"
+    for topic in (kept, deleted):
+        create_topic(bootstrap, topic)
+        produce_plain(bootstrap, topic, [b"a", b"b"], 0)
+    previous = SourceOffset({(kept, 0): 2, (deleted, 0): 1})
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.delete_topics([deleted])[deleted].result(timeout=30)
+    produce_plain(bootstrap, kept, [b"c"], 0)
+    subscribe = f"{kept},{deleted}"
+    deadline = time.monotonic() + 30
+    while True:  # until the brokers no longer describe the deleted topic
+        try:
+            _latest_after(endpoints, previous, subscribe=subscribe)
+        except Exception as exc:
+            assert f"{deleted}-0 from offset 1 on can no longer be read" in str(exc)
+            break
+        assert time.monotonic() < deadline, "the deleted topic was never reported"
+        time.sleep(0.5)
+    planned = _latest_after(endpoints, previous, subscribe=subscribe, failOnDataLoss="false")
+    assert planned.ends == {(kept, 0): 3, (deleted, 0): 1}, "position kept, the rest read on"
+    assert f"topic(s) {deleted} no longer exist" in caplog.text

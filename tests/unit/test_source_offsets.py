@@ -84,10 +84,13 @@ def test_offsets_that_go_back_or_a_new_topic_id_are_found() -> None:
     assert moved_back(previous, {("t", 0): 6, ("t", 1): 9, ("u", 0): 4}, {"t": "a", "u": "b"}) == {}
     back = moved_back(previous, {("t", 0): 3, ("t", 1): 9, ("u", 0): 7}, {"t": "a", "u": "c"})
     assert sorted(back) == [("t", 0), ("u", 0)]
-    assert "t-0 now ends at offset 3, below the offset 6" in back[("t", 0)]
-    assert "topic 'u' was deleted and recreated (its id changed from b to c)" in back[("u", 0)]
+    assert "t-0 now ends at offset 3, below the offset 6" in back[("t", 0)].why
+    assert (back[("t", 0)].recreated, back[("t", 0)].same_topic) == (False, True)  # truncated
+    assert "topic 'u' was deleted and recreated (its id changed from b to c)" in back[("u", 0)].why
+    assert (back[("u", 0)].recreated, back[("u", 0)].same_topic) == (True, False)
     unknown_ids = SourceOffset({("t", 0): 6})  # a checkpoint written before ids were kept
     assert moved_back(unknown_ids, {("t", 0): 8}, {"t": "a"}) == {}
+    assert not moved_back(unknown_ids, {("t", 0): 2}, {"t": "a"})[("t", 0)].same_topic
     assert moved_back(previous, {("n", 0): 0}, {}) == {}  # new partitions are not "back"
 
 
