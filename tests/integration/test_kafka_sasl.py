@@ -126,3 +126,32 @@ def test_a_wrong_sasl_password_is_a_clear_error(sasl: KafkaSasl) -> None:
     with pytest.raises(ServiceUnavailableError, match=r"(?i)authentication") as failure:
         view.partitions()
     assert wrong not in str(failure.value)
+
+
+def test_eos_sinks_reaches_a_sasl_cluster_with_the_settings_of_eos_kafka_config(
+    endpoints: Endpoints, sasl: KafkaSasl, unique: str, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """``eos sinks`` takes the client settings a SASL (or TLS) cluster needs from the file
+    EOS_KAFKA_CONFIG names, so the password is never on a command line or in its output."""
+    from connectors.cli import main
+
+    topic, sink_id = f"sasl-admin-{unique}", f"sasl-admin-{unique}"
+    create_topic(endpoints.kafka_bootstrap, topic)
+    options = sink_options({**sasl.options(), "topic": topic, "sinkId": sink_id})
+    check_broker(options)
+    task = TaskIdentity("sasl-query", "kafka", "run-1", 3, 0, 1)
+    KafkaTransactionalWriter(options).write_task(task, iter(_rows([b"a", b"b"])))
+    config = tmp_path / "client.properties"
+    settings = {k: v for k, v in sasl.client_config().items() if k != "bootstrap.servers"}
+    config.write_text("# the sink's kafka.* settings\n" + "".join(
+        f"kafka.{k}={v}\n" for k, v in settings.items()))  # fmt: skip
+    monkeypatch.setenv("EOS_KAFKA_BOOTSTRAP", sasl.bootstrap)
+    monkeypatch.setenv("EOS_KAFKA_CONFIG", str(config))
+    for name in ("EOS_POSTGRES_DSN", "EOS_REDIS_URL"):
+        monkeypatch.delenv(name, raising=False)
+    assert main(["sinks", "list"]) == 0
+    listed = capsys.readouterr()
+    line = next(row for row in listed.out.splitlines() if sink_id in row)
+    assert line.split()[:4] == ["kafka", sink_id, "sasl-query", "3"], line
+    assert sasl.password not in listed.out + listed.err
