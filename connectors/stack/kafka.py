@@ -43,6 +43,9 @@ KAFKA_SETTINGS: dict[str, str] = {
     "share.coordinator.state.topic.replication.factor": "1",
     "share.coordinator.state.topic.min.isr": "1",
     "group.initial.rebalance.delay.ms": "0",
+    # The coordinator looks for transactions open past their timeout every second (not
+    # every 10 s), so a test of a timed-out task transaction waits seconds, not tens.
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
     "auto.create.topics.enable": "false",
     "num.partitions": "1",
 }

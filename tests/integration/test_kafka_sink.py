@@ -502,3 +502,77 @@ def test_wrong_types_missing_topic_and_long_timeouts_fail_at_start(
                **{"kafka.transaction.timeout.ms": str(24 * 3600 * 1000)})  # fmt: skip
     with pytest.raises(Exception, match=f"topic 'absent-{unique}', which does not exist"):
         _write(spark, endpoints, source, tmp_path / "b", ["key", "value"], topic=f"absent-{unique}")
+
+
+def _late(batches: list[pa.RecordBatch], before: float, between: float = 0.0) -> Iterator[Any]:
+    """Rows Spark hands over late: ``before`` seconds before the first batch (upstream work),
+    ``between`` seconds after each one."""
+    time.sleep(before)
+    for batch in batches:
+        yield batch
+        time.sleep(between)
+
+
+def _short_timeout_writer(endpoints: Endpoints, unique: str) -> KafkaTransactionalWriter:
+    topic = f"ks-timeout-{unique}"
+    create_topic(endpoints.kafka_bootstrap, topic, 2)
+    options = sink_options({"kafka.bootstrap.servers": endpoints.kafka_bootstrap, "topic": topic,
+                            "sinkId": f"ks-timeout-{unique}",
+                            "kafka.transaction.timeout.ms": "2000"})  # fmt: skip
+    check_broker(options)
+    return KafkaTransactionalWriter(options)
+
+
+def test_time_before_the_first_row_does_not_count_against_the_transaction_timeout(
+    endpoints: Endpoints, unique: str
+) -> None:
+    """The transaction begins at the first row: a task whose rows come 4 s late (a slow
+    stateful stage upstream) commits under a 2 s transaction.timeout.ms (the broker
+    aborts a transaction open past it within a second here)."""
+    writer = _short_timeout_writer(endpoints, unique)
+    report = writer.write_task(_task(0), _late(_rows(0), before=4.0), ClientPool())
+    assert report.records == 50
+    assert _values(endpoints, writer, "read_committed") == _expected(range(1))
+
+
+def test_a_transaction_open_past_its_timeout_says_which_setting_to_raise(
+    endpoints: Endpoints, unique: str
+) -> None:
+    """Rows that keep coming for longer than transaction.timeout.ms: the broker aborts the
+    transaction (the producer then reads as fenced); the task's error names the option
+    to raise, and nothing of it is visible."""
+    writer = _short_timeout_writer(endpoints, unique)
+    batches = [_rows(0)[0].slice(0, 25), _rows(0)[0].slice(25)]
+    with pytest.raises(KafkaSinkError, match=r"longer than kafka\.transaction\.timeout\.ms \(2000"):
+        writer.write_task(_task(0), _late(batches, before=0, between=4.0), ClientPool())
+    assert _values(endpoints, writer, "read_committed") == []
+
+
+def test_a_marker_in_the_log_behind_an_open_transaction_is_still_found(
+    endpoints: Endpoints, writer: KafkaTransactionalWriter
+) -> None:
+    """Every task's transaction writes the marker log, so another task's open transaction
+    holds the log's last stable offset below a marker committed after it began. A task
+    whose group offsets expired reads the log through it (waiting for it to end) instead
+    of reading up to the last stable offset and missing its marker (then writing its
+    batch twice)."""
+    from threading import Timer
+
+    pool = ClientPool()
+    for batch in range(2):
+        writer.write_task(_task(batch, partition=1), iter(_rows(batch)), pool)
+    options = writer.options
+    blocker = _fenced_producer(options, f"blocker-{options.sink_id}")
+    blocker.begin_transaction()
+    blocker.produce(options.marker_log, b"{}", b"someone-else", partition=0)
+    blocker.flush(30)  # open, below the next marker
+    writer.write_task(_task(2, partition=1), iter(_rows(2)), pool)  # its marker: behind it
+    (group,) = [transactional_id(options, options.sink_id or "", 1)]
+    admin = AdminClient(options.client_config())
+    for future in admin.delete_consumer_groups([group], request_timeout=30).values():
+        future.result()  # what expiry does: the log is all that is left
+    Timer(2.0, lambda: blocker.abort_transaction(30)).start()
+    replay = writer.write_task(_task(2, run="after-expiry", partition=1), iter(_rows(2)),
+                               ClientPool())  # fmt: skip
+    assert replay.skipped, "the marker behind the open transaction was missed"
+    assert _values(endpoints, writer, "read_committed") == _expected(range(3))
