@@ -8,7 +8,12 @@ A *cell* is one kind of stateful pipeline crossed with every sink that fits it:
   ``eos_redis`` upsert; and every record -> ``eos_postgres`` append;
 * ``event-time`` (c): a 10-second tumbling-window count over the Kafka ``timestamp``
   with a 5-second watermark, append mode, from input with out-of-order and late
-  records -> ``eos_kafka``, ``eos_postgres`` upsert, ``eos_redis`` upsert.
+  records -> ``eos_kafka``, ``eos_postgres`` upsert, ``eos_redis`` upsert;
+* ``records`` (d): every record straight from the source into ``eos_kafka``, no
+  shuffle, so the source's split of a batch into tasks is the sink's task partitions,
+  and ``minPartitions`` changes on every start of the query: a batch replayed after
+  a crash between two tasks' commits must be split as it first was (the split is in
+  its offset), or a task partition's marker speaks of other records.
 
 Each (cell, sink) pair is one streaming query of one pipeline process, named
 ``<cell short name>-<sink>`` (``rc-kafka``): fault points are addressed to it by
@@ -34,6 +39,8 @@ from sources.kafka.offsets import from_spark
 TWO_PHASE_POINTS = ("after-prepare", "after-decision", "between-commits", "after-commit")
 KAFKA_POINTS = ("after-prepare", "after-commit")
 DRIVER_POINTS = ("after-decision", "between-commits", "after-commit")
+#: The ``records`` cell's ``minPartitions`` on the query's first, second, ... start.
+VARIED_MIN_PARTITIONS = (2, 6, 4)  # 2, 6 and 4 tasks over the 2 input partitions
 #: On a cluster, each sink gets a zombie (``before-prepare``: paused, its executor
 #: killed, resumed after the batch is committed) and executors lost mid-write and after
 #: the prepare. No driver point: the driver is one local process on a cluster as in local
@@ -59,6 +66,7 @@ CELLS = {
              (("postgres", "count"), ("redis", "count"), ("postgres-append", "records"))),
         Cell("event-time", "et", True,
              (("kafka", "window"), ("postgres", "window"), ("redis", "window"))),
+        Cell("records", "rec", False, (("kafka-records", "records"),)),
     )
 }  # fmt: skip
 
@@ -107,13 +115,13 @@ class Target:
 
     @property
     def points(self) -> tuple[str, ...]:
-        if self.sink == "kafka":
+        if self.family == "kafka":
             return CLUSTER_KAFKA_POINTS if self.cluster else KAFKA_POINTS
         return CLUSTER_TWO_PHASE_POINTS if self.cluster else TWO_PHASE_POINTS
 
     def in_task(self, point: str) -> bool:
         """Whether ``point`` fires in a task (else in the driver's commit)."""
-        return point not in DRIVER_POINTS or self.sink == "kafka"  # Kafka tasks commit
+        return point not in DRIVER_POINTS or self.family == "kafka"  # Kafka tasks commit
 
     def action(self, point: str) -> str:
         """How a ``point`` of this query crashes, unless it is a whole-pipeline crash: on a
@@ -121,6 +129,8 @@ class Target:
         points; else the process at the point."""
         if self.cluster and point == "before-prepare":
             return "pause"
+        if self.sink == "kafka-records" and point == "after-commit":
+            return "group"  # the query restarts, with another minPartitions
         return "executor" if self.cluster and self.in_task(point) else "process"
 
     @property
@@ -141,7 +151,9 @@ class Target:
     ) -> QuerySpec:
         columns, options = self._sink(endpoints, custom)
         fmt = custom.format if custom and self.sink == "custom" else f"eos_{self.family}"
-        return QuerySpec(self.name, topic, self.stage, fmt, columns, options)
+        varied = VARIED_MIN_PARTITIONS if self.sink == "kafka-records" else ()
+        return QuerySpec(self.name, topic, self.stage, fmt, columns, options,
+                         vary_min_partitions=varied)  # fmt: skip
 
     def _sink(
         self, endpoints: Endpoints, custom: CustomSink | None
@@ -150,10 +162,11 @@ class Target:
             assert custom is not None
             return ("word", "count"), dict(custom.options)
         own = {"sinkId": self.sink_id}
-        if self.sink == "kafka":
+        if self.family == "kafka":
+            value = "count" if self.sink == "kafka" else "concat(partition, ':', offset)"
             columns = (
                 "CAST(word AS BINARY) AS key",
-                "CAST(CAST(count AS STRING) AS BINARY) AS value",
+                f"CAST(CAST({value} AS STRING) AS BINARY) AS value",
             )
             return columns, {**own, "kafka.bootstrap.servers": endpoints.kafka_bootstrap,
                              "topic": self.output}  # fmt: skip
@@ -176,6 +189,8 @@ class Target:
         """What the sink holds now: counts per word, rows written twice, leftovers."""
         if self.sink == "kafka":
             return checks.kafka_counts(endpoints.kafka_bootstrap, self.output)
+        if self.sink == "kafka-records":
+            return checks.kafka_records(endpoints.kafka_bootstrap, self.output)
         if self.sink == "postgres-append":
             return checks.postgres_rows(endpoints.postgres_dsn, self.output, self.sink_id)
         if self.family == "postgres":

@@ -121,6 +121,16 @@ def kafka_counts(bootstrap: str, topic: str, timeout: float = 30.0) -> Observed:
     return Observed(words, len(pairs) - len(set(pairs)), leftovers)
 
 
+def kafka_records(bootstrap: str, topic: str, timeout: float = 30.0) -> Observed:
+    """Records per word (key), each input record's (key, "partition:offset") written more
+    than once, and open transactions as leftovers."""
+    stuck = open_transactions(bootstrap, topic, timeout)
+    pairs = [(r.key or b"", r.value) for r in read_to_end(bootstrap, topic) if r.key != MARKER]
+    counts = Counter(key.decode() for key, _ in pairs)
+    leftovers = tuple(f"open transaction on {topic}[{p}]" for p in sorted(stuck))
+    return Observed(counts, len(pairs) - len(set(pairs)), leftovers)
+
+
 def open_transactions(bootstrap: str, topic: str, timeout: float = 30.0) -> set[int]:
     """Partitions of ``topic`` where a transaction is left open: a plain marker written
     there now does not come below the last stable offset within ``timeout``."""

@@ -69,7 +69,7 @@ def stage_frame(spark: SparkSession, spec: PipelineSpec, query: QuerySpec) -> Da
         .option("subscribe", query.topic)
         .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", str(spec.max_offsets))
-        .options(**query.source_options)
+        .options(**query.source_options, **_varied(spec, query))
         .load()
     )
     if query.stage == "records":
@@ -87,6 +87,20 @@ def stage_frame(spark: SparkSession, spec: PipelineSpec, query: QuerySpec) -> Da
             timeMode="None",
         )
     raise SystemExit(f"query {query.name}: unknown stage {query.stage!r}")
+
+
+def _varied(spec: PipelineSpec, query: QuerySpec) -> dict[str, str]:
+    """``minPartitions`` for this start of ``query``, the next of its cycle: starts are
+    counted in a file beside its checkpoint, so a new pipeline process goes on counting."""
+    if not query.vary_min_partitions:
+        return {}
+    counter = Path(spec.checkpoint) / f".{query.name}.starts"
+    starts = int(counter.read_text()) if counter.exists() else 0
+    counter.parent.mkdir(parents=True, exist_ok=True)
+    counter.write_text(str(starts + 1))
+    chosen = query.vary_min_partitions[starts % len(query.vary_min_partitions)]
+    print_event("min-partitions", query=query.name, start=starts, min_partitions=chosen)
+    return {"minPartitions": str(chosen)}
 
 
 def _windowed_count(records: DataFrame) -> DataFrame:

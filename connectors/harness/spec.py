@@ -35,6 +35,9 @@ class QuerySpec:
     options: dict[str, str] = field(default_factory=dict, repr=False)  # may hold passwords
     source: str = "eos_kafka"  # or Spark's own "kafka"
     source_options: dict[str, str] = field(default_factory=dict)  # more source options
+    #: minPartitions on the query's first, second, ... start (in any pipeline process),
+    #: cycling: what an operator retuning the source between restarts does.
+    vary_min_partitions: tuple[int, ...] = ()
 
     @property
     def output_mode(self) -> str:
@@ -69,6 +72,8 @@ class PipelineSpec:
     def read(cls, path: Path) -> PipelineSpec:
         raw = json.loads(path.read_text())
         queries = tuple(
-            QuerySpec(**{**q, "columns": tuple(q["columns"])}) for q in raw.pop("queries")
-        )
+            QuerySpec(**{**q, "columns": tuple(q["columns"]),
+                         "vary_min_partitions": tuple(q.get("vary_min_partitions", ()))})
+            for q in raw.pop("queries")
+        )  # fmt: skip
         return cls(queries=queries, **{**raw, "register": tuple(raw.get("register", ()))})

@@ -227,7 +227,7 @@ def verify(
     plan.work_dir.mkdir(parents=True, exist_ok=True)
     expected_words = _write_input(plan, endpoints, names, chosen, out)
     for target in chosen:
-        if target.sink == "kafka":
+        if target.family == "kafka":
             create_topic(endpoints.kafka_bootstrap, target.output, 2)
     ensure_class_archive()
     entries = schedule(plan, chosen)

@@ -12,7 +12,11 @@ files and Spark resubmits the stage) runs on the cluster. Each sink's query gets
   prepared (``after-prepare``; the Kafka sink's ``after-commit`` too, its commit runs
   in the task).
 
-The driver's points and whole-pipeline crashes are left to the local-mode cells
+The records cell's query (no shuffle: the source's split is the Kafka sink's task
+partitions) also crashes whole after a task committed, and restarts with another
+``minPartitions`` each time, among lost executors and a zombie of its own.
+
+The driver's points and other whole-pipeline crashes are left to the local-mode cells
 (tests/integration/test_conformance.py): the driver is one local process on a cluster
 too, so there they prove nothing more and cost a query restart or a new application.
 """
@@ -35,17 +39,20 @@ pytestmark = [pytest.mark.services, pytest.mark.spark, pytest.mark.cluster]
 def test_zombies_and_lost_executors_on_a_cluster_lose_and_duplicate_nothing(
     spark_master: str, eos_verify: Callable[..., Report]
 ) -> None:
-    report = eos_verify(records=3_000, master=spark_master, kills=0, full_crashes="none")
+    report = eos_verify(records=3_000, master=spark_master, kills=0, full_crashes="none",
+                        cells=("running-count", "records"))  # fmt: skip
     print(report.table(), report.fault_table(), sep="\n")
     assert report.ok, (report.problems, report.table(), [s.leftovers for s in report.sinks])
-    assert {s.sink for s in report.sinks} == {"rc-kafka", "rc-postgres", "rc-redis-increment"}
+    assert {s.sink for s in report.sinks} == {
+        "rc-kafka", "rc-postgres", "rc-redis-increment", "rec-kafka-records"
+    }  # fmt: skip
 
     schedule = report.plan["schedule"]
     assert set(report.fired) == set(schedule), "a planned fault point never fired"
     for entry, where in report.fired.items():
         assert where["query"] == Entry.parse(entry).query, f"{entry} fired in {where}"
     zombies = [e for e in schedule if Entry.parse(e).action == "pause"]
-    assert len(zombies) == 3, zombies  # one per sink
+    assert len(zombies) == 4, zombies  # one per sink
     markers = Path(report.plan["work_dir"]) / "fired"
     for zombie in zombies:
         woke = float(_json(markers / f"{zombie}.resumed")["at"])

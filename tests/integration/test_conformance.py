@@ -54,10 +54,13 @@ def test_every_cell_crosses_every_point_of_every_sink(
         assert where["query"] == Entry.parse(entry).query, f"{entry} fired in {where}"
     crossed = {(Entry.parse(e).query, Entry.parse(e).point) for e in schedule}
     for query in queries:
-        points = KAFKA_POINTS if query.endswith("-kafka") else TWO_PHASE_POINTS
+        points = KAFKA_POINTS if "-kafka" in query else TWO_PHASE_POINTS
         assert {(query, p) for p in points} <= crossed, f"{query} missed a point"
     whole = [e for e in schedule if Entry.parse(e).action == "group"]
-    assert len(whole) == MIXED_GROUP_CRASHES, whole  # one, in a task
+    restarts_records = [e for e in whole if Entry.parse(e).query == "rec-kafka-records"]
+    assert len(whole) == MIXED_GROUP_CRASHES + len(restarts_records), whole
+    assert restarts_records, "the records cell restarts its query with another minPartitions"
+    assert len(_min_partitions(report)) > 1, "minPartitions never changed between starts"
     # The run the group point ended was a crash, plus the random kill and the Redis
     # crash.
     assert report.crashes >= len({report.run_of(e) for e in whole}) + 2
@@ -67,6 +70,19 @@ def test_every_cell_crosses_every_point_of_every_sink(
     work = Path(report.plan["work_dir"])
     timed = read_to_end(endpoints.kafka_bootstrap, Names(_tag(report)).timed)
     assert late_records(timed, work / "checkpoint" / "et-kafka") > 20
+
+
+def _min_partitions(report: Report) -> list[int]:
+    """The records cell's minPartitions at each start, from the runs' event lines."""
+    from connectors.harness.pipeline import parse_event
+
+    found = []
+    for log in sorted(Path(report.plan["work_dir"]).glob("run-*.log")):
+        for line in log.read_text(errors="replace").splitlines():
+            event = parse_event(line)
+            if event is not None and event.get("event") == "min-partitions":
+                found.append(int(event["min_partitions"]))
+    return found
 
 
 def _tag(report: Report) -> str:
