@@ -183,3 +183,15 @@ def test_a_decision_racing_a_reset_waits_for_it_and_then_fails(
     racer.join(60)
     assert len(outcome) == 1 and isinstance(outcome[0], SinkResetError), outcome
     assert dict(suite.visible()) == dict(suite.expected(range(1))), "batch 1 became visible"
+    # The failed batch's units wait for their query's restart; gone for good, they are
+    # orphans to settle (rolled back: nothing decided them).
+    args = argparse.Namespace(
+        bookkeeping_schema="eos",
+        bookkeeping_prefix="eos",
+        transactional_id_prefix="eos",
+        marker_log_topic="eos-sink-markers",
+    )
+    with admins(args) as stores:
+        postgres = next(a for a in stores if a.store == "postgres")
+        settled = postgres.settle(sink_id)
+    assert (len(settled.committed), len(settled.rolled_back)) == (0, suite.partitions)
