@@ -1,25 +1,39 @@
-"""Shared core of eos-connectors: errors, options, the service stack and the CLI.
+"""eos-connectors: exactly-once Kafka, PostgreSQL and Redis connectors for PySpark.
 
-Public names: ``register`` (add the package's data sources to a SparkSession),
-``Endpoints`` and the exception hierarchy rooted at ``EosError``.
+What a Spark job imports::
+
+    from eos_connectors import register
+    register(spark)  # adds the formats eos_kafka, eos_postgres and eos_redis
+
+The package's parts (installed as ``eos_connectors``; in the repository its folders
+are ``connectors/``, ``sources/`` and ``sinks/``):
+
+* ``core``: the runtime every connector runs on, inside the Spark job;
+* ``sources.kafka`` and ``sinks.kafka`` / ``sinks.postgres`` / ``sinks.redis``: the
+  connectors; ``formats``: the formats Spark knows them by;
+* ``ops``: operator tools as a library (checkpoints, savepoints, state);
+* ``cli``: the ``eos`` command;
+* ``testing``: the kit that proves a sink exactly once (the ``testing`` extra);
+* ``dev``: the local service stack, the harness and the benchmarks (development
+  tooling: nothing above imports it).
 """
 
-from connectors.endpoints import Endpoints
-from connectors.errors import (
+from eos_connectors._version import __version__
+from eos_connectors.core.errors import (
     ConfigError,
     DataLossError,
     EosError,
     ServiceUnavailableError,
     StackError,
 )
-from connectors.registry import register
+from eos_connectors.registry import register
 
 __all__ = [
     "ConfigError",
     "DataLossError",
-    "Endpoints",
     "EosError",
     "ServiceUnavailableError",
     "StackError",
+    "__version__",
     "register",
 ]

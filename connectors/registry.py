@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from connectors.errors import ConfigError
+from eos_connectors.core.errors import ConfigError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -14,9 +14,9 @@ if TYPE_CHECKING:
 
 def data_sources() -> list[type[DataSource]]:
     """Every data source this package provides (sources and sinks alike)."""
-    from sinks.postgres import PostgresDataSource
-    from sinks.redis import RedisDataSource
-    from sources.kafka import KafkaDataSource
+    from eos_connectors.formats import KafkaDataSource
+    from eos_connectors.sinks.postgres import PostgresDataSource
+    from eos_connectors.sinks.redis import RedisDataSource
 
     return [KafkaDataSource, PostgresDataSource, RedisDataSource]
 

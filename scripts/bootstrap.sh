@@ -33,11 +33,16 @@ fi
   || { echo "bootstrap: Python >= 3.11 is needed (found $("$python" --version))" >&2; exit 1; }
 
 [ -x .venv/bin/python ] || "$python" -m venv .venv
-stamp=".venv/.installed-$(cat pyproject.toml | sha256sum | cut -c1-16)"
+# The package installs as eos_connectors from the folders connectors/, sources/ and
+# sinks/ (pyproject.toml's package-dir): an editable install in setuptools' strict mode
+# links each module into build/__editable__.*, which mypy can follow too. A module
+# added or removed needs a new install: the stamp covers the list of modules.
+modules=$(find connectors sources sinks -name '*.py' | sort)
+stamp=".venv/.installed-$( (cat pyproject.toml; echo "$modules") | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
-  echo "bootstrap: installing Python dependencies into .venv"
+  echo "bootstrap: installing the package and its development dependencies into .venv"
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e ".[test]"
+  .venv/bin/python -m pip install -q -e . --group dev --config-settings editable_mode=strict
   rm -f .venv/.installed-*
   touch "$stamp"
 fi

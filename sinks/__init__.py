@@ -14,7 +14,7 @@ __all__ = ["PostgresDataSource"]
 
 def __getattr__(name: str) -> Any:
     if name == "PostgresDataSource":
-        from sinks.postgres import PostgresDataSource
+        from eos_connectors.sinks.postgres import PostgresDataSource
 
         return PostgresDataSource
     raise AttributeError(f"module 'sinks' has no attribute {name!r}")

@@ -1,5 +1,1 @@
-"""Sources: the replayable Kafka source ``eos_kafka``."""
-
-from sources.kafka import KafkaDataSource
-
-__all__ = ["KafkaDataSource"]
+"""Sources: the replayable Kafka source ``eos_kafka`` (its reading half, ``kafka``)."""

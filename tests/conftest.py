@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from connectors.endpoints import Endpoints
-from connectors.harness.pytest_plugin import harness_runner
-from connectors.harness.verify import Report
+from eos_connectors.dev.endpoints import Endpoints
+from eos_connectors.dev.harness.pytest_plugin import harness_runner
+from eos_connectors.dev.harness.verify import Report
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -37,7 +37,7 @@ def docker_compose_file() -> str:
 
 
 def _compose_endpoints(request: pytest.FixtureRequest) -> Endpoints:
-    from connectors.stack.kafka import kafka_answers
+    from eos_connectors.dev.stack.kafka import kafka_answers
 
     services = request.getfixturevalue("docker_services")
     bootstrap = "localhost:9092"
@@ -56,7 +56,7 @@ def endpoints(request: pytest.FixtureRequest) -> Iterator[Endpoints]:
     if _docker_engine_answers():
         yield _compose_endpoints(request)
         return
-    from connectors.stack import Stack
+    from eos_connectors.dev.stack import Stack
 
     stack = Stack()
     # Stop it afterwards only if none of it ran before: a service found down (say, one
@@ -78,7 +78,7 @@ def unique() -> str:
 @pytest.fixture
 def crash_service(endpoints: Endpoints) -> Callable[[str], None]:
     """SIGKILL a service of the package's stack and start it again on the same port."""
-    from connectors.harness.services import crash_function
+    from eos_connectors.dev.harness.services import crash_function
 
     crash = crash_function(endpoints)
     if crash is None:
@@ -91,7 +91,7 @@ def crash_service(endpoints: Endpoints) -> Callable[[str], None]:
 
 @pytest.fixture
 def eos_verify(endpoints: Endpoints, tmp_path: Path) -> Callable[..., Report]:
-    """The harness (connectors.harness.pytest_plugin) on the session's services: run
+    """The harness (eos_connectors.dev.harness.pytest_plugin) on the session's services: run
     first, it would start the stack itself and the session would not stop it."""
     return harness_runner(tmp_path)
 
@@ -105,7 +105,7 @@ def spark_master() -> Iterator[str]:
     if explicit:
         yield explicit
         return
-    from connectors.stack import Stack
+    from eos_connectors.dev.stack import Stack
 
     stack = Stack()
     was_up = stack.spark_master() is not None

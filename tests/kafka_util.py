@@ -1,6 +1,6 @@
 """Helpers for tests on the real broker: mixed transactional input, plain records, partitions.
 
-Topics are created and read back with :mod:`connectors.topics`."""
+Topics are created and read back with :mod:`eos_connectors.core.topics`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewPartitions
 
-from connectors.topics import create_topic
+from eos_connectors.core.topics import create_topic
 
 
 def add_partitions(bootstrap: str, topic: str, total: int) -> None:

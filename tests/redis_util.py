@@ -11,7 +11,7 @@ from pathlib import Path
 
 import redis
 
-from connectors.stack.process import free_port
+from eos_connectors.dev.stack.process import free_port
 
 
 def redis_server(
@@ -29,10 +29,21 @@ def redis_server(
     with os.fdopen(fd, "w") as out:
         out.write(f"requirepass {password}\n" if password else "")
     proc = subprocess.Popen(
-        [binary, str(config), "--port", str(port), "--bind", "127.0.0.1", "--dir", str(tmp_path),
-         "--save", "", *settings],
+        [
+            binary,
+            str(config),
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(tmp_path),
+            "--save",
+            "",
+            *settings,
+        ],
         stdout=subprocess.DEVNULL,
-    )  # fmt: skip
+    )
     client = redis.Redis(port=port, password=password or None)
     try:
         deadline = time.monotonic() + 20

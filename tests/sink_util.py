@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 
-from connectors.endpoints import Endpoints
+from eos_connectors.dev.endpoints import Endpoints
 
 
 def earliest(spark: SparkSession, endpoints: Endpoints, topic: str) -> DataFrame:
@@ -21,8 +21,16 @@ def earliest(spark: SparkSession, endpoints: Endpoints, topic: str) -> DataFrame
     )
 
 
-def stream_into(spark: SparkSession, endpoints: Endpoints, topic: str, checkpoint: Path,
-                select: list[str], sink: str, /, **options: str) -> None:  # fmt: skip
+def stream_into(
+    spark: SparkSession,
+    endpoints: Endpoints,
+    topic: str,
+    checkpoint: Path,
+    select: list[str],
+    sink: str,
+    /,
+    **options: str,
+) -> None:
     """``topic`` from the earliest offset, ``select``ed, into format ``sink`` with
     ``options`` (positional-only parameters: an option may be called ``topic``); a
     failing query raises."""

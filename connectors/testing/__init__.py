@@ -9,8 +9,8 @@ Then let ``eos verify`` (or the ``eos_verify`` pytest fixture) crash a real Spar
 pipeline that writes to your sink.
 """
 
-from connectors.testing.contract import CONTRACT_SCHEMA, CRASH_POINTS, SinkContract, rows_of
-from connectors.testing.memory import MemoryServer, MemorySink, memory_server
+from eos_connectors.testing.contract import CONTRACT_SCHEMA, CRASH_POINTS, SinkContract, rows_of
+from eos_connectors.testing.memory import MemoryServer, MemorySink, memory_server
 
 __all__ = [
     "CONTRACT_SCHEMA",

@@ -14,7 +14,7 @@ runs every ``test_*`` method below against your store::
 Each test drives the protocol's steps itself: tasks are the writer shipped by
 pickle, as Spark ships it, calling :meth:`TwoPhaseCommitWriter.prepare_task` with
 a task identity; the driver calls ``commit`` and ``abort``. A crash is a fault
-point armed with :func:`connectors.faults.simulate`: it unwinds from the point
+point armed with :func:`eos_connectors.core.faults.simulate`: it unwinds from the point
 like a crash, the writer is abandoned (``close()``), and a fresh writer replays
 the batch as a restarted query would, with new task attempts. The interleavings
 a cluster adds (two live attempts of one task, a zombie that wakes after its
@@ -39,9 +39,9 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from connectors import faults
-from connectors.context import TaskIdentity
-from connectors.protocol import (
+from eos_connectors.core import faults
+from eos_connectors.core.context import TaskIdentity
+from eos_connectors.core.protocol import (
     Outcome,
     PreparedUnit,
     ProtocolError,
@@ -70,8 +70,10 @@ def rows_of(pairs: list[tuple[str, int]]) -> pa.RecordBatch:
 
 def batch_rows(batch: int, partition: int) -> list[pa.RecordBatch]:
     """Two Arrow batches for one task: 40 rows over 8 words, different in every batch."""
-    pairs = [(f"w{(batch + partition + i) % 8}", batch * 100 + partition * 10 + i % 3 + 1)
-             for i in range(40)]  # fmt: skip
+    pairs = [
+        (f"w{(batch + partition + i) % 8}", batch * 100 + partition * 10 + i % 3 + 1)
+        for i in range(40)
+    ]
     return [rows_of(pairs[:20]), rows_of(pairs[20:])]
 
 
@@ -111,8 +113,9 @@ class SinkContract:
     def task(self, batch: int, partition: int, query_id: str | None = None) -> TaskIdentity:
         """A new task attempt of ``batch``/``partition`` in the current run (of this test's
         query, or of the query ``query_id``)."""
-        return TaskIdentity(query_id or self.query_id, "contract", self._run, batch, partition,
-                            next(self._task_ids))  # fmt: skip
+        return TaskIdentity(
+            query_id or self.query_id, "contract", self._run, batch, partition, next(self._task_ids)
+        )
 
     def prepare(
         self, writer: TwoPhaseCommitWriter, batch: int, partition: int, query_id: str | None = None
@@ -133,8 +136,11 @@ class SinkContract:
         for batch in batches:
             for partition in range(self.partitions):
                 for record in batch_rows(batch, partition):
-                    for word, n in zip(record.column("word").to_pylist(),
-                                       record.column("n").to_pylist(), strict=True):  # fmt: skip
+                    for word, n in zip(
+                        record.column("word").to_pylist(),
+                        record.column("n").to_pylist(),
+                        strict=True,
+                    ):
                         total[word] += n
         return total
 

@@ -4,7 +4,7 @@ Each hook is a few lines over one :class:`MemoryServer`, a stand-in for a real
 store's server: its state outlives any writer (a crash loses the writer, never
 the server), and one lock makes each hook atomic the way a database transaction
 or a Redis script does. Read it next to a real sink to see what each hook must
-guarantee; run :class:`connectors.testing.SinkContract` against it to see the
+guarantee; run :class:`eos_connectors.testing.SinkContract` against it to see the
 suite pass.
 """
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from connectors.protocol import (
+from eos_connectors.core.protocol import (
     Decision,
     Lineage,
     Outcome,

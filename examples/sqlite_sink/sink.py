@@ -24,8 +24,8 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamWriter
 from pyspark.sql.types import IntegralType, StructType
 
-from connectors.errors import ConfigError
-from connectors.protocol import (
+from eos_connectors.core.errors import ConfigError
+from eos_connectors.core.protocol import (
     Decision,
     Lineage,
     Outcome,
@@ -66,8 +66,14 @@ class SqliteOptions:
             raise ConfigError(f"Option 'mode' must be upsert or add, got {mode!r}.")
         if not options["table"].isidentifier():
             raise ConfigError(f"Option 'table' must be a plain name, got {options['table']!r}.")
-        return cls(options["path"], options["table"], options["keycolumn"],
-                   options["valuecolumn"], mode, options.get("sinkid"))  # fmt: skip
+        return cls(
+            options["path"],
+            options["table"],
+            options["keycolumn"],
+            options["valuecolumn"],
+            mode,
+            options.get("sinkid"),
+        )
 
 
 def connect(path: str) -> sqlite3.Connection:
@@ -110,8 +116,10 @@ class SqliteWriter(TwoPhaseCommitWriter):
 
     def claim(self, sink_id: str, lineage: Lineage) -> Lineage:
         with _immediate(self.conn) as conn:
-            conn.execute("INSERT OR IGNORE INTO eos_owners VALUES (?, ?, ?)",
-                         (sink_id, lineage.query_id, lineage.origin))  # fmt: skip
+            conn.execute(
+                "INSERT OR IGNORE INTO eos_owners VALUES (?, ?, ?)",
+                (sink_id, lineage.query_id, lineage.origin),
+            )
             owner = self.owner(sink_id)
         assert owner is not None
         return owner
@@ -140,8 +148,9 @@ class SqliteWriter(TwoPhaseCommitWriter):
         if not staged:
             return 0
         with _immediate(self.conn) as conn:
-            conn.execute("INSERT INTO eos_units VALUES (?, ?, ?)",
-                         (str(unit), unit.sink_id, unit.batch_id))  # fmt: skip
+            conn.execute(
+                "INSERT INTO eos_units VALUES (?, ?, ?)", (str(unit), unit.sink_id, unit.batch_id)
+            )
             conn.executemany("INSERT INTO eos_stage VALUES (?, ?, ?)", staged)
         return len(staged)
 
@@ -153,9 +162,15 @@ class SqliteWriter(TwoPhaseCommitWriter):
             missing = [u for u in decision.units if not self._staged(u)]
             if missing:
                 raise UnitMissingError(decision.batch_id, missing)
-            conn.execute("INSERT INTO eos_decisions VALUES (?, ?, ?, ?)",
-                         (decision.sink_id, decision.batch_id, decision.query_id,
-                          " ".join(map(str, decision.units))))  # fmt: skip
+            conn.execute(
+                "INSERT INTO eos_decisions VALUES (?, ?, ?, ?)",
+                (
+                    decision.sink_id,
+                    decision.batch_id,
+                    decision.query_id,
+                    " ".join(map(str, decision.units)),
+                ),
+            )
         return decision
 
     def commit_unit(self, unit: UnitId) -> Outcome:
@@ -166,8 +181,9 @@ class SqliteWriter(TwoPhaseCommitWriter):
                 return Outcome.ALREADY_COMMITTED if applied.fetchone() else Outcome.MISSING
             conn.execute(self._apply_sql(), (str(unit),))
             self._drop(unit)
-            conn.execute("INSERT INTO eos_applied VALUES (?, ?, ?)",
-                         (str(unit), unit.sink_id, unit.batch_id))  # fmt: skip
+            conn.execute(
+                "INSERT INTO eos_applied VALUES (?, ?, ?)", (str(unit), unit.sink_id, unit.batch_id)
+            )
         return Outcome.COMMITTED
 
     def rollback_unit(self, unit: UnitId) -> None:
@@ -189,8 +205,10 @@ class SqliteWriter(TwoPhaseCommitWriter):
     def prune_decisions(self, sink_id: str, below_batch: int) -> None:
         with _immediate(self.conn) as conn:
             for table in ("eos_decisions", "eos_applied"):
-                conn.execute(f"DELETE FROM {table} WHERE sink_id = ? AND batch_id < ?",  # noqa: S608
-                             (sink_id, below_batch))  # fmt: skip
+                conn.execute(
+                    f"DELETE FROM {table} WHERE sink_id = ? AND batch_id < ?",  # noqa: S608
+                    (sink_id, below_batch),
+                )
 
     def _staged(self, unit: UnitId) -> bool:
         found = self.conn.execute("SELECT 1 FROM eos_units WHERE unit = ?", (str(unit),))
@@ -235,20 +253,28 @@ class SqliteDataSource(DataSource):
         """Driver: check the columns, create the tables, return the writer."""
         options = SqliteOptions.parse(self.options)
         types = {f.name: f.dataType for f in schema.fields}
-        for option, column in (("keyColumn", options.key_column),
-                               ("valueColumn", options.value_column)):  # fmt: skip
+        for option, column in (
+            ("keyColumn", options.key_column),
+            ("valueColumn", options.value_column),
+        ):
             if column not in types:
-                raise ConfigError(f"Option '{option}' names column {column!r}, not in the "
-                                  f"stream ({', '.join(types)}).")  # fmt: skip
+                raise ConfigError(
+                    f"Option '{option}' names column {column!r}, not in the "
+                    f"stream ({', '.join(types)})."
+                )
         if not isinstance(types[options.value_column], IntegralType):
             raise ConfigError(f"Column {options.value_column!r} must be an integer type.")
         if overwrite and options.mode == "add":
-            raise ConfigError("outputMode 'complete' with mode=add would add the whole result "
-                              "every batch; use mode=upsert.")  # fmt: skip
+            raise ConfigError(
+                "outputMode 'complete' with mode=add would add the whole result "
+                "every batch; use mode=upsert."
+            )
         conn = connect(options.path)
         try:
-            conn.executescript(_BOOKKEEPING + f"CREATE TABLE IF NOT EXISTS {options.table} "
-                               "(key TEXT PRIMARY KEY, value INTEGER);")  # fmt: skip
+            conn.executescript(
+                _BOOKKEEPING + f"CREATE TABLE IF NOT EXISTS {options.table} "
+                "(key TEXT PRIMARY KEY, value INTEGER);"
+            )
         finally:
             conn.close()
         return SqliteWriter(options)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from connectors.protocol import TwoPhaseCommitWriter
-from connectors.testing import CONTRACT_SCHEMA, SinkContract
+from eos_connectors.core.protocol import TwoPhaseCommitWriter
+from eos_connectors.testing import CONTRACT_SCHEMA, SinkContract
 from examples.sqlite_sink import SqliteDataSource, counts
 
 
@@ -18,8 +18,13 @@ class TestSqliteSink(SinkContract):
         self.path = str(tmp_path / "sink.db")
 
     def new_writer(self, sink_id: str | None = None) -> TwoPhaseCommitWriter:
-        options = {"path": self.path, "table": "totals", "keyColumn": "word",
-                   "valueColumn": "n", "mode": "add"}  # fmt: skip
+        options = {
+            "path": self.path,
+            "table": "totals",
+            "keyColumn": "word",
+            "valueColumn": "n",
+            "mode": "add",
+        }
         if sink_id:
             options["sinkId"] = sink_id
         writer = SqliteDataSource(options).streamWriter(CONTRACT_SCHEMA, False)

@@ -36,9 +36,9 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
 
-from connectors.errors import ServiceUnavailableError
-from connectors.protocol import Lineage, TwoPhaseCommitWriter
-from connectors.sinks_admin import (
+from eos_connectors.core.errors import ServiceUnavailableError
+from eos_connectors.core.protocol import Lineage, TwoPhaseCommitWriter
+from eos_connectors.core.sinks_admin import (
     ResetGuard,
     Settled,
     SinkAdmin,
@@ -46,9 +46,9 @@ from connectors.sinks_admin import (
     SinkRecord,
     refuse,
 )
-from connectors.topics import read_to_end
-from sinks.kafka.marker_log import Marker, decode
-from sinks.kafka.options import DEFAULT_MARKER_LOG
+from eos_connectors.core.topics import read_to_end
+from eos_connectors.sinks.kafka.marker_log import Marker, decode
+from eos_connectors.sinks.kafka.options import DEFAULT_MARKER_LOG
 
 TIMEOUT = 30.0
 log = logging.getLogger(__name__)
@@ -94,8 +94,9 @@ class KafkaSinkAdmin(SinkAdmin):
         if self.marker_log not in self.admin.list_topics(timeout=TIMEOUT).topics:
             return {}
         settings = {k: v for k, v in self.config.items() if k != "bootstrap.servers"}
-        records = read_to_end(self.config["bootstrap.servers"], self.marker_log,
-                              settings=settings, timeout=TIMEOUT)  # fmt: skip
+        records = read_to_end(
+            self.config["bootstrap.servers"], self.marker_log, settings=settings, timeout=TIMEOUT
+        )
         markers: dict[str, Marker] = {}
         for record in records:
             group = (record.key or b"").decode(errors="replace")
@@ -105,8 +106,12 @@ class KafkaSinkAdmin(SinkAdmin):
                 continue
             marker = decode(record.value)
             if marker is None:
-                log.warning("%s offset %d (key %r) is not a sink marker: skipped",
-                            self.marker_log, record.offset, group[:80])  # fmt: skip
+                log.warning(
+                    "%s offset %d (key %r) is not a sink marker: skipped",
+                    self.marker_log,
+                    record.offset,
+                    group[:80],
+                )
                 continue
             markers[group] = marker
         return markers
@@ -129,8 +134,9 @@ class KafkaSinkAdmin(SinkAdmin):
             future = self.admin.list_consumer_group_offsets([request])[group]
             for position in future.result().topic_partitions or []:
                 if position.offset >= 0:
-                    markers[group] = Marker(position.offset, position.metadata or "",
-                                            position.topic)  # fmt: skip
+                    markers[group] = Marker(
+                        position.offset, position.metadata or "", position.topic
+                    )
         markers = {g: m for g, m in markers.items() if m.query or m.next_batch}  # not cleared
         owners = sorted({m.query for m in markers.values()} - {""})
         owner = Lineage(" and ".join(owners)) if owners else None
@@ -138,8 +144,7 @@ class KafkaSinkAdmin(SinkAdmin):
         batches = [m.next_batch - 1 for g, m in markers.items() if not g.endswith("-claim")]
         written = [self._written[g] for g in markers if g in self._written]
         idle = time.time() - max(written) if written else None
-        return SinkRecord(self.store, sink_id, owner, topics, max(batches, default=None), (),
-                          idle)  # fmt: skip
+        return SinkRecord(self.store, sink_id, owner, topics, max(batches, default=None), (), idle)
 
     def writer(self, record: SinkRecord) -> TwoPhaseCommitWriter:
         raise SinkAdminError("A Kafka sink has no units to settle with a writer.")
@@ -165,8 +170,15 @@ class KafkaSinkAdmin(SinkAdmin):
 
     def _clear(self, sink_id: str, group: str, logged: Marker | None, guard: ResetGuard) -> None:
         producer = Producer({**self.config, "transactional.id": group, "log_level": 3})
-        consumer = Consumer({**self.config, "group.id": group, "enable.auto.commit": False,
-                             "isolation.level": "read_committed", "log_level": 3})  # fmt: skip
+        consumer = Consumer(
+            {
+                **self.config,
+                "group.id": group,
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "log_level": 3,
+            }
+        )
         try:
             producer.init_transactions(TIMEOUT)  # fences the old query's producer of the id
             marker = self._stable_marker(consumer, group) or logged
@@ -202,7 +214,13 @@ class KafkaSinkAdmin(SinkAdmin):
         claim = group.endswith("-claim")
         last = None if claim or marker.next_batch == 0 else marker.next_batch - 1
         written = self._written.get(group)
-        now = SinkRecord(self.store, sink_id, Lineage(marker.query) if marker.query else None,
-                         marker.topic, last, (),
-                         time.time() - written if written else None)  # fmt: skip
+        now = SinkRecord(
+            self.store,
+            sink_id,
+            Lineage(marker.query) if marker.query else None,
+            marker.topic,
+            last,
+            (),
+            time.time() - written if written else None,
+        )
         refuse(self.store, sink_id, guard.problems(now))

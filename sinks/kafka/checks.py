@@ -8,10 +8,10 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
 from confluent_kafka.cimpl import NewTopic
 
-from connectors.checkpoint_sinks import SinkEntry, record_at_start
-from connectors.errors import ConfigError, ServiceUnavailableError
-from connectors.kafka_errors import ClientErrors
-from sinks.kafka.options import KafkaSinkOptions
+from eos_connectors.core.checkpoint_sinks import SinkEntry, record_at_start
+from eos_connectors.core.errors import ConfigError, ServiceUnavailableError
+from eos_connectors.core.kafka_errors import ClientErrors
+from eos_connectors.sinks.kafka.options import KafkaSinkOptions
 
 TIMEOUT = 30.0
 
@@ -25,7 +25,7 @@ def start_checks(options: KafkaSinkOptions, raw: Mapping[str, str] | None = None
 
 
 def checkpoint_entry(options: KafkaSinkOptions, query_id: str) -> SinkEntry:
-    """The sink as its query's checkpoint records it (:mod:`connectors.checkpoint_sinks`)."""
+    """The sink as its query's checkpoint records it (see ``core.checkpoint_sinks``)."""
     names = {
         "transactionalIdPrefix": options.transactional_id_prefix,
         "markerLogTopic": options.marker_log,

@@ -33,12 +33,12 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-from connectors.errors import EosError
-from connectors.protocol import Lineage, SinkClaimedError
-from connectors.topics import read_to_end
-from sinks.kafka.errors import FENCED_CODES, error_of
-from sinks.kafka.marker_log import Marker, decode, encode
-from sinks.kafka.options import CONNECT_AT_ONCE, KafkaSinkOptions
+from eos_connectors.core.errors import EosError
+from eos_connectors.core.protocol import Lineage, SinkClaimedError
+from eos_connectors.core.topics import read_to_end
+from eos_connectors.sinks.kafka.errors import FENCED_CODES, error_of
+from eos_connectors.sinks.kafka.marker_log import Marker, decode, encode
+from eos_connectors.sinks.kafka.options import CONNECT_AT_ONCE, KafkaSinkOptions
 
 log = logging.getLogger(__name__)
 
@@ -98,9 +98,13 @@ def _claim_in_log(options: KafkaSinkOptions, sink_id: str) -> str:
     prefix = f"{options.transactional_id_prefix}-{sink_id}-"
     latest: dict[bytes, bytes | None] = {}
     try:
-        records = read_to_end(options.bootstrap_servers, options.marker_log,
-                              settings=options.client_config(), timeout=CALL_TIMEOUT,
-                              settled=True)  # fmt: skip
+        records = read_to_end(
+            options.bootstrap_servers,
+            options.marker_log,
+            settings=options.client_config(),
+            timeout=CALL_TIMEOUT,
+            settled=True,
+        )
     except EosError as exc:
         raise ClaimError(
             f"Reading the marker log {options.marker_log!r} for the claim on sink {sink_id!r} "

@@ -10,6 +10,8 @@ from enum import Enum
 
 from confluent_kafka import KafkaError, KafkaException
 
+from eos_connectors.core.errors import EosError
+
 FENCED_CODES = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED})
 
 
@@ -35,3 +37,7 @@ def error_of(exc: KafkaException) -> KafkaError:
     if isinstance(error, KafkaError):
         return error
     return KafkaError(KafkaError._FAIL, str(exc))
+
+
+class KafkaSinkError(EosError):
+    """The Kafka sink could not complete a task's transaction."""

@@ -6,10 +6,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from connectors import options as opt
-from connectors.errors import ConfigError
-from connectors.kafka_errors import QUIET_IDLE_CLOSE
-from connectors.protocol import derive_sink_id
+from eos_connectors.core import options as opt
+from eos_connectors.core.errors import ConfigError
+from eos_connectors.core.kafka_errors import QUIET_IDLE_CLOSE
+from eos_connectors.core.protocol import derive_sink_id
 
 _KNOWN = {
     "topic",

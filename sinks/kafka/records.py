@@ -14,7 +14,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from connectors.errors import ConfigError, EosError
+from eos_connectors.core.errors import ConfigError, EosError
 
 _BYTES = (BinaryType, StringType)
 

@@ -1,13 +1,16 @@
 """The PostgreSQL sink ``eos_postgres``: exactly once through prepared transactions."""
 
-from sinks.postgres.options import PostgresSinkOptions, parse_options
-from sinks.postgres.source import PostgresDataSource
-from sinks.postgres.writer import PostgresPlainWriter, PostgresTwoPhaseWriter
+from eos_connectors.sinks.postgres.options import PostgresSinkOptions, parse_options
+from eos_connectors.sinks.postgres.source import PostgresDataSource
+from eos_connectors.sinks.postgres.writer import (
+    PostgresAtLeastOnceWriter,
+    PostgresExactlyOnceWriter,
+)
 
 __all__ = [
+    "PostgresAtLeastOnceWriter",
     "PostgresDataSource",
-    "PostgresPlainWriter",
+    "PostgresExactlyOnceWriter",
     "PostgresSinkOptions",
-    "PostgresTwoPhaseWriter",
     "parse_options",
 ]

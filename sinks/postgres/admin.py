@@ -5,18 +5,24 @@ from __future__ import annotations
 
 from psycopg import sql
 
-from connectors.protocol import Lineage, TwoPhaseCommitWriter, UnitId
-from connectors.sinks_admin import ResetGuard, SinkAdmin, SinkRecord, UnitInDoubt, refuse
-from sinks.postgres.options import PostgresSinkOptions
-from sinks.postgres.writer import Connection, PostgresTwoPhaseWriter, connect, sink_lock_key
+from eos_connectors.core.protocol import Lineage, TwoPhaseCommitWriter, UnitId
+from eos_connectors.core.sinks_admin import ResetGuard, SinkAdmin, SinkRecord, UnitInDoubt, refuse
+from eos_connectors.sinks.postgres.options import PostgresSinkOptions
+from eos_connectors.sinks.postgres.writer import (
+    Connection,
+    PostgresExactlyOnceWriter,
+    connect,
+    sink_lock_key,
+)
 
 
 class PostgresSinkAdmin(SinkAdmin):
     store = "postgres"
 
     def __init__(self, dsn: str, bookkeeping_schema: str = "eos") -> None:
-        self.options = PostgresSinkOptions(dsn, ("-",), "append", (), False,
-                                           bookkeeping_schema, None, True)  # fmt: skip
+        self.options = PostgresSinkOptions(
+            dsn, ("-",), "append", (), False, bookkeeping_schema, None, True
+        )
         self._conn: Connection | None = None
 
     @property
@@ -78,10 +84,17 @@ class PostgresSinkAdmin(SinkAdmin):
 
     def writer(self, record: SinkRecord) -> TwoPhaseCommitWriter:
         table = tuple(record.target.split(".", 1)) if record.target else ("-",)
-        options = PostgresSinkOptions(self.options.dsn, table, "append", (), False,
-                                      self.options.bookkeeping_schema, record.sink_id,
-                                      True)  # fmt: skip
-        return PostgresTwoPhaseWriter(options, ())
+        options = PostgresSinkOptions(
+            self.options.dsn,
+            table,
+            "append",
+            (),
+            False,
+            self.options.bookkeeping_schema,
+            record.sink_id,
+            True,
+        )
+        return PostgresExactlyOnceWriter(options, ())
 
     def forget(self, sink_id: str, guard: ResetGuard) -> None:
         """Under the sink's lock, exclusively (a decision takes it shared, so none is

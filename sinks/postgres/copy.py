@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 from psycopg import sql
 
-from sinks.postgres.schema import table_ident
+from eos_connectors.sinks.postgres.schema import table_ident
 
 _CSV = pa_csv.WriteOptions(include_header=False, quoting_style="needed")
 

@@ -9,10 +9,10 @@ from typing import Literal
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from connectors import options as opt
-from connectors.errors import ConfigError
-from connectors.protocol import derive_sink_id
-from connectors.secrets import redact
+from eos_connectors.core import options as opt
+from eos_connectors.core.errors import ConfigError
+from eos_connectors.core.protocol import derive_sink_id
+from eos_connectors.core.secrets import redact
 
 _KNOWN = {
     "dsn",

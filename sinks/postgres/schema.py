@@ -40,7 +40,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from connectors.errors import ConfigError
+from eos_connectors.core.errors import ConfigError
 
 # Spark type -> (type to create, udt names accepted in an existing table)
 _TYPES: dict[type[DataType], tuple[str, frozenset[str]]] = {

@@ -9,14 +9,19 @@ from psycopg import sql
 from pyspark.sql.datasource import DataSource, DataSourceStreamWriter
 from pyspark.sql.types import StructType
 
-from connectors.checkpoint_sinks import SinkEntry, postgres_endpoint, record_at_start
-from connectors.errors import ConfigError
-from connectors.sinks_admin import ORPHAN_AGE_SECONDS, SinkRecord
-from connectors.sinks_admin import warn_about_orphans as shared_warning
-from connectors.startup import once_per_driver, start_key
-from sinks.postgres import schema as pg_schema
-from sinks.postgres.options import PostgresSinkOptions, parse_options
-from sinks.postgres.writer import Connection, PostgresPlainWriter, PostgresTwoPhaseWriter, connect
+from eos_connectors.core.checkpoint_sinks import SinkEntry, postgres_endpoint, record_at_start
+from eos_connectors.core.errors import ConfigError
+from eos_connectors.core.sinks_admin import ORPHAN_AGE_SECONDS, SinkRecord
+from eos_connectors.core.sinks_admin import warn_about_orphans as shared_warning
+from eos_connectors.core.startup import once_per_driver, start_key
+from eos_connectors.sinks.postgres import schema as pg_schema
+from eos_connectors.sinks.postgres.options import PostgresSinkOptions, parse_options
+from eos_connectors.sinks.postgres.writer import (
+    Connection,
+    PostgresAtLeastOnceWriter,
+    PostgresExactlyOnceWriter,
+    connect,
+)
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +31,7 @@ MIN_PREPARED_TRANSACTIONS = 1
 class PostgresDataSource(DataSource):
     """Streaming sink into a PostgreSQL table, exactly once through two-phase commit.
 
-    See :class:`sinks.postgres.writer.PostgresTwoPhaseWriter` for the guarantee.
+    See :class:`sinks.postgres.writer.PostgresExactlyOnceWriter` for the guarantee.
     """
 
     @classmethod
@@ -48,12 +53,14 @@ class PostgresDataSource(DataSource):
         missing = [k for k in options.key_columns if k not in schema.fieldNames()]
         if missing:
             raise ConfigError(f"Option 'keyColumns' names columns not in the stream: {missing}.")
-        once_per_driver(start_key("eos_postgres", self.options, schema),
-                        lambda: start_checks(options, schema, self.options))  # fmt: skip
+        once_per_driver(
+            start_key("eos_postgres", self.options, schema),
+            lambda: start_checks(options, schema, self.options),
+        )
         columns = tuple(schema.fieldNames())
         if options.exactly_once:
-            return PostgresTwoPhaseWriter(options, columns)
-        return PostgresPlainWriter(options, columns)
+            return PostgresExactlyOnceWriter(options, columns)
+        return PostgresAtLeastOnceWriter(options, columns)
 
 
 def start_checks(
@@ -71,7 +78,7 @@ def start_checks(
 
 
 def checkpoint_entry(options: PostgresSinkOptions, query_id: str) -> SinkEntry:
-    """The sink as its query's checkpoint records it (:mod:`connectors.checkpoint_sinks`)."""
+    """The sink as its query's checkpoint records it (see ``core.checkpoint_sinks``)."""
     sink_id = options.sink_id_for(query_id)
     names = {"bookkeepingSchema": options.bookkeeping_schema}
     endpoint = postgres_endpoint(options.dsn)
@@ -83,7 +90,7 @@ def warn_about_orphans(
 ) -> list[SinkRecord]:
     """Driver, at query start: prepared transactions of sink ids on this table (or of
     unknown target) that nobody settled for ``older_than`` seconds, logged as a warning."""
-    from sinks.postgres.admin import PostgresSinkAdmin
+    from eos_connectors.sinks.postgres.admin import PostgresSinkAdmin
 
     admin = PostgresSinkAdmin(options.dsn, options.bookkeeping_schema)
     return shared_warning(admin, options.table_name, "PostgreSQL", older_than)

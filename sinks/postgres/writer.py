@@ -15,9 +15,9 @@ import pyarrow as pa
 from psycopg import sql
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
-from connectors.context import TaskIdentity
-from connectors.errors import ServiceUnavailableError
-from connectors.protocol import (
+from eos_connectors.core.context import TaskIdentity
+from eos_connectors.core.errors import ServiceUnavailableError
+from eos_connectors.core.protocol import (
     Decision,
     Lineage,
     Outcome,
@@ -28,9 +28,9 @@ from connectors.protocol import (
     UnitId,
     UnitMissingError,
 )
-from connectors.secrets import redact, secret_values, settings_digest
-from sinks.postgres import copy
-from sinks.postgres.options import PostgresSinkOptions
+from eos_connectors.core.secrets import redact, secret_values, settings_digest
+from eos_connectors.sinks.postgres import copy
+from eos_connectors.sinks.postgres.options import PostgresSinkOptions
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +128,7 @@ class _Rows:
         )
 
 
-class PostgresTwoPhaseWriter(TwoPhaseCommitWriter):
+class PostgresExactlyOnceWriter(TwoPhaseCommitWriter):
     """Exactly-once: each task PREPAREs a transaction, the driver COMMITs PREPARED them.
 
     Guarantee: a batch's rows become visible when the driver commits the batch
@@ -252,17 +252,21 @@ class PostgresTwoPhaseWriter(TwoPhaseCommitWriter):
         batch's, exclusively: the existing decision, or a new one naming only prepared
         transactions, while the decision's query still owns the sink id."""
         with self.conn.transaction():
-            self.conn.execute("SELECT pg_advisory_xact_lock_shared(%s)",
-                              (sink_lock_key(decision.sink_id),))  # fmt: skip
+            self.conn.execute(
+                "SELECT pg_advisory_xact_lock_shared(%s)", (sink_lock_key(decision.sink_id),)
+            )
             self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(decision),))
             recorded = self.find_decision(decision.sink_id, decision.batch_id)
             if recorded is not None:
                 return recorded
             _check_still_owned(self.owner(decision.sink_id), decision)
             names = [str(u) for u in decision.units]
-            prepared = {str(r[0]) for r in self.conn.execute(
-                "SELECT gid FROM pg_prepared_xacts WHERE gid = ANY(%s)", (names,)
-            ).fetchall()}  # fmt: skip
+            prepared = {
+                str(r[0])
+                for r in self.conn.execute(
+                    "SELECT gid FROM pg_prepared_xacts WHERE gid = ANY(%s)", (names,)
+                ).fetchall()
+            }
             missing = [u for u in decision.units if str(u) not in prepared]
             if missing:
                 raise UnitMissingError(decision.batch_id, missing)
@@ -370,7 +374,7 @@ def _lock_key(decision: Decision) -> int:
     return int.from_bytes(digest[:8], "big", signed=True)
 
 
-class PostgresPlainWriter(DataSourceStreamArrowWriter):
+class PostgresAtLeastOnceWriter(DataSourceStreamArrowWriter):
     """At-least-once: each task commits its own transaction; a replayed batch writes again.
 
     With mode=upsert a replay rewrites the same rows (idempotent in effect); with

@@ -1,13 +1,13 @@
 """The Redis sink ``eos_redis``: exactly once through staged units applied by Lua scripts."""
 
-from sinks.redis.options import RedisSinkOptions, parse_options
-from sinks.redis.source import RedisDataSource
-from sinks.redis.writer import RedisDirectWriter, RedisStagedWriter
+from eos_connectors.sinks.redis.options import RedisSinkOptions, parse_options
+from eos_connectors.sinks.redis.source import RedisDataSource
+from eos_connectors.sinks.redis.writer import RedisAtLeastOnceWriter, RedisExactlyOnceWriter
 
 __all__ = [
+    "RedisAtLeastOnceWriter",
     "RedisDataSource",
-    "RedisDirectWriter",
+    "RedisExactlyOnceWriter",
     "RedisSinkOptions",
-    "RedisStagedWriter",
     "parse_options",
 ]

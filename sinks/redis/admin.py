@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import redis
 
-from connectors.protocol import Lineage, TwoPhaseCommitWriter, UnitId
-from connectors.sinks_admin import (
+from eos_connectors.core.protocol import Lineage, TwoPhaseCommitWriter, UnitId
+from eos_connectors.core.sinks_admin import (
     ResetGuard,
     SinkAdmin,
     SinkAdminError,
@@ -14,17 +14,18 @@ from connectors.sinks_admin import (
     UnitInDoubt,
     refuse,
 )
-from sinks.redis import scripts, values
-from sinks.redis.options import RedisSinkOptions
-from sinks.redis.writer import RedisStagedWriter, _Keys, _text, connect
+from eos_connectors.sinks.redis import scripts, values
+from eos_connectors.sinks.redis.options import RedisSinkOptions
+from eos_connectors.sinks.redis.writer import RedisExactlyOnceWriter, SinkKeys, as_text, connect
 
 
 class RedisSinkAdmin(SinkAdmin):
     store = "redis"
 
     def __init__(self, url: str, bookkeeping_prefix: str = "eos") -> None:
-        self.options = RedisSinkOptions(url, "-", ("-",), "", "upsert", None, None,
-                                        bookkeeping_prefix, True)  # fmt: skip
+        self.options = RedisSinkOptions(
+            url, "-", ("-",), "", "upsert", None, None, bookkeeping_prefix, True
+        )
         self._client: redis.Redis | None = None
 
     @property
@@ -38,59 +39,62 @@ class RedisSinkAdmin(SinkAdmin):
         found = set()
         for suffix in ("owner", "decisions", "units"):
             for key in self.client.scan_iter(match=f"{start}*}}:{suffix}", count=1000):
-                found.add(_text(key)[len(start) : -len(suffix) - 2])
+                found.add(as_text(key)[len(start) : -len(suffix) - 2])
         return found
 
     def records(self) -> list[SinkRecord]:
         return [self._record(sink_id) for sink_id in sorted(self._sink_ids())]
 
     def _record(self, sink_id: str) -> SinkRecord:
-        keys = _Keys(self.options.bookkeeping_prefix, sink_id)
+        keys = SinkKeys(self.options.bookkeeping_prefix, sink_id)
         query, origin, target, active = self.client.hmget(
             keys.owner, ["query", "origin", "target", "active_at"]
         )
-        owner = None if query is None else Lineage(_text(query), _text(origin or b""))
+        owner = None if query is None else Lineage(as_text(query), as_text(origin or b""))
         idle = None if active is None else self._now() - float(active)
         batches = [int(b) for b in self.client.hkeys(keys.decisions)]
         doubt = []
         for name in self.client.smembers(keys.units):
-            unit = UnitId.parse(_text(name))
+            unit = UnitId.parse(as_text(name))
             if unit is not None:
                 idle = self.client.object("idletime", keys.stage(unit))
                 doubt.append(UnitInDoubt(unit, None if idle is None else float(idle)))
         in_doubt = tuple(sorted(doubt, key=lambda u: u.unit))
         last = max(batches, default=None)
-        return SinkRecord(self.store, sink_id, owner, _text(target or b""), last, in_doubt, idle)
+        return SinkRecord(self.store, sink_id, owner, as_text(target or b""), last, in_doubt, idle)
 
     def _now(self) -> float:
         seconds, _micro = self.client.time()
         return float(seconds)
 
     def writer(self, record: SinkRecord) -> TwoPhaseCommitWriter:
-        keys = _Keys(self.options.bookkeeping_prefix, record.sink_id)
+        keys = SinkKeys(self.options.bookkeeping_prefix, record.sink_id)
         writes = self.client.hget(keys.owner, "writes")
         if writes is None and record.last_decided is not None:
             raise SinkAdminError(
                 f"Sink {record.sink_id!r} has decisions but no record of how it writes (an "
                 "older version of the sink made it): restart its query once to settle it."
             )
-        spec, ttl = values.load_writes(_text(writes)) if writes else (_NO_WRITES, None)
+        spec, ttl = values.load_writes(as_text(writes)) if writes else (_NO_WRITES, None)
         prefix = self.options.bookkeeping_prefix
-        options = RedisSinkOptions(self.options.url, "-", ("-",), "", spec.mode, ttl,
-                                   record.sink_id, prefix, True)  # fmt: skip
-        return RedisStagedWriter(options, spec)
+        options = RedisSinkOptions(
+            self.options.url, "-", ("-",), "", spec.mode, ttl, record.sink_id, prefix, True
+        )
+        return RedisExactlyOnceWriter(options, spec)
 
     def forget(self, sink_id: str, guard: ResetGuard) -> None:
         """One script checks ``guard`` and deletes, atomically with the sink's decisions."""
-        keys = _Keys(self.options.bookkeeping_prefix, sink_id)
+        keys = SinkKeys(self.options.bookkeeping_prefix, sink_id)
         names = [keys.owner, keys.decisions, keys.units, keys.applied]
-        names += [_text(k) for k in self.client.scan_iter(match=keys.watermark("*"))]
+        names += [as_text(k) for k in self.client.scan_iter(match=keys.watermark("*"))]
         last = "" if guard.last_committed is None else str(guard.last_committed)
         args = [guard.query_id or "", last, str(guard.quiet_seconds)]
         result = self.client.register_script(scripts.RESET)(keys=names, args=args)
         if int(result[0]) == 0:
             return
-        query, decided, doubt, idle = (_text(v) if isinstance(v, bytes) else v for v in result[1:])
+        query, decided, doubt, idle = (
+            as_text(v) if isinstance(v, bytes) else v for v in result[1:]
+        )
         now = SinkRecord(
             self.store,
             sink_id,

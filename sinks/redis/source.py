@@ -10,14 +10,18 @@ import redis
 from pyspark.sql.datasource import DataSource, DataSourceStreamWriter
 from pyspark.sql.types import StructType
 
-from connectors.checkpoint_sinks import SinkEntry, record_at_start, redis_endpoint
-from connectors.errors import ConfigError
-from connectors.sinks_admin import ORPHAN_AGE_SECONDS, SinkRecord
-from connectors.sinks_admin import warn_about_orphans as shared_warning
-from connectors.startup import once_per_driver, start_key
-from sinks.redis import values
-from sinks.redis.options import RedisSinkOptions, parse_options
-from sinks.redis.writer import RedisDirectWriter, RedisStagedWriter, connect
+from eos_connectors.core.checkpoint_sinks import SinkEntry, record_at_start, redis_endpoint
+from eos_connectors.core.errors import ConfigError
+from eos_connectors.core.sinks_admin import ORPHAN_AGE_SECONDS, SinkRecord
+from eos_connectors.core.sinks_admin import warn_about_orphans as shared_warning
+from eos_connectors.core.startup import once_per_driver, start_key
+from eos_connectors.sinks.redis import values
+from eos_connectors.sinks.redis.options import RedisSinkOptions, parse_options
+from eos_connectors.sinks.redis.writer import (
+    RedisAtLeastOnceWriter,
+    RedisExactlyOnceWriter,
+    connect,
+)
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +29,7 @@ log = logging.getLogger(__name__)
 class RedisDataSource(DataSource):
     """Streaming sink into Redis keys, exactly once through staged, atomically applied units.
 
-    See :class:`sinks.redis.writer.RedisStagedWriter` for the guarantee.
+    See :class:`sinks.redis.writer.RedisExactlyOnceWriter` for the guarantee.
     """
 
     @classmethod
@@ -45,11 +49,13 @@ class RedisDataSource(DataSource):
                 "every counter would grow by its total each batch. Use mode=upsert, or emit "
                 "per-batch changes in outputMode 'append'."
             )
-        once_per_driver(start_key("eos_redis", self.options, schema),
-                        lambda: start_checks(options, self.options))  # fmt: skip
+        once_per_driver(
+            start_key("eos_redis", self.options, schema),
+            lambda: start_checks(options, self.options),
+        )
         if options.exactly_once:
-            return RedisStagedWriter(options, spec)
-        return RedisDirectWriter(options, spec)
+            return RedisExactlyOnceWriter(options, spec)
+        return RedisAtLeastOnceWriter(options, spec)
 
 
 def start_checks(options: RedisSinkOptions, raw: Mapping[str, str] | None = None) -> None:
@@ -66,7 +72,7 @@ def start_checks(options: RedisSinkOptions, raw: Mapping[str, str] | None = None
 
 
 def checkpoint_entry(options: RedisSinkOptions, query_id: str) -> SinkEntry:
-    """The sink as its query's checkpoint records it (:mod:`connectors.checkpoint_sinks`)."""
+    """The sink as its query's checkpoint records it (see ``core.checkpoint_sinks``)."""
     sink_id = options.sink_id_for(query_id)
     names = {"bookkeepingPrefix": options.bookkeeping_prefix}
     endpoint = redis_endpoint(options.url)
@@ -78,7 +84,7 @@ def warn_about_orphans(
 ) -> list[SinkRecord]:
     """Driver, at query start: staged units of sink ids on this key prefix (or of unknown
     target) idle for ``older_than`` seconds, logged as a warning."""
-    from sinks.redis.admin import RedisSinkAdmin
+    from eos_connectors.sinks.redis.admin import RedisSinkAdmin
 
     admin = RedisSinkAdmin(options.url, options.bookkeeping_prefix)
     return shared_warning(admin, options.key_prefix + "*", "Redis", older_than)

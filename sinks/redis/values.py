@@ -27,8 +27,8 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from connectors.errors import ConfigError, EosError
-from sinks.redis.options import RedisSinkOptions
+from eos_connectors.core.errors import ConfigError, EosError
+from eos_connectors.sinks.redis.options import RedisSinkOptions
 
 _KEY = "__eos_key"
 
@@ -57,8 +57,9 @@ class Layout:
 def dump_writes(spec: Layout, ttl: int | None) -> str:
     """How a sink applies its stages (mode, arithmetic, hash fields, TTL), as JSON: kept
     with the sink id's owner so ``eos sinks settle`` can apply them without the query."""
-    return json.dumps({"mode": spec.mode, "number": spec.number, "fields": list(spec.fields),
-                       "ttl": ttl})  # fmt: skip
+    return json.dumps(
+        {"mode": spec.mode, "number": spec.number, "fields": list(spec.fields), "ttl": ttl}
+    )
 
 
 def load_writes(text: str) -> tuple[Layout, int | None]:
@@ -95,8 +96,15 @@ def layout(options: RedisSinkOptions, schema: StructType) -> Layout:
             "another keyPrefix, or another bookkeepingPrefix."
         )
     can_collide = reserved.startswith(options.key_prefix)
-    return Layout(options.key_column, options.key_prefix, tuple(value_types), fields,
-                  options.mode, number, reserved if can_collide else None)  # fmt: skip
+    return Layout(
+        options.key_column,
+        options.key_prefix,
+        tuple(value_types),
+        fields,
+        options.mode,
+        number,
+        reserved if can_collide else None,
+    )
 
 
 def _column(types: dict[str, DataType], name: str, option: str) -> DataType:
@@ -130,7 +138,7 @@ def entries(spec: Layout, batches: Iterator[pa.RecordBatch]) -> tuple[list[bytes
     values = [_values(table.column(name), name, keys) for name in spec.value_columns]
     if spec.mode == "increment":
         keys, values = _sum_per_key(keys, values, spec.number == "int")
-    return _interleave(keys, [_text(v) for v in values]), rows
+    return _interleave(keys, [as_text(v) for v in values]), rows
 
 
 def _keys(spec: Layout, column: pa.ChunkedArray) -> pa.ChunkedArray:
@@ -183,7 +191,7 @@ def _sum_per_key(
     return summed.column(_KEY), [summed.column(f"{n}_sum") for n in names]
 
 
-def _text(values: pa.ChunkedArray) -> pa.ChunkedArray:
+def as_text(values: pa.ChunkedArray) -> pa.ChunkedArray:
     if _is_bytes(values.type) or pa.types.is_string(values.type):
         return values
     return pc.cast(values, pa.string())

@@ -10,8 +10,8 @@ import pyarrow as pa
 import redis
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
-from connectors.errors import ServiceUnavailableError
-from connectors.protocol import (
+from eos_connectors.core.errors import ServiceUnavailableError
+from eos_connectors.core.protocol import (
     Decision,
     Lineage,
     Outcome,
@@ -21,9 +21,9 @@ from connectors.protocol import (
     UnitId,
     UnitMissingError,
 )
-from connectors.secrets import redact, secret_values, settings_digest
-from sinks.redis import scripts, values
-from sinks.redis.options import RedisSinkOptions
+from eos_connectors.core.secrets import redact, secret_values, settings_digest
+from eos_connectors.sinks.redis import scripts, values
+from eos_connectors.sinks.redis.options import RedisSinkOptions
 
 log = logging.getLogger(__name__)
 
@@ -70,11 +70,11 @@ def pooled(options: RedisSinkOptions) -> redis.Redis:
     return _CLIENTS[key]
 
 
-def _text(value: bytes | str) -> str:
+def as_text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-class _Keys:
+class SinkKeys:
     """A sink's bookkeeping keys, all with the hash tag ``{sink id}``."""
 
     def __init__(self, prefix: str, sink_id: str) -> None:
@@ -114,7 +114,7 @@ def _script_args(spec: values.Layout, ttl: int | None) -> list[str]:
     return [spec.mode, spec.number or "", str(ttl or 0), str(len(spec.fields)), *spec.fields]
 
 
-class RedisStagedWriter(TwoPhaseCommitWriter):
+class RedisExactlyOnceWriter(TwoPhaseCommitWriter):
     """Exactly-once: tasks stage their entries; the driver applies each staged unit atomically.
 
     Guarantee: a batch's writes land when the driver commits the batch (each
@@ -141,8 +141,8 @@ class RedisStagedWriter(TwoPhaseCommitWriter):
             self._client = pooled(self.options)
         return self._client
 
-    def keys(self, sink_id: str) -> _Keys:
-        return _Keys(self.options.bookkeeping_prefix, sink_id)
+    def keys(self, sink_id: str) -> SinkKeys:
+        return SinkKeys(self.options.bookkeeping_prefix, sink_id)
 
     # -- UnitStore hooks -----------------------------------------------------------
 
@@ -155,7 +155,7 @@ class RedisStagedWriter(TwoPhaseCommitWriter):
 
     def owner(self, sink_id: str) -> Lineage | None:
         query, origin = self.client.hmget(self.keys(sink_id).owner, ["query", "origin"])
-        return None if query is None else Lineage(_text(query), _text(origin or b""))
+        return None if query is None else Lineage(as_text(query), as_text(origin or b""))
 
     def claim(self, sink_id: str, lineage: Lineage) -> Lineage:
         script = self.client.register_script(scripts.CLAIM)
@@ -165,11 +165,11 @@ class RedisStagedWriter(TwoPhaseCommitWriter):
             keys=[self.keys(sink_id).owner],
             args=[lineage.query_id, lineage.origin, target, writes],
         )
-        return Lineage(_text(query), _text(origin or b""))
+        return Lineage(as_text(query), as_text(origin or b""))
 
     def find_decision(self, sink_id: str, batch_id: int) -> Decision | None:
         raw = self.client.hget(self.keys(sink_id).decisions, str(batch_id))
-        return None if raw is None else _decision(sink_id, batch_id, _text(raw))
+        return None if raw is None else _decision(sink_id, batch_id, as_text(raw))
 
     def prepare(self, unit: UnitId, rows: Iterator[pa.RecordBatch]) -> int:
         """Task: register the unit, then push its entries to its stage list."""
@@ -201,9 +201,9 @@ class RedisStagedWriter(TwoPhaseCommitWriter):
         if int(status) == -2:
             raise SinkResetError(decision.sink_id, decision.batch_id, decision.query_id)
         if int(status) < 0:
-            missing = [u for u in decision.units if str(u) in {_text(r) for r in rest}]
+            missing = [u for u in decision.units if str(u) in {as_text(r) for r in rest}]
             raise UnitMissingError(decision.batch_id, missing)
-        return _decision(decision.sink_id, decision.batch_id, _text(rest[0]))
+        return _decision(decision.sink_id, decision.batch_id, as_text(rest[0]))
 
     def commit_unit(self, unit: UnitId) -> Outcome:
         keys = self.keys(unit.sink_id)
@@ -223,8 +223,11 @@ class RedisStagedWriter(TwoPhaseCommitWriter):
         if failed:
             log.error(
                 "Redis refused %d of the writes of %s (e.g. INCRBY on a key that holds text); "
-                "they are listed in %s", failed, unit, keys.rejected,
-            )  # fmt: skip
+                "they are listed in %s",
+                failed,
+                unit,
+                keys.rejected,
+            )
         return {-1: Outcome.ALREADY_COMMITTED, -2: Outcome.MISSING}.get(
             int(applied), Outcome.COMMITTED
         )
@@ -247,7 +250,7 @@ class RedisStagedWriter(TwoPhaseCommitWriter):
 
     def units_in_doubt(self, sink_id: str) -> list[UnitId]:
         names = self.client.smembers(self.keys(sink_id).units)
-        units = (UnitId.parse(_text(n)) for n in names)
+        units = (UnitId.parse(as_text(n)) for n in names)
         return sorted(u for u in units if u is not None and u.sink_id == sink_id)
 
     def close(self) -> None:
@@ -271,7 +274,7 @@ def _decision(sink_id: str, batch_id: int, text: str) -> Decision:
     return Decision(sink_id, batch_id, query_id, units)
 
 
-class RedisDirectWriter(DataSourceStreamArrowWriter):
+class RedisAtLeastOnceWriter(DataSourceStreamArrowWriter):
     """At-least-once: each task writes its entries straight to their keys.
 
     A replayed batch writes again: harmless in upsert mode, counted twice in

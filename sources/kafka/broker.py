@@ -20,10 +20,10 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
-from connectors.errors import ConfigError, EosError, ServiceUnavailableError
-from connectors.kafka_errors import ClientErrors
-from sources.kafka.offsets import Offsets, TopicPartitionKey
-from sources.kafka.options import EARLIEST, LATEST, KafkaSourceOptions
+from eos_connectors.core.errors import ConfigError, EosError, ServiceUnavailableError
+from eos_connectors.core.kafka_errors import ClientErrors
+from eos_connectors.sources.kafka.offsets import Offsets, TopicPartitionKey
+from eos_connectors.sources.kafka.options import EARLIEST, LATEST, KafkaSourceOptions
 
 log = logging.getLogger(__name__)
 

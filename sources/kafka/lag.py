@@ -9,8 +9,8 @@ import logging
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from sources.kafka.offsets import Offsets
-from sources.kafka.options import KafkaSourceOptions
+from eos_connectors.sources.kafka.offsets import Offsets
+from eos_connectors.sources.kafka.options import KafkaSourceOptions
 
 log = logging.getLogger(__name__)
 

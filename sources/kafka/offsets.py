@@ -87,8 +87,9 @@ class Split:
 
     @classmethod
     def from_spark(cls, value: Mapping[str, Any]) -> Split:
-        return cls(_optional_int(value.get("minPartitions")),
-                   _optional_int(value.get("maxPartitions")))  # fmt: skip
+        return cls(
+            _optional_int(value.get("minPartitions")), _optional_int(value.get("maxPartitions"))
+        )
 
 
 def _optional_int(value: Any) -> int | None:

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from connectors import options as opt
-from connectors.errors import ConfigError
+from eos_connectors.core import options as opt
+from eos_connectors.core.errors import ConfigError
 
 EARLIEST = -2
 LATEST = -1

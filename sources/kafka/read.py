@@ -19,13 +19,13 @@ import numpy as np
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from connectors import faults, timing
-from connectors.context import current_batch
-from connectors.errors import DataLossError, ServiceUnavailableError
-from connectors.kafka_errors import QUIET_IDLE_CLOSE
-from connectors.secrets import settings_digest
-from sources.kafka.offsets import KafkaRange
-from sources.kafka.options import KafkaSourceOptions
+from eos_connectors.core import faults, timing
+from eos_connectors.core.context import current_batch
+from eos_connectors.core.errors import DataLossError, ServiceUnavailableError
+from eos_connectors.core.kafka_errors import QUIET_IDLE_CLOSE
+from eos_connectors.core.secrets import settings_digest
+from eos_connectors.sources.kafka.offsets import KafkaRange
+from eos_connectors.sources.kafka.options import KafkaSourceOptions
 
 log = logging.getLogger(__name__)
 

@@ -21,8 +21,8 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from sources.kafka.broker import BrokerView
-from sources.kafka.offsets import (
+from eos_connectors.sources.kafka.broker import BrokerView
+from eos_connectors.sources.kafka.offsets import (
     KafkaRange,
     KafkaRanges,
     Offsets,
@@ -35,8 +35,8 @@ from sources.kafka.offsets import (
     plan_ranges,
     to_spark,
 )
-from sources.kafka.options import KafkaSourceOptions
-from sources.kafka.read import read_range, report_data_loss
+from eos_connectors.sources.kafka.options import KafkaSourceOptions
+from eos_connectors.sources.kafka.read import read_range, report_data_loss
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +143,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """
         if not self.options.publish_group or not offsets or offsets == self._published:
             return
-        from sources.kafka.lag import publish_offsets
+        from eos_connectors.sources.kafka.lag import publish_offsets
 
         publish_offsets(self.options, offsets)
         self._published = dict(offsets)
@@ -173,9 +173,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         starts = {}
         for tp, moved in back.items():
             if moved.same_topic:
-                why = (f"{moved.why}; offsets {latest[tp]}..{previous.ends[tp] - 1} of the log "
-                       f"the query read are gone, and records written at offsets it had read "
-                       f"are skipped")  # fmt: skip
+                why = (
+                    f"{moved.why}; offsets {latest[tp]}..{previous.ends[tp] - 1} of the log "
+                    f"the query read are gone, and records written at offsets it had read "
+                    f"are skipped"
+                )
                 starts[tp] = report_data_loss(self.options, why, resume=latest[tp])
             else:
                 starts[tp] = report_data_loss(self.options, moved.why, resume=earliest[tp])

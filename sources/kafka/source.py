@@ -1,8 +1,8 @@
-"""``eos_kafka``: the data source Spark instantiates by format name."""
+"""``eos_kafka`` as a source: its columns and its reading half."""
 
 from __future__ import annotations
 
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, DataSourceStreamWriter
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -14,8 +14,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from sources.kafka.options import KafkaSourceOptions, parse_options
-from sources.kafka.reader import KafkaStreamReader
+from eos_connectors.sources.kafka.options import KafkaSourceOptions, parse_options
+from eos_connectors.sources.kafka.reader import KafkaStreamReader
 
 
 def source_schema(include_headers: bool) -> StructType:
@@ -35,10 +35,11 @@ def source_schema(include_headers: bool) -> StructType:
     return StructType(fields)
 
 
-class KafkaDataSource(DataSource):
-    """``eos_kafka``: the replayable Kafka source, and the transactional Kafka sink.
+class KafkaSourceFormat(DataSource):
+    """``eos_kafka``'s reading half: the replayable Kafka source (the format itself is
+    :class:`eos_connectors.formats.KafkaDataSource`, with the sink's writing half).
 
-    As a source, per-partition offsets are the positions in Spark's checkpoint.
+    Per-partition offsets are the positions in Spark's checkpoint.
 
     Guarantee: with a checkpoint location, every record in the subscribed partitions
     (only committed ones under the default read_committed) is delivered to exactly
@@ -49,34 +50,17 @@ class KafkaDataSource(DataSource):
         super().__init__(options)
         self._parsed: KafkaSourceOptions | None = None
 
-    @classmethod
-    def name(cls) -> str:
-        return "eos_kafka"
-
     @property
     def config(self) -> KafkaSourceOptions:
+        """Driver: the source's options, parsed once."""
         if self._parsed is None:
             self._parsed = parse_options(self.options)
         return self._parsed
 
     def schema(self) -> StructType:
+        """Driver: Spark's Kafka source columns."""
         return source_schema(self.config.include_headers)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """Driver: the stream's reader (its ``read`` runs in tasks)."""
         return KafkaStreamReader(self.config)
-
-    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        """``eos_kafka`` as a sink: Spark's Kafka sink columns and options, transactional."""
-        from connectors.startup import once_per_driver, start_key
-        from sinks.kafka import KafkaPlainWriter, KafkaTransactionalWriter
-        from sinks.kafka import parse_options as parse_sink_options
-        from sinks.kafka.checks import start_checks
-        from sinks.kafka.records import check_schema
-
-        options = parse_sink_options(self.options)
-        check_schema(schema, has_topic_option=options.topic is not None)
-        once_per_driver(start_key("eos_kafka", self.options, schema),
-                        lambda: start_checks(options, self.options))  # fmt: skip
-        if options.exactly_once:
-            return KafkaTransactionalWriter(options)
-        return KafkaPlainWriter(options)

@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from connectors.endpoints import Endpoints
+from eos_connectors.dev.endpoints import Endpoints
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 @pytest.fixture(scope="session")
 def spark(endpoints: Endpoints) -> Iterator[SparkSession]:
-    from connectors.spark import local_session
+    from eos_connectors.ops.spark import local_session
 
     session = local_session("eos-tests")
     yield session

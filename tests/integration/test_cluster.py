@@ -30,8 +30,8 @@ from typing import Any
 
 import pytest
 
-from connectors.faults import Entry
-from connectors.harness.verify import Report
+from eos_connectors.core.faults import Entry
+from eos_connectors.dev.harness.verify import Report
 
 pytestmark = [pytest.mark.services, pytest.mark.spark, pytest.mark.cluster]
 
@@ -39,13 +39,21 @@ pytestmark = [pytest.mark.services, pytest.mark.spark, pytest.mark.cluster]
 def test_zombies_and_lost_executors_on_a_cluster_lose_and_duplicate_nothing(
     spark_master: str, eos_verify: Callable[..., Report]
 ) -> None:
-    report = eos_verify(records=3_000, master=spark_master, kills=0, full_crashes="none",
-                        cells=("running-count", "records"))  # fmt: skip
+    report = eos_verify(
+        records=3_000,
+        master=spark_master,
+        kills=0,
+        full_crashes="none",
+        cells=("running-count", "records"),
+    )
     print(report.table(), report.fault_table(), sep="\n")
     assert report.ok, (report.problems, report.table(), [s.leftovers for s in report.sinks])
     assert {s.sink for s in report.sinks} == {
-        "rc-kafka", "rc-postgres", "rc-redis-increment", "rec-kafka-records"
-    }  # fmt: skip
+        "rc-kafka",
+        "rc-postgres",
+        "rc-redis-increment",
+        "rec-kafka-records",
+    }
 
     schedule = report.plan["schedule"]
     assert set(report.fired) == set(schedule), "a planned fault point never fired"

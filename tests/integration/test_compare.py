@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from connectors.cli import main
-from connectors.endpoints import Endpoints
+from eos_connectors.cli import main
+from eos_connectors.dev.endpoints import Endpoints
 
 pytestmark = [pytest.mark.services, pytest.mark.spark, pytest.mark.bench]
 
@@ -22,10 +22,28 @@ PIPELINES = ("eos-redis", "spark-kafka", "quix", "raw")
 def test_compare_runs_every_kind_of_pipeline_and_writes_the_report(
     endpoints: Endpoints, tmp_path: Path
 ) -> None:
-    argv = ["bench", "compare", "--records", "200000", "--batch-records", "20000", "--keys",
-            "1000", "--rate", "1000",
-            "--latency-seconds", "6", "--rounds", "1", "--pipelines", ",".join(PIPELINES),
-            "--report-dir", str(tmp_path / "report"), "--out", str(tmp_path / "json")]  # fmt: skip
+    argv = [
+        "bench",
+        "compare",
+        "--records",
+        "200000",
+        "--batch-records",
+        "20000",
+        "--keys",
+        "1000",
+        "--rate",
+        "1000",
+        "--latency-seconds",
+        "6",
+        "--rounds",
+        "1",
+        "--pipelines",
+        ",".join(PIPELINES),
+        "--report-dir",
+        str(tmp_path / "report"),
+        "--out",
+        str(tmp_path / "json"),
+    ]
     assert main(argv) == 0
 
     results = json.loads((tmp_path / "json" / "compare.json").read_text())["results"]

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from connectors.compare import sink_cpu
-from connectors.compare.process import CpuClock, local_broker
-from connectors.endpoints import Endpoints
-from connectors.topics import create_topic
-from sinks.kafka.options import KafkaSinkOptions, parse_options
-from sinks.kafka.writer import ClientPool
+from eos_connectors.core.topics import create_topic
+from eos_connectors.dev.compare import sink_cpu
+from eos_connectors.dev.compare.process import CpuClock, local_broker
+from eos_connectors.dev.endpoints import Endpoints
+from eos_connectors.sinks.kafka.options import KafkaSinkOptions, parse_options
+from eos_connectors.sinks.kafka.pool import ClientPool
 
 pytestmark = pytest.mark.services
 
@@ -28,8 +28,9 @@ def test_the_clock_charges_the_local_broker_for_transactions(
     assert local_broker("192.0.2.1:9092") is None  # not on this machine: not looked for
     topic = f"cpu-{unique}"
     create_topic(endpoints.kafka_bootstrap, topic)
-    producer = Producer({"bootstrap.servers": endpoints.kafka_bootstrap,
-                         "transactional.id": f"cpu-{unique}"})  # fmt: skip
+    producer = Producer(
+        {"bootstrap.servers": endpoints.kafka_bootstrap, "transactional.id": f"cpu-{unique}"}
+    )
     producer.init_transactions(30)
     clock = CpuClock(broker)
     clock.sample([])
@@ -61,12 +62,16 @@ def test_the_kafka_cpu_bench_measures_each_mode_on_the_real_broker(
     assert lines[2].startswith("| at-least-once |") and "(1.0x)" in lines[2]
 
 
-@pytest.mark.parametrize(("mode", "new_producers"), [("exactly-once", 1),
-                                                     ("exactly-once, moved", 9)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("mode", "new_producers"), [("exactly-once", 1), ("exactly-once, moved", 9)]
+)
 def test_a_moved_task_takes_a_new_producer_and_a_staying_one_does_not(
-    endpoints: Endpoints, unique: str, monkeypatch: pytest.MonkeyPatch, mode: str,
+    endpoints: Endpoints,
+    unique: str,
+    monkeypatch: pytest.MonkeyPatch,
+    mode: str,
     new_producers: int,
-) -> None:  # fmt: skip
+) -> None:
     made: list[str] = []
     real = ClientPool.new_producer
 
@@ -77,8 +82,13 @@ def test_a_moved_task_takes_a_new_producer_and_a_staying_one_does_not(
     monkeypatch.setattr(ClientPool, "new_producer", counted)
     topic = f"cpu-{unique}"
     create_topic(endpoints.kafka_bootstrap, topic, 4)
-    options = parse_options({"kafka.bootstrap.servers": endpoints.kafka_bootstrap,
-                             "topic": topic, "markerLogTopic": f"{topic}-markers"})  # fmt: skip
+    options = parse_options(
+        {
+            "kafka.bootstrap.servers": endpoints.kafka_bootstrap,
+            "topic": topic,
+            "markerLogTopic": f"{topic}-markers",
+        }
+    )
     create_topic(endpoints.kafka_bootstrap, f"{topic}-markers", 1, **{"cleanup.policy": "compact"})
     task = sink_cpu._task(mode, options)
     for b in range(3 + 6):  # warm-up and measured tasks alike

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from connectors.endpoints import Endpoints
-from connectors.faults import Entry
-from connectors.harness.cells import CELLS, KAFKA_POINTS, TWO_PHASE_POINTS, late_records
-from connectors.harness.verify import MIXED_GROUP_CRASHES, CustomSink, Names, Report
-from connectors.topics import read_to_end
+from eos_connectors.core.faults import Entry
+from eos_connectors.core.topics import read_to_end
+from eos_connectors.dev.endpoints import Endpoints
+from eos_connectors.dev.harness.cells import CELLS, KAFKA_POINTS, TWO_PHASE_POINTS, late_records
+from eos_connectors.dev.harness.verify import MIXED_GROUP_CRASHES, CustomSink, Names, Report
 from examples.sqlite_sink import counts
 
 pytestmark = [pytest.mark.services, pytest.mark.spark]
@@ -34,12 +34,19 @@ def test_every_cell_crosses_every_point_of_every_sink(
     endpoints: Endpoints, eos_verify: Callable[..., Report], tmp_path: Path
 ) -> None:
     _SQLITE["path"] = str(tmp_path / "example-sink.db")
-    options = (("path", _SQLITE["path"]), ("table", "counts"), ("keyColumn", "word"),
-               ("valueColumn", "count"), ("mode", "upsert"))  # fmt: skip
-    custom = CustomSink("eos_sqlite", f"{__name__}:read_sqlite", options,
-                        "examples.sqlite_sink:SqliteDataSource")  # fmt: skip
-    report = eos_verify(records=4_000, cells=tuple(CELLS), custom=custom, kills=1,
-                        restarts=("redis",))  # fmt: skip
+    options = (
+        ("path", _SQLITE["path"]),
+        ("table", "counts"),
+        ("keyColumn", "word"),
+        ("valueColumn", "count"),
+        ("mode", "upsert"),
+    )
+    custom = CustomSink(
+        "eos_sqlite", f"{__name__}:read_sqlite", options, "examples.sqlite_sink:SqliteDataSource"
+    )
+    report = eos_verify(
+        records=4_000, cells=tuple(CELLS), custom=custom, kills=1, restarts=("redis",)
+    )
     print(report.table(), report.fault_table(), sep="\n")
     assert report.ok, (report.problems, report.table(), [s.leftovers for s in report.sinks])
 
@@ -74,7 +81,7 @@ def test_every_cell_crosses_every_point_of_every_sink(
 
 def _min_partitions(report: Report) -> list[int]:
     """The records cell's minPartitions at each start, from the runs' event lines."""
-    from connectors.harness.pipeline import parse_event
+    from eos_connectors.dev.harness.pipeline import parse_event
 
     found = []
     for log in sorted(Path(report.plan["work_dir"]).glob("run-*.log")):

@@ -13,13 +13,13 @@ import pytest
 import redis
 from psycopg import sql
 
-from connectors.endpoints import Endpoints
-from connectors.protocol import TwoPhaseCommitWriter, UnitId
-from connectors.testing import CONTRACT_SCHEMA, SinkContract, rows_of
-from connectors.testing.contract import batch_rows
-from sinks.postgres import PostgresDataSource
-from sinks.postgres.writer import PostgresTwoPhaseWriter, give_back, take
-from sinks.redis import RedisDataSource
+from eos_connectors.core.protocol import TwoPhaseCommitWriter, UnitId
+from eos_connectors.dev.endpoints import Endpoints
+from eos_connectors.sinks.postgres import PostgresDataSource
+from eos_connectors.sinks.postgres.writer import PostgresExactlyOnceWriter, give_back, take
+from eos_connectors.sinks.redis import RedisDataSource
+from eos_connectors.testing import CONTRACT_SCHEMA, SinkContract, rows_of
+from eos_connectors.testing.contract import batch_rows
 
 pytestmark = pytest.mark.services
 
@@ -55,8 +55,13 @@ class TestRedisIncrement(SinkContract):
         self.prefix = f"contract:{unique}:"
 
     def new_writer(self, sink_id: str | None = None) -> TwoPhaseCommitWriter:
-        options = {"url": self.url, "keyColumn": "word", "valueColumns": "n",
-                   "mode": "increment", "keyPrefix": self.prefix}  # fmt: skip
+        options = {
+            "url": self.url,
+            "keyColumn": "word",
+            "valueColumns": "n",
+            "mode": "increment",
+            "keyPrefix": self.prefix,
+        }
         if sink_id:
             options["sinkId"] = sink_id
         writer = RedisDataSource(options).streamWriter(CONTRACT_SCHEMA, False)
@@ -80,10 +85,15 @@ def test_a_zombies_late_upsert_never_holds_the_next_batchs_rows(
     """An upsert prepared after its batch was decided holds row locks; the next batch's
     task releases it before writing instead of waiting out lock_timeout."""
     table = f"contract_upsert_{unique}"
-    options = {"dsn": endpoints.postgres_dsn, "table": table, "createTable": "true",
-               "mode": "upsert", "keyColumns": "word"}  # fmt: skip
+    options = {
+        "dsn": endpoints.postgres_dsn,
+        "table": table,
+        "createTable": "true",
+        "mode": "upsert",
+        "keyColumns": "word",
+    }
     writer = PostgresDataSource(options).streamWriter(CONTRACT_SCHEMA, False)
-    assert isinstance(writer, PostgresTwoPhaseWriter)
+    assert isinstance(writer, PostgresExactlyOnceWriter)
     suite = _suite("upsert-query", 1)
     suite.run_batch(writer, 0)
     zombie = UnitId(writer.sink_id(suite.query_id), 0, 0, "99-zombie")
@@ -101,10 +111,13 @@ def test_a_workers_tasks_share_a_connection_and_a_failed_task_closes_its_own(
     gave back, and the driver commits on its own; one the server dropped is replaced;
     a task that fails mid-prepare closes its connection, so its transaction is rolled
     back, nothing of it stays prepared, and the retried task writes its rows once."""
-    options = {"dsn": endpoints.postgres_dsn, "table": f"contract_pool_{unique}",
-               "createTable": "true"}  # fmt: skip
+    options = {
+        "dsn": endpoints.postgres_dsn,
+        "table": f"contract_pool_{unique}",
+        "createTable": "true",
+    }
     writer = PostgresDataSource(options).streamWriter(CONTRACT_SCHEMA, False)
-    assert isinstance(writer, PostgresTwoPhaseWriter)
+    assert isinstance(writer, PostgresExactlyOnceWriter)
     suite = _suite(f"pool-query-{unique}", 2)
     suite.dsn, suite.table = endpoints.postgres_dsn, options["table"]
     first = [suite.prepare(writer, 0, 0)]
@@ -133,7 +146,7 @@ def _suite(query_id: str, partitions: int) -> TestPostgresAppend:
     return suite
 
 
-def _pooled_backend(writer: PostgresTwoPhaseWriter) -> int:
+def _pooled_backend(writer: PostgresExactlyOnceWriter) -> int:
     """The server process of the connection this thread's pool holds for the writer."""
     conn = take(writer.options)
     try:

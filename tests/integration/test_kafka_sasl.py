@@ -15,16 +15,17 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
 
-from connectors import faults
-from connectors.context import TaskIdentity
-from connectors.endpoints import Endpoints, KafkaSasl
-from connectors.errors import ServiceUnavailableError
-from connectors.topics import create_topic, read_to_end
-from sinks.kafka.checks import check_broker
-from sinks.kafka.options import parse_options as sink_options
-from sinks.kafka.writer import KafkaTransactionalWriter, _fenced_producer
-from sources.kafka.broker import BrokerView
-from sources.kafka.options import parse_options as source_options
+from eos_connectors.core import faults
+from eos_connectors.core.context import TaskIdentity
+from eos_connectors.core.errors import ServiceUnavailableError
+from eos_connectors.core.topics import create_topic, read_to_end
+from eos_connectors.dev.endpoints import Endpoints, KafkaSasl
+from eos_connectors.sinks.kafka.checks import check_broker
+from eos_connectors.sinks.kafka.clients import fenced_producer
+from eos_connectors.sinks.kafka.exactly_once import KafkaExactlyOnceWriter
+from eos_connectors.sinks.kafka.options import parse_options as sink_options
+from eos_connectors.sources.kafka.broker import BrokerView
+from eos_connectors.sources.kafka.options import parse_options as source_options
 from tests.kafka_util import produce_plain, uncommit
 
 pytestmark = pytest.mark.services
@@ -55,18 +56,18 @@ def test_sink_markers_and_fencing_work_over_sasl(
     create_topic(endpoints.kafka_bootstrap, topic)
     options = sink_options({**sasl.options(), "topic": topic, "sinkId": f"sasl-{unique}"})
     check_broker(options)
-    writer = KafkaTransactionalWriter(options)
+    writer = KafkaExactlyOnceWriter(options)
     task = TaskIdentity("sasl-query", "kafka", "run-1", 0, 0, 1)
     with pytest.raises(faults.SimulatedCrash), faults.simulate("after-commit@0"):
         writer.write_task(task, iter(_rows([b"one", b"two"])))
     replay = TaskIdentity("sasl-query", "kafka", "run-2", 0, 0, 2)
     assert writer.write_task(replay, iter(_rows([b"one", b"two"]))).skipped
     name = f"sasl-zombie-{unique}"
-    zombie = _fenced_producer(options, name)
+    zombie = fenced_producer(options, name)
     zombie.begin_transaction()
     zombie.produce(topic, b"zombie", b"k")
     zombie.flush(30)
-    retry = _fenced_producer(options, name)  # init_transactions fences the zombie
+    retry = fenced_producer(options, name)  # init_transactions fences the zombie
     with pytest.raises(Exception, match=r"(?i)fenced|epoch"):
         zombie.commit_transaction(30)
     retry.begin_transaction()
@@ -129,23 +130,28 @@ def test_a_wrong_sasl_password_is_a_clear_error(sasl: KafkaSasl) -> None:
 
 
 def test_eos_sinks_reaches_a_sasl_cluster_with_the_settings_of_eos_kafka_config(
-    endpoints: Endpoints, sasl: KafkaSasl, unique: str, tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+    endpoints: Endpoints,
+    sasl: KafkaSasl,
+    unique: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     """``eos sinks`` takes the client settings a SASL (or TLS) cluster needs from the file
     EOS_KAFKA_CONFIG names, so the password is never on a command line or in its output."""
-    from connectors.cli import main
+    from eos_connectors.cli import main
 
     topic, sink_id = f"sasl-admin-{unique}", f"sasl-admin-{unique}"
     create_topic(endpoints.kafka_bootstrap, topic)
     options = sink_options({**sasl.options(), "topic": topic, "sinkId": sink_id})
     check_broker(options)
     task = TaskIdentity("sasl-query", "kafka", "run-1", 3, 0, 1)
-    KafkaTransactionalWriter(options).write_task(task, iter(_rows([b"a", b"b"])))
+    KafkaExactlyOnceWriter(options).write_task(task, iter(_rows([b"a", b"b"])))
     config = tmp_path / "client.properties"
     settings = {k: v for k, v in sasl.client_config().items() if k != "bootstrap.servers"}
-    config.write_text("# the sink's kafka.* settings\n" + "".join(
-        f"kafka.{k}={v}\n" for k, v in settings.items()))  # fmt: skip
+    config.write_text(
+        "# the sink's kafka.* settings\n" + "".join(f"kafka.{k}={v}\n" for k, v in settings.items())
+    )
     monkeypatch.setenv("EOS_KAFKA_BOOTSTRAP", sasl.bootstrap)
     monkeypatch.setenv("EOS_KAFKA_CONFIG", str(config))
     for name in ("EOS_POSTGRES_DSN", "EOS_REDIS_URL"):

@@ -4,7 +4,7 @@ and bad input.
 The Kafka sink has no cross-process prepare (librdkafka cannot commit in one process
 what another prepared): each task runs one fenced transaction holding its records
 and its progress marker. These tests drive a task's steps without Spark
-(``KafkaTransactionalWriter.write_task``), crash at each of its fault points with
+(``KafkaExactlyOnceWriter.write_task``), crash at each of its fault points with
 ``faults.simulate``, and replay the task as Spark would; the conformance cells
 (tests/integration/test_conformance.py) crash it inside real pipelines.
 """
@@ -25,30 +25,24 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
 from pyspark.sql import SparkSession
 
-from connectors import faults
-from connectors.context import TaskIdentity
-from connectors.endpoints import Endpoints
-from connectors.errors import ConfigError
-from connectors.harness.checks import open_transactions
-from connectors.harness.data import produce_words
-from connectors.protocol import SinkClaimedError
-from connectors.timing import TaskSteps
-from connectors.topics import create_topic, read_to_end
-from sinks.kafka.checks import check_broker
-from sinks.kafka.options import parse_options as sink_options
-from sinks.kafka.options import transactional_id
-from sinks.kafka.writer import (
-    LIBRDKAFKA_LOG,
-    ClientPool,
-    KafkaPlainWriter,
-    KafkaSinkError,
-    KafkaTransactionalWriter,
-    PlainProducers,
-    _begin,
-    _fenced_producer,
-    _MarkerGroup,
-    sink_id,
-)
+from eos_connectors.core import faults
+from eos_connectors.core.context import TaskIdentity
+from eos_connectors.core.errors import ConfigError
+from eos_connectors.core.protocol import SinkClaimedError
+from eos_connectors.core.timing import TaskSteps
+from eos_connectors.core.topics import create_topic, read_to_end
+from eos_connectors.dev.endpoints import Endpoints
+from eos_connectors.dev.harness.checks import open_transactions
+from eos_connectors.dev.harness.data import produce_words
+from eos_connectors.sinks.kafka.at_least_once import KafkaAtLeastOnceWriter
+from eos_connectors.sinks.kafka.checks import check_broker
+from eos_connectors.sinks.kafka.clients import LIBRDKAFKA_LOG, fenced_producer
+from eos_connectors.sinks.kafka.errors import KafkaSinkError
+from eos_connectors.sinks.kafka.exactly_once import KafkaExactlyOnceWriter, begin, sink_id
+from eos_connectors.sinks.kafka.marker import MarkerGroup
+from eos_connectors.sinks.kafka.options import parse_options as sink_options
+from eos_connectors.sinks.kafka.options import transactional_id
+from eos_connectors.sinks.kafka.pool import ClientPool, PlainProducers
 from tests.sink_util import stream_into
 
 pytestmark = pytest.mark.services
@@ -78,16 +72,21 @@ def _paused(batch: pa.RecordBatch, meanwhile: Callable[[], None]) -> Iterator[pa
 
 
 @pytest.fixture
-def writer(endpoints: Endpoints, unique: str) -> KafkaTransactionalWriter:
+def writer(endpoints: Endpoints, unique: str) -> KafkaExactlyOnceWriter:
     topic = f"ks-{unique}"
     create_topic(endpoints.kafka_bootstrap, topic, 2)
-    options = sink_options({"kafka.bootstrap.servers": endpoints.kafka_bootstrap,
-                            "topic": topic, "sinkId": f"ks-{unique}"})  # fmt: skip
+    options = sink_options(
+        {
+            "kafka.bootstrap.servers": endpoints.kafka_bootstrap,
+            "topic": topic,
+            "sinkId": f"ks-{unique}",
+        }
+    )
     check_broker(options)  # what the driver does at query start: creates the marker log
-    return KafkaTransactionalWriter(options)
+    return KafkaExactlyOnceWriter(options)
 
 
-def _values(endpoints: Endpoints, writer: KafkaTransactionalWriter, isolation: str) -> list[bytes]:
+def _values(endpoints: Endpoints, writer: KafkaExactlyOnceWriter, isolation: str) -> list[bytes]:
     topic = writer.options.topic
     assert topic is not None
     return sorted(r.value for r in read_to_end(endpoints.kafka_bootstrap, topic, isolation))
@@ -99,7 +98,7 @@ def _expected(batches: range) -> list[bytes]:
 
 @pytest.mark.parametrize("point", ["before-prepare", "after-prepare", "after-commit"])
 def test_a_task_crashed_at_each_point_then_replayed_writes_once(
-    endpoints: Endpoints, writer: KafkaTransactionalWriter, point: str
+    endpoints: Endpoints, writer: KafkaExactlyOnceWriter, point: str
 ) -> None:
     writer.write_task(_task(0), iter(_rows(0)))
     with pytest.raises(faults.SimulatedCrash), faults.simulate(f"{point}@1"):
@@ -116,27 +115,27 @@ def test_a_task_crashed_at_each_point_then_replayed_writes_once(
 
 
 def test_a_zombie_attempt_cannot_commit(
-    endpoints: Endpoints, writer: KafkaTransactionalWriter, unique: str
+    endpoints: Endpoints, writer: KafkaExactlyOnceWriter, unique: str
 ) -> None:
     """Two live producers of one transactional id: the fenced one's records stay invisible."""
     options, out = writer.options, writer.options.topic
     assert out is not None
     name, task = f"zombie-{unique}", _task(7)
-    zombie = _fenced_producer(options, name)
+    zombie = fenced_producer(options, name)
     zombie.begin_transaction()
     zombie.produce(out, b"zombie", b"k")
     zombie.flush(30)
     # The retry fences the zombie, finds batch 7 unmarked, and commits its own records.
-    marker = _MarkerGroup(options, name)
-    retry = _fenced_producer(options, name)
+    marker = MarkerGroup(options, name)
+    retry = fenced_producer(options, name)
     assert marker.read() == (0, "")
-    from sinks.kafka.records import Row
-    from sinks.kafka.writer import _begin, _finish, _log_marker
+    from eos_connectors.sinks.kafka.exactly_once import begin, finish, log_marker
+    from eos_connectors.sinks.kafka.records import Row
 
-    _begin(retry, marker, task)
-    _log_marker(retry, marker, task)
+    begin(retry, marker, task)
+    log_marker(retry, marker, task)
     records: Iterator[list[Row]] = iter([[(out, b"retry", b"k", None, None)]])
-    _finish(retry, task, records, name, TaskSteps("sink write", 7, rest="produce"))
+    finish(retry, task, records, name, TaskSteps("sink write", 7, rest="produce"))
     assert marker.read() == (8, "kafka-query"), "the marker names the query that wrote it"
     marker.close()
     with pytest.raises(KafkaException, match=r"(?i)fenced|epoch"):
@@ -144,13 +143,13 @@ def test_a_zombie_attempt_cannot_commit(
     assert _values(endpoints, writer, "read_committed") == [b"retry"]
     assert _values(endpoints, writer, "read_uncommitted") == [b"retry", b"zombie"]
     # A third attempt of the same batch sees the marker and writes nothing.
-    third = _MarkerGroup(options, name)
+    third = MarkerGroup(options, name)
     assert third.read()[0] > task.batch_id
     third.close()
 
 
 def test_a_zombie_that_passed_its_marker_check_is_fenced_by_the_retry(
-    endpoints: Endpoints, writer: KafkaTransactionalWriter
+    endpoints: Endpoints, writer: KafkaExactlyOnceWriter
 ) -> None:
     """The zombie stops after reading the marker (batch 3 not done); the retry commits
     batch 3; the zombie wakes and produces: fenced, nothing of it visible."""
@@ -170,7 +169,7 @@ def test_a_zombie_that_passed_its_marker_check_is_fenced_by_the_retry(
 
 
 def test_two_workers_fence_each_others_pooled_producer_back_and_forth(
-    endpoints: Endpoints, writer: KafkaTransactionalWriter, monkeypatch: pytest.MonkeyPatch
+    endpoints: Endpoints, writer: KafkaExactlyOnceWriter, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Spark hands a task partition's batches to whichever worker is free: each worker's
     pooled producer was fenced by the other's in between. The task reads the marker
@@ -178,13 +177,13 @@ def test_two_workers_fence_each_others_pooled_producer_back_and_forth(
     new producer then (before any row, any transaction) and writes its batch once."""
     first, second = ClientPool(), ClientPool()
     reads: list[str] = []
-    read = _MarkerGroup.read
+    read = MarkerGroup.read
 
-    def counted(marker: _MarkerGroup) -> tuple[int, str]:
+    def counted(marker: MarkerGroup) -> tuple[int, str]:
         reads.append(marker.group)
         return read(marker)
 
-    monkeypatch.setattr(_MarkerGroup, "read", counted)
+    monkeypatch.setattr(MarkerGroup, "read", counted)
     for batch in range(6):
         report = writer.write_task(_task(batch), iter(_rows(batch)), (first, second)[batch % 2])
         assert not report.skipped and report.records == 50
@@ -212,10 +211,16 @@ def test_a_new_producer_has_looked_the_topic_up_before_its_first_row(
     round trip after they came (librdkafka's metadata log shows which happened)."""
     topic = f"ks-meta-{unique}"
     create_topic(endpoints.kafka_bootstrap, topic, 2)
-    options = sink_options({"kafka.bootstrap.servers": endpoints.kafka_bootstrap, "topic": topic,
-                            "sinkId": f"ks-meta-{unique}", "kafka.debug": "metadata"})  # fmt: skip
+    options = sink_options(
+        {
+            "kafka.bootstrap.servers": endpoints.kafka_bootstrap,
+            "topic": topic,
+            "sinkId": f"ks-meta-{unique}",
+            "kafka.debug": "metadata",
+        }
+    )
     check_broker(options)
-    writer, pool = KafkaTransactionalWriter(options), ClientPool()
+    writer, pool = KafkaExactlyOnceWriter(options), ClientPool()
     name = transactional_id(options, sink_id(options, _task(0).query_id), 0)
     pooled, marker = pool.take(options, name)
     assert pooled is None
@@ -245,14 +250,20 @@ def test_at_least_once_producers_are_kept_per_worker_and_dropped_after_a_failure
     count of failed records, and the producer is not kept."""
     topic = f"ks-plain-{unique}"
     create_topic(endpoints.kafka_bootstrap, topic, 2, **{"max.message.bytes": "2000"})
-    options = sink_options({"kafka.bootstrap.servers": endpoints.kafka_bootstrap, "topic": topic,
-                            "deliveryGuarantee": "at-least-once"})  # fmt: skip
-    writer, pool = KafkaPlainWriter(options), PlainProducers()
+    options = sink_options(
+        {
+            "kafka.bootstrap.servers": endpoints.kafka_bootstrap,
+            "topic": topic,
+            "deliveryGuarantee": "at-least-once",
+        }
+    )
+    writer, pool = KafkaAtLeastOnceWriter(options), PlainProducers()
     for batch in range(3):
         writer.write_rows(iter(_rows(batch)), pool)
     assert pool.created == 1, "one producer for three tasks"
-    too_large = pa.RecordBatch.from_arrays([pa.array([b"k"]), pa.array([b"x" * 5000])],
-                                           ["key", "value"])  # fmt: skip
+    too_large = pa.RecordBatch.from_arrays(
+        [pa.array([b"k"]), pa.array([b"x" * 5000])], ["key", "value"]
+    )
     with pytest.raises(KafkaSinkError, match=r"1 failed .*(?i:too large)"):
         writer.write_rows(iter([too_large]), pool)
     writer.write_rows(iter(_rows(3)), pool)
@@ -261,15 +272,15 @@ def test_at_least_once_producers_are_kept_per_worker_and_dropped_after_a_failure
     assert sorted(delivered) == _expected(range(4))
 
 
-def _fenced_lines(writer: KafkaTransactionalWriter, name: str, caplog: Any) -> list[str]:
+def _fenced_lines(writer: KafkaExactlyOnceWriter, name: str, caplog: Any) -> list[str]:
     """What librdkafka logs through the sink's logger when a pooled producer of ``name``,
     fenced by a newer one, starts a transaction."""
     caplog.clear()
-    old = _fenced_producer(writer.options, name)
-    newer = _fenced_producer(writer.options, name)
-    marker = _MarkerGroup(writer.options, name)
+    old = fenced_producer(writer.options, name)
+    newer = fenced_producer(writer.options, name)
+    marker = MarkerGroup(writer.options, name)
     with pytest.raises(Exception, match=r"(?i)fenced"):
-        _begin(old, marker, _task(0))
+        begin(old, marker, _task(0))
     with contextlib.suppress(KafkaException):  # poll() raises the fatal error too
         old.poll(1)  # serves the log lines librdkafka queued
     marker.close()
@@ -278,7 +289,7 @@ def _fenced_lines(writer: KafkaTransactionalWriter, name: str, caplog: Any) -> l
 
 
 def test_a_fenced_pooled_producers_expected_errors_stay_out_of_the_log(
-    writer: KafkaTransactionalWriter, unique: str, caplog: Any
+    writer: KafkaExactlyOnceWriter, unique: str, caplog: Any
 ) -> None:
     """Spark moves task partitions between workers every batch or so: librdkafka's
     FATAL 'fenced by a newer instance' lines are expected then and are dropped; with
@@ -296,7 +307,7 @@ def test_a_fenced_pooled_producers_expected_errors_stay_out_of_the_log(
 
 
 def test_a_pooled_zombie_is_fenced_by_a_retry_on_another_worker(
-    endpoints: Endpoints, writer: KafkaTransactionalWriter
+    endpoints: Endpoints, writer: KafkaExactlyOnceWriter
 ) -> None:
     """Both workers hold a pooled producer. The zombie (worker one, current epoch) passes
     its marker check and stops; the retry on worker two finds the marker moved, takes a
@@ -321,7 +332,7 @@ def test_a_pooled_zombie_is_fenced_by_a_retry_on_another_worker(
 
 
 def test_a_new_checkpoint_that_reuses_the_sink_id_fails_instead_of_skipping(
-    endpoints: Endpoints, writer: KafkaTransactionalWriter
+    endpoints: Endpoints, writer: KafkaExactlyOnceWriter
 ) -> None:
     """The new query's batch 0 is below the old marker: without the marker's query id it
     would be skipped silently, and every batch after it up to the old query's last."""
@@ -333,7 +344,7 @@ def test_a_new_checkpoint_that_reuses_the_sink_id_fails_instead_of_skipping(
 
 
 def test_of_two_queries_sharing_a_sink_id_only_one_writes(
-    endpoints: Endpoints, writer: KafkaTransactionalWriter
+    endpoints: Endpoints, writer: KafkaExactlyOnceWriter
 ) -> None:
     """Query A's first task claims the sink id and waits for its rows; query B's tasks,
     on A's task partition and on one A never wrote, are refused before they write
@@ -355,14 +366,16 @@ def test_of_two_queries_sharing_a_sink_id_only_one_writes(
 
 @pytest.mark.parametrize("b_claims", ["before A reads again", "after A read"])
 def test_two_queries_claiming_one_sink_id_at_once_leave_one_owner(
-    endpoints: Endpoints, writer: KafkaTransactionalWriter, monkeypatch: pytest.MonkeyPatch,
+    endpoints: Endpoints,
+    writer: KafkaExactlyOnceWriter,
+    monkeypatch: pytest.MonkeyPatch,
     b_claims: str,
-) -> None:  # fmt: skip
+) -> None:
     """The claim is a compare-and-set by fencing. Query A finds no claim and starts to take
     it; query B takes it meanwhile, either before A reads the claim again after its
     init_transactions() (A sees B's claim) or right after A read it as free (B's
     init_transactions() fenced A, whose commit fails; A reads again and sees B's)."""
-    from sinks.kafka import claim
+    from eos_connectors.sinks.kafka import claim
 
     sid = writer.options.sink_id
     assert sid is not None
@@ -390,7 +403,7 @@ def test_two_queries_claiming_one_sink_id_at_once_leave_one_owner(
 
 
 def test_a_marker_whose_group_offsets_expired_is_found_in_the_marker_log(
-    endpoints: Endpoints, writer: KafkaTransactionalWriter
+    endpoints: Endpoints, writer: KafkaExactlyOnceWriter
 ) -> None:
     """Group offsets expire after offsets.retention.minutes once a sink stops writing; a
     replay after that must still find the marker, or it writes the batch again."""
@@ -421,14 +434,20 @@ def test_a_record_in_the_marker_log_that_is_no_marker_is_never_read_as_one(
     writing again); under other keys, ``eos sinks list`` skips it."""
     from confluent_kafka import Producer
 
-    from sinks.kafka.admin import KafkaSinkAdmin
+    from eos_connectors.sinks.kafka.admin import KafkaSinkAdmin
 
     topic, log_topic = f"ks-{unique}", f"ks-log-{unique}"
     create_topic(endpoints.kafka_bootstrap, topic, 2)
-    options = sink_options({"kafka.bootstrap.servers": endpoints.kafka_bootstrap, "topic": topic,
-                            "sinkId": f"ks-{unique}", "markerLogTopic": log_topic})  # fmt: skip
+    options = sink_options(
+        {
+            "kafka.bootstrap.servers": endpoints.kafka_bootstrap,
+            "topic": topic,
+            "sinkId": f"ks-{unique}",
+            "markerLogTopic": log_topic,
+        }
+    )
     check_broker(options)
-    writer = KafkaTransactionalWriter(options)
+    writer = KafkaExactlyOnceWriter(options)
     for batch in range(2):
         writer.write_task(_task(batch), iter(_rows(batch)))
     (group,) = _marker_groups(writer)
@@ -447,8 +466,8 @@ def test_a_record_in_the_marker_log_that_is_no_marker_is_never_read_as_one(
     assert mine.last_decided == 1, "the last marker that is one"
 
 
-def _marker_groups(writer: KafkaTransactionalWriter) -> list[str]:
-    from sinks.kafka.options import transactional_id
+def _marker_groups(writer: KafkaExactlyOnceWriter) -> list[str]:
+    from eos_connectors.sinks.kafka.options import transactional_id
 
     sink_id = writer.options.sink_id
     assert sink_id is not None
@@ -459,14 +478,25 @@ def test_a_marker_log_without_compaction_is_refused(endpoints: Endpoints, unique
     topic, log = f"ks-{unique}", f"ks-log-{unique}"
     create_topic(endpoints.kafka_bootstrap, topic, 1)
     create_topic(endpoints.kafka_bootstrap, log, 1, **{"cleanup.policy": "delete"})
-    options = sink_options({"kafka.bootstrap.servers": endpoints.kafka_bootstrap,
-                            "topic": topic, "markerLogTopic": log})  # fmt: skip
+    options = sink_options(
+        {
+            "kafka.bootstrap.servers": endpoints.kafka_bootstrap,
+            "topic": topic,
+            "markerLogTopic": log,
+        }
+    )
     with pytest.raises(ConfigError, match=rf"'{log}' .*cleanup.policy=delete.*compact"):
         check_broker(options)
 
 
-def _write(spark: SparkSession, endpoints: Endpoints, source: str, tmp_path: Path,
-           select: list[str], **options: str) -> None:  # fmt: skip
+def _write(
+    spark: SparkSession,
+    endpoints: Endpoints,
+    source: str,
+    tmp_path: Path,
+    select: list[str],
+    **options: str,
+) -> None:
     sink = {"kafka.bootstrap.servers": endpoints.kafka_bootstrap, **options}
     stream_into(spark, endpoints, source, tmp_path, select, "eos_kafka", **sink)
 
@@ -498,8 +528,15 @@ def test_wrong_types_missing_topic_and_long_timeouts_fail_at_start(
     with pytest.raises(Exception, match="Column 'value' must be binary or string"):
         _write(spark, endpoints, source, tmp_path / "a", ["key", "offset AS value"], topic=out)
     with pytest.raises(Exception, match=r"exceeds the broker's transaction\.max\.timeout\.ms"):
-        _write(spark, endpoints, source, tmp_path / "c", ["key", "value"], topic=out,
-               **{"kafka.transaction.timeout.ms": str(24 * 3600 * 1000)})  # fmt: skip
+        _write(
+            spark,
+            endpoints,
+            source,
+            tmp_path / "c",
+            ["key", "value"],
+            topic=out,
+            **{"kafka.transaction.timeout.ms": str(24 * 3600 * 1000)},
+        )
     with pytest.raises(Exception, match=f"topic 'absent-{unique}', which does not exist"):
         _write(spark, endpoints, source, tmp_path / "b", ["key", "value"], topic=f"absent-{unique}")
 
@@ -513,14 +550,19 @@ def _late(batches: list[pa.RecordBatch], before: float, between: float = 0.0) ->
         time.sleep(between)
 
 
-def _short_timeout_writer(endpoints: Endpoints, unique: str) -> KafkaTransactionalWriter:
+def _short_timeout_writer(endpoints: Endpoints, unique: str) -> KafkaExactlyOnceWriter:
     topic = f"ks-timeout-{unique}"
     create_topic(endpoints.kafka_bootstrap, topic, 2)
-    options = sink_options({"kafka.bootstrap.servers": endpoints.kafka_bootstrap, "topic": topic,
-                            "sinkId": f"ks-timeout-{unique}",
-                            "kafka.transaction.timeout.ms": "2000"})  # fmt: skip
+    options = sink_options(
+        {
+            "kafka.bootstrap.servers": endpoints.kafka_bootstrap,
+            "topic": topic,
+            "sinkId": f"ks-timeout-{unique}",
+            "kafka.transaction.timeout.ms": "2000",
+        }
+    )
     check_broker(options)
-    return KafkaTransactionalWriter(options)
+    return KafkaExactlyOnceWriter(options)
 
 
 def test_time_before_the_first_row_does_not_count_against_the_transaction_timeout(
@@ -549,7 +591,7 @@ def test_a_transaction_open_past_its_timeout_says_which_setting_to_raise(
 
 
 def test_a_marker_in_the_log_behind_an_open_transaction_is_still_found(
-    endpoints: Endpoints, writer: KafkaTransactionalWriter
+    endpoints: Endpoints, writer: KafkaExactlyOnceWriter
 ) -> None:
     """Every task's transaction writes the marker log, so another task's open transaction
     holds the log's last stable offset below a marker committed after it began. A task
@@ -562,7 +604,7 @@ def test_a_marker_in_the_log_behind_an_open_transaction_is_still_found(
     for batch in range(2):
         writer.write_task(_task(batch, partition=1), iter(_rows(batch)), pool)
     options = writer.options
-    blocker = _fenced_producer(options, f"blocker-{options.sink_id}")
+    blocker = fenced_producer(options, f"blocker-{options.sink_id}")
     blocker.begin_transaction()
     blocker.produce(options.marker_log, b"{}", b"someone-else", partition=0)
     blocker.flush(30)  # open, below the next marker
@@ -572,7 +614,8 @@ def test_a_marker_in_the_log_behind_an_open_transaction_is_still_found(
     for future in admin.delete_consumer_groups([group], request_timeout=30).values():
         future.result()  # what expiry does: the log is all that is left
     Timer(2.0, lambda: blocker.abort_transaction(30)).start()
-    replay = writer.write_task(_task(2, run="after-expiry", partition=1), iter(_rows(2)),
-                               ClientPool())  # fmt: skip
+    replay = writer.write_task(
+        _task(2, run="after-expiry", partition=1), iter(_rows(2)), ClientPool()
+    )
     assert replay.skipped, "the marker behind the open transaction was missed"
     assert _values(endpoints, writer, "read_committed") == _expected(range(3))

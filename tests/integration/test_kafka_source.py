@@ -14,9 +14,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.functions import spark_partition_id
 from pyspark.sql.streaming.query import StreamingQuery
 
-from connectors.endpoints import Endpoints
-from connectors.topics import Record, create_topic, read_to_end
-from sources.kafka.offsets import SourceOffset
+from eos_connectors.core.topics import Record, create_topic, read_to_end
+from eos_connectors.dev.endpoints import Endpoints
+from eos_connectors.sources.kafka.offsets import SourceOffset
 from tests.kafka_util import (
     add_partitions,
     delete_records_before,
@@ -261,8 +261,8 @@ def test_a_named_subscription_asks_about_its_own_topics_only(
     ``assign`` that is a description of those topics (a topic not there yet left out),
     never the cluster's whole topic list, which grows with every topic of the cluster
     (15 ms a batch at 1,600 topics); only ``subscribePattern`` needs the list."""
-    from sources.kafka.broker import BrokerView
-    from sources.kafka.options import parse_options
+    from eos_connectors.sources.kafka.broker import BrokerView
+    from eos_connectors.sources.kafka.options import parse_options
 
     topic = f"named-{unique}"
     create_topic(endpoints.kafka_bootstrap, topic, partitions=2)
@@ -297,8 +297,8 @@ def test_partitions_just_added_are_asked_again_until_their_leader_answers(
     A batch planned in that window asks again within its time bound, not fail the query
     (it did, once in CI: test_new_partition_is_read_from_its_start). Before the fix this
     failed on every one of 20 tries."""
-    from sources.kafka.broker import BrokerView
-    from sources.kafka.options import parse_options
+    from eos_connectors.sources.kafka.broker import BrokerView
+    from eos_connectors.sources.kafka.options import parse_options
 
     for n in range(3):
         topic = f"grow-{n}-{unique}"
@@ -463,8 +463,9 @@ def test_offsets_are_published_to_a_group_for_lag(
     create_topic(endpoints.kafka_bootstrap, topic, partitions=2)
     for p in (0, 1):
         produce_plain(endpoints.kafka_bootstrap, topic, [b"x"] * (3 + p), p)
-    df = _stream(spark, endpoints, subscribe=topic, startingOffsets="earliest",
-                 publishOffsetsToGroup=group)  # fmt: skip
+    df = _stream(
+        spark, endpoints, subscribe=topic, startingOffsets="earliest", publishOffsetsToGroup=group
+    )
     _run_available_now(df, tmp_path / "ck")
     consumer = Consumer({"bootstrap.servers": endpoints.kafka_bootstrap, "group.id": group})
     committed = consumer.committed([TopicPartition(topic, 0), TopicPartition(topic, 1)], 30)
@@ -476,8 +477,8 @@ def _latest_after(endpoints: Endpoints, previous: SourceOffset, **options: str) 
     """What the driver plans next from ``previous`` (latestOffset on the real broker)."""
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-    from sources.kafka.options import parse_options
-    from sources.kafka.reader import KafkaStreamReader
+    from eos_connectors.sources.kafka.options import parse_options
+    from eos_connectors.sources.kafka.reader import KafkaStreamReader
 
     raw = {"kafka.bootstrap.servers": endpoints.kafka_bootstrap, **options}
     reader = KafkaStreamReader(parse_options(raw))
@@ -491,8 +492,8 @@ def test_a_log_truncated_under_the_same_topic_id_goes_on_from_its_new_end(
     at 8, as after an unclean leader election: failOnDataLoss=true fails naming it;
     false warns and goes on from 8, as Spark's source does, instead of reading the
     records below 8, which the query read already, a second time."""
-    from sources.kafka.broker import BrokerView
-    from sources.kafka.options import parse_options
+    from eos_connectors.sources.kafka.broker import BrokerView
+    from eos_connectors.sources.kafka.options import parse_options
 
     bootstrap, topic = endpoints.kafka_bootstrap, f"src-truncated-{unique}"
     create_topic(bootstrap, topic)

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from connectors.endpoints import Endpoints
-from connectors.topics import create_topic, read_to_end
+from eos_connectors.core.topics import create_topic, read_to_end
+from eos_connectors.dev.endpoints import Endpoints
 from tests.kafka_util import produce_plain
 from tests.pipeline_util import env, run
 
@@ -26,14 +26,34 @@ RECORDS = 2_000
 HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
 
 
-def _to_kafka(endpoints: Endpoints, source: str, out: str, work: Path, sink_id: str,
-              min_partitions: int, cores: int = 1) -> list[str]:  # fmt: skip
+def _to_kafka(
+    endpoints: Endpoints,
+    source: str,
+    out: str,
+    work: Path,
+    sink_id: str,
+    min_partitions: int,
+    cores: int = 1,
+) -> list[str]:
     return [
-        sys.executable, "-m", "tests.pipelines.source_to_kafka",
-        "--bootstrap", endpoints.kafka_bootstrap, "--topic", source, "--out-topic", out,
-        "--checkpoint", str(work / "checkpoint"), "--sink-id", sink_id,
-        "--min-partitions", str(min_partitions), "--cores", str(cores),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "tests.pipelines.source_to_kafka",
+        "--bootstrap",
+        endpoints.kafka_bootstrap,
+        "--topic",
+        source,
+        "--out-topic",
+        out,
+        "--checkpoint",
+        str(work / "checkpoint"),
+        "--sink-id",
+        sink_id,
+        "--min-partitions",
+        str(min_partitions),
+        "--cores",
+        str(cores),
+    ]
 
 
 def _input(endpoints: Endpoints, unique: str) -> tuple[str, str, list[bytes]]:
@@ -57,8 +77,11 @@ def test_a_replay_with_another_min_partitions_writes_each_record_once(
     source, out, values = _input(endpoints, unique)
     sink_id = f"op-{unique}"
     last = before - 1
-    crash = env(EOS_FAULT_POINT=f"before-prepare@0#{last}", EOS_FAULT_SCOPE="group",
-                EOS_FAULT_MARKER=str(tmp_path / "fired"))  # fmt: skip
+    crash = env(
+        EOS_FAULT_POINT=f"before-prepare@0#{last}",
+        EOS_FAULT_SCOPE="group",
+        EOS_FAULT_MARKER=str(tmp_path / "fired"),
+    )
     first = _to_kafka(endpoints, source, out, tmp_path, sink_id, before)
     assert run(first, crash) == -signal.SIGKILL
     written = read_to_end(endpoints.kafka_bootstrap, out)
@@ -96,7 +119,7 @@ def _eos(*args: str) -> tuple[int, str]:
     import contextlib
     import io
 
-    from connectors.cli import main
+    from eos_connectors.cli import main
 
     errors = io.StringIO()
     with contextlib.redirect_stderr(errors):
@@ -133,8 +156,9 @@ def test_reset_refuses_while_the_owning_query_can_still_replay_or_runs(
     uncommit(interrupted, 1)
 
     def reset(path: Path, quiet: str = "0") -> tuple[int, str]:
-        return _eos("sinks", "reset", sink_id, "--checkpoint", str(path),
-                    "--quiet-seconds", quiet, "--yes")  # fmt: skip
+        return _eos(
+            "sinks", "reset", sink_id, "--checkpoint", str(path), "--quiet-seconds", quiet, "--yes"
+        )
 
     code, said = reset(interrupted)
     assert code == 2 and "replays that batch" in said, said
@@ -163,8 +187,18 @@ def test_resume_checks_the_sinks_the_checkpoint_records(
     assert _eos("savepoint", "--dir", root, "create", str(checkpoint), "--name", "sp")[0] == 0
 
     def resume(to: str, *extra: str) -> tuple[int, str]:
-        return _eos("savepoint", "--dir", root, "restore", "sp", "--to", str(tmp_path / to),
-                    "--mode", "resume", *extra)  # fmt: skip
+        return _eos(
+            "savepoint",
+            "--dir",
+            root,
+            "restore",
+            "sp",
+            "--to",
+            str(tmp_path / to),
+            "--mode",
+            "resume",
+            *extra,
+        )
 
     monkeypatch.delenv("EOS_KAFKA_BOOTSTRAP")
     code, said = resume("r1", "--quiet-seconds", "0")
@@ -184,8 +218,8 @@ def test_rescale_refuses_the_default_state_store_before_taking_anything(
     """Spark repartitions RocksDB state only. A query on the default (HDFS-backed) store
     is refused up front, naming the provider and what to do, with no savepoint taken
     (it once took one, then failed with Py4J's text)."""
-    from connectors.checkpoint import CheckpointError
-    from connectors.savepoints import list_savepoints, rescale
+    from eos_connectors.ops.checkpoint import CheckpointError
+    from eos_connectors.ops.savepoints import list_savepoints, rescale
     from tests.sink_util import earliest
 
     source, _out, _values = _input(endpoints, unique)
@@ -194,9 +228,13 @@ def test_rescale_refuses_the_default_state_store_before_taking_anything(
     spark.conf.set(key, HDFS_PROVIDER)
     try:
         counts = earliest(spark, endpoints, source).groupBy("partition").count()
-        query = (counts.writeStream.format("noop").outputMode("complete")
-                 .option("checkpointLocation", str(tmp_path / "checkpoint"))
-                 .trigger(availableNow=True).start())  # fmt: skip
+        query = (
+            counts.writeStream.format("noop")
+            .outputMode("complete")
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
         query.awaitTermination(300)
     finally:
         spark.conf.set(key, before)

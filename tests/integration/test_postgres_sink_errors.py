@@ -13,10 +13,10 @@ import pytest
 from psycopg import sql
 from pyspark.sql import DataFrame, SparkSession
 
-from connectors.endpoints import Endpoints
-from connectors.harness.data import produce_words
-from connectors.stack.postgres import PostgresService
-from connectors.topics import create_topic
+from eos_connectors.core.topics import create_topic
+from eos_connectors.dev.endpoints import Endpoints
+from eos_connectors.dev.harness.data import produce_words
+from eos_connectors.dev.stack.postgres import PostgresService
 from tests.sink_util import earliest
 
 pytestmark = [pytest.mark.services, pytest.mark.spark]
@@ -174,8 +174,12 @@ def test_a_new_checkpoint_with_the_same_sink_id_fails_at_its_first_batch(
     """The user deleted the checkpoint (or started a second query) but kept sinkId: the
     new query's batch 0 must not be skipped as "decided" nor settle the old query's units."""
     table, sink_id = f"pgerr_reuse_{unique}", f"reuse-{unique}"
-    options = {"dsn": endpoints.postgres_dsn, "table": table, "createTable": "true",
-               "sinkId": sink_id}  # fmt: skip
+    options = {
+        "dsn": endpoints.postgres_dsn,
+        "table": table,
+        "createTable": "true",
+        "sinkId": sink_id,
+    }
     _run(_words(spark, endpoints, topic), tmp_path / "first", **options)
     with psycopg.connect(endpoints.postgres_dsn) as conn:
         before = conn.execute(sql.SQL("SELECT sum(count) FROM {}").format(sql.Identifier(table)))

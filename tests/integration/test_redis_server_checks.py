@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from connectors.errors import ConfigError
-from connectors.stack.process import free_port
-from sinks.redis.source import check_server
+from eos_connectors.core.errors import ConfigError
+from eos_connectors.dev.stack.process import free_port
+from eos_connectors.sinks.redis.source import check_server
 from tests.redis_util import redis_server
 
 pytestmark = pytest.mark.services
@@ -22,8 +22,9 @@ def cluster_node(tmp_path: Path) -> Iterator[redis.Redis]:
     # The cluster bus listens on port + 10000 unless told otherwise: past 55535 it
     # cannot, so it gets a free port of its own.
     bus = str(free_port())
-    yield from redis_server(tmp_path, "--cluster-enabled", "yes", "--cluster-port", bus,
-                       "--appendonly", "yes")  # fmt: skip
+    yield from redis_server(
+        tmp_path, "--cluster-enabled", "yes", "--cluster-port", bus, "--appendonly", "yes"
+    )
 
 
 @pytest.fixture
@@ -44,7 +45,7 @@ def test_a_server_without_aof_gets_a_warning(no_aof: redis.Redis) -> None:
 def test_the_stack_server_passes_quietly(
     endpoints: object, recwarn: pytest.WarningsRecorder
 ) -> None:
-    from connectors.endpoints import Endpoints
+    from eos_connectors.dev.endpoints import Endpoints
 
     assert isinstance(endpoints, Endpoints)
     check_server(redis.Redis.from_url(endpoints.redis_url))

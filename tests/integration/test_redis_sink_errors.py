@@ -13,9 +13,9 @@ import pytest
 import redis
 from pyspark.sql import SparkSession
 
-from connectors.endpoints import Endpoints
-from connectors.harness.data import produce_words
-from connectors.topics import create_topic
+from eos_connectors.core.topics import create_topic
+from eos_connectors.dev.endpoints import Endpoints
+from eos_connectors.dev.harness.data import produce_words
 from tests.sink_util import stream_into
 
 pytestmark = [pytest.mark.services, pytest.mark.spark]
@@ -32,8 +32,14 @@ def _setup(endpoints: Endpoints, unique: str) -> tuple[str, Counter[str]]:
     return topic, produce_words(endpoints.kafka_bootstrap, topic, 500, seed=len(unique))
 
 
-def _write(spark: SparkSession, endpoints: Endpoints, topic: str, tmp_path: Path,
-           select: list[str], **options: str) -> None:  # fmt: skip
+def _write(
+    spark: SparkSession,
+    endpoints: Endpoints,
+    topic: str,
+    tmp_path: Path,
+    select: list[str],
+    **options: str,
+) -> None:
     sink = {"url": endpoints.redis_url, "keyPrefix": f"{topic}:", **options}
     stream_into(spark, endpoints, topic, tmp_path, select, "eos_redis", **sink)
 
@@ -45,15 +51,39 @@ def test_bad_input_gets_clear_errors_and_writes_nothing(
     stages_before = set(client.scan_iter("eos:{*}:stage:*"))  # other runs' are theirs
     words = ["CAST(key AS STRING) AS word", "1 AS n", "CAST(value AS STRING) AS text"]
     with pytest.raises(Exception, match="Option 'keyColumn' names column 'missing'"):
-        _write(spark, endpoints, topic, tmp_path / "a", words,
-               keyColumn="missing", valueColumns="n", mode="increment")  # fmt: skip
+        _write(
+            spark,
+            endpoints,
+            topic,
+            tmp_path / "a",
+            words,
+            keyColumn="missing",
+            valueColumns="n",
+            mode="increment",
+        )
     with pytest.raises(Exception, match="adds values to counters, but column 'text'"):
-        _write(spark, endpoints, topic, tmp_path / "b", words,
-               keyColumn="word", valueColumns="text", mode="increment")  # fmt: skip
+        _write(
+            spark,
+            endpoints,
+            topic,
+            tmp_path / "b",
+            words,
+            keyColumn="word",
+            valueColumns="text",
+            mode="increment",
+        )
     nulls = ["CASE WHEN offset % 7 = 3 THEN NULL ELSE CAST(key AS STRING) END AS word", "1 AS n"]
     with pytest.raises(Exception, match=r"Column 'word' \(option keyColumn\) is null"):
-        _write(spark, endpoints, topic, tmp_path / "c", nulls,
-               keyColumn="word", valueColumns="n", mode="increment")  # fmt: skip
+        _write(
+            spark,
+            endpoints,
+            topic,
+            tmp_path / "c",
+            nulls,
+            keyColumn="word",
+            valueColumns="n",
+            mode="increment",
+        )
     # A data key in the bookkeeping keyspace fails the task the same way (each failing
     # task costs Spark's retries, so that case is proven on values.entries alone:
     # tests/unit/test_redis_sink_values.py).
@@ -67,8 +97,16 @@ def test_an_unreachable_server_is_named_without_its_password(
     topic, _ = _setup(endpoints, unique)
     url = "redis://:hunter2secret@127.0.0.1:1/0"
     with pytest.raises(Exception, match=r"Redis at redis://:\*\*\*@127\.0\.0\.1:1/0") as info:
-        _write(spark, endpoints, topic, tmp_path, ["CAST(key AS STRING) AS k", "1 AS n"],
-               url=url, keyColumn="k", valueColumns="n")  # fmt: skip
+        _write(
+            spark,
+            endpoints,
+            topic,
+            tmp_path,
+            ["CAST(key AS STRING) AS k", "1 AS n"],
+            url=url,
+            keyColumn="k",
+            valueColumns="n",
+        )
     assert "hunter2secret" not in str(info.value)
 
 
@@ -78,8 +116,8 @@ def test_a_workers_pooled_client_is_reused_and_works_after_its_connection_died(
     """Tasks on one worker share a client; after the server dropped its connection (a
     restart, an idle timeout) the next task still gets a client that answers (the PING
     on taking it reconnects or replaces it)."""
-    from sinks.redis.options import parse_options
-    from sinks.redis.writer import pooled
+    from eos_connectors.sinks.redis.options import parse_options
+    from eos_connectors.sinks.redis.writer import pooled
 
     options = parse_options({"url": endpoints.redis_url, "keyColumn": "k", "valueColumns": "n"})
     first = pooled(options)

@@ -24,15 +24,16 @@ import psycopg
 import pytest
 from pyspark.sql import SparkSession
 
-from connectors.checkpoint import CheckpointError, read_checkpoint
-from connectors.checkpoint_command import add_key_counts, inspect, recorded_sinks
-from connectors.cli import main
-from connectors.endpoints import Endpoints
-from connectors.savepoints import create, find, list_savepoints, rescale, restore
-from connectors.sinks_admin import SinkRecord
-from connectors.state import key_counts, plan_read, read_state, state_rows
-from connectors.topics import create_topic
-from sinks.postgres.admin import PostgresSinkAdmin
+from eos_connectors.cli import main
+from eos_connectors.core.sinks_admin import SinkRecord
+from eos_connectors.core.topics import create_topic
+from eos_connectors.dev.endpoints import Endpoints
+from eos_connectors.ops.checkpoint import CheckpointError, read_checkpoint
+from eos_connectors.ops.inspect import add_key_counts, inspect
+from eos_connectors.ops.savepoints import create, find, list_savepoints, rescale, restore
+from eos_connectors.ops.state import key_counts, plan_read, read_state, state_rows
+from eos_connectors.ops.stores import recorded_sinks
+from eos_connectors.sinks.postgres.admin import PostgresSinkAdmin
 from tests.kafka_util import produce_plain, uncommit
 from tests.sink_util import earliest
 
@@ -48,8 +49,14 @@ def _produce(endpoints: Endpoints, topic: str, rounds: int) -> None:
     )
 
 
-def _run(spark: SparkSession, endpoints: Endpoints, topic: str, checkpoint: Path,
-         table: str, sink_id: str) -> None:  # fmt: skip
+def _run(
+    spark: SparkSession,
+    endpoints: Endpoints,
+    topic: str,
+    checkpoint: Path,
+    table: str,
+    sink_id: str,
+) -> None:
     """The counting query, availableNow, 40 records a batch; raises if it fails."""
     counts = (
         spark.readStream.format("eos_kafka")
@@ -107,9 +114,12 @@ def _sinks(endpoints: Endpoints) -> list[SinkRecord]:
 
 
 def test_inspect_savepoint_fork_and_resume(
-    spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path,
+    spark: SparkSession,
+    endpoints: Endpoints,
+    unique: str,
+    tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+) -> None:
     topic, sink_id = f"sp-in-{unique}", f"sp-{unique}"
     table_a, table_b = f"sp_a_{unique}", f"sp_b_{unique}"
     original, root = tmp_path / "original", tmp_path / "savepoints"
@@ -134,9 +144,15 @@ def test_inspect_savepoint_fork_and_resume(
     assert len(operator["partitions"]) == report["shuffle_partitions"]
     assert all(p["latest_version"] == first + 1 for p in operator["partitions"])
     assert report["sinks"] == [
-        {"store": "postgres", "sink_id": sink_id, "target": report["sinks"][0]["target"],
-         "last_decided_batch": first, "units_in_doubt": 0, "oldest_in_doubt_seconds": None}
-    ]  # fmt: skip
+        {
+            "store": "postgres",
+            "sink_id": sink_id,
+            "target": report["sinks"][0]["target"],
+            "last_decided_batch": first,
+            "units_in_doubt": 0,
+            "oldest_in_doubt_seconds": None,
+        }
+    ]
     assert main(["checkpoint", "inspect", str(original)]) == 0
     assert f"Sink {sink_id} in postgres" in capsys.readouterr().out
 
@@ -194,8 +210,9 @@ def test_inspect_savepoint_fork_and_resume(
     latest = create(original, "latest", root)
     with pytest.raises(CheckpointError, match=r"decided a batch \d+ s ago, so the query looks"):
         restore(find(root, "latest"), tmp_path / "resumed", "resume", recorded_sinks)
-    resumed = restore(find(root, "latest"), tmp_path / "resumed", "resume", recorded_sinks,
-                      quiet_seconds=0)  # fmt: skip
+    resumed = restore(
+        find(root, "latest"), tmp_path / "resumed", "resume", recorded_sinks, quiet_seconds=0
+    )
     assert resumed.query_id == checkpoint.query_id and resumed.last_committed == latest.batch
     assert not original.exists()
     (retired,) = tmp_path.glob("original.retired-*")
@@ -222,12 +239,15 @@ def test_inspect_savepoint_fork_and_resume(
 
 
 def test_state_get_reads_a_transform_with_state_variable(
-    spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path,
+    spark: SparkSession,
+    endpoints: Endpoints,
+    unique: str,
+    tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+) -> None:
     """transformWithState keeps one column family per state variable: `state get` finds
     the variable's name in the operator's metadata and reads it."""
-    from connectors.harness.pipeline import running_count_processor
+    from eos_connectors.dev.harness.pipeline import running_count_processor
 
     topic, checkpoint = f"sp-tws-{unique}", tmp_path / "tws"
     create_topic(endpoints.kafka_bootstrap, topic, 2)
@@ -267,10 +287,25 @@ def _rescale_killed_midway(checkpoint: Path, partitions: int, root: Path) -> boo
     committed = read_checkpoint(checkpoint).last_committed
     assert committed is not None
     planned = checkpoint / "offsets" / str(committed + 1)
-    command = [sys.executable, "-m", "connectors.cli", "checkpoint", "rescale", str(checkpoint),
-               "--partitions", str(partitions), "--dir", str(root)]  # fmt: skip
-    process = subprocess.Popen(command, cwd=ROOT, start_new_session=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "eos_connectors.cli",
+        "checkpoint",
+        "rescale",
+        str(checkpoint),
+        "--partitions",
+        str(partitions),
+        "--dir",
+        str(root),
+    ]
+    process = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 180
     while not planned.exists() and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -286,9 +321,12 @@ def _rescale_killed_midway(checkpoint: Path, partitions: int, root: Path) -> boo
     [pytest.param((3,), id="4-3"), pytest.param((8, 2), id="4-8-2", marks=pytest.mark.soak)],
 )
 def test_a_rescale_killed_midway_is_refused_then_finished_exactly(
-    spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path,
+    spark: SparkSession,
+    endpoints: Endpoints,
+    unique: str,
+    tmp_path: Path,
     steps: tuple[int, ...],
-) -> None:  # fmt: skip
+) -> None:
     """Each rescale is killed between Spark planning its repartition batch and committing
     it: the query refuses to start on that checkpoint, a rescale to another count is
     refused, the same rescale run again finishes it, and the counts go on exactly."""
@@ -309,7 +347,7 @@ def test_a_rescale_killed_midway_is_refused_then_finished_exactly(
                 match=rf"a rescale to {partitions} partitions "
                 rf"was interrupted.*--partitions {partitions} to finish it",
             ):
-                rescale(spark, checkpoint, partitions + 1, root)  # fmt: skip
+                rescale(spark, checkpoint, partitions + 1, root)
             assert _table(endpoints, table) == dict.fromkeys(KEYS, rounds)
             point = rescale(spark, checkpoint, partitions, root)
             assert point is not None and point.name.startswith("before-rescale-")

@@ -25,9 +25,9 @@ from urllib.parse import quote, urlsplit
 
 import pytest
 
-from connectors.endpoints import Endpoints
-from connectors.errors import EosError
-from connectors.secrets import redact, redact_options
+from eos_connectors.core.errors import EosError
+from eos_connectors.core.secrets import redact, redact_options
+from eos_connectors.dev.endpoints import Endpoints
 from tests.redis_util import redis_server
 
 pytestmark = [pytest.mark.services]
@@ -95,7 +95,7 @@ def _shown(value: Any) -> str:
 # Each case: what a user does, returning anything it produced (it may also raise).
 def pg_options(dsn: Callable[[Endpoints], str]) -> Callable[[Endpoints], str]:
     def run(endpoints: Endpoints) -> str:
-        from sinks.postgres.options import parse_options
+        from eos_connectors.sinks.postgres.options import parse_options
 
         return _shown(parse_options(_pg_options(dsn(endpoints))))
 
@@ -104,8 +104,8 @@ def pg_options(dsn: Callable[[Endpoints], str]) -> Callable[[Endpoints], str]:
 
 def pg_connect(dsn: Callable[[Endpoints], str]) -> Callable[[Endpoints], str]:
     def run(endpoints: Endpoints) -> str:
-        from sinks.postgres.options import parse_options
-        from sinks.postgres.writer import connect
+        from eos_connectors.sinks.postgres.options import parse_options
+        from eos_connectors.sinks.postgres.writer import connect
 
         connect(parse_options(_pg_options(dsn(endpoints)))).close()
         return "connected"
@@ -114,14 +114,14 @@ def pg_connect(dsn: Callable[[Endpoints], str]) -> Callable[[Endpoints], str]:
 
 
 def pg_bad_mode(endpoints: Endpoints) -> str:
-    from sinks.postgres.options import parse_options
+    from eos_connectors.sinks.postgres.options import parse_options
 
     return _shown(parse_options(_pg_options(_pg_url(endpoints), mode="merge")))
 
 
 def redis_options(url: Callable[[Endpoints], str]) -> Callable[[Endpoints], str]:
     def run(endpoints: Endpoints) -> str:
-        from sinks.redis.options import parse_options
+        from eos_connectors.sinks.redis.options import parse_options
 
         return _shown(parse_options(_redis_options(url(endpoints))))
 
@@ -130,8 +130,8 @@ def redis_options(url: Callable[[Endpoints], str]) -> Callable[[Endpoints], str]
 
 def redis_connect(url: Callable[[Endpoints], str]) -> Callable[[Endpoints], str]:
     def run(endpoints: Endpoints) -> str:
-        from sinks.redis.options import parse_options
-        from sinks.redis.writer import connect
+        from eos_connectors.sinks.redis.options import parse_options
+        from eos_connectors.sinks.redis.writer import connect
 
         connect(parse_options(_redis_options(url(endpoints)))).close()
         return "connected"
@@ -151,28 +151,28 @@ def redis_wrong_password(endpoints: Endpoints, tmp: Path) -> str:
 
 
 def redis_bad_mode(endpoints: Endpoints) -> str:
-    from sinks.redis.options import parse_options
+    from eos_connectors.sinks.redis.options import parse_options
 
     return _shown(parse_options(_redis_options(_redis_url(endpoints), mode="merge")))
 
 
 def kafka_source_options(endpoints: Endpoints) -> str:
-    from sources.kafka.options import parse_options
+    from eos_connectors.sources.kafka.options import parse_options
 
     options = {**_kafka_secrets(endpoints.kafka_bootstrap), "kafka.sasl.jaas.config": JAAS}
     return _shown(parse_options({**options, "subscribe": "t"}))
 
 
 def kafka_source_bad_option(endpoints: Endpoints) -> str:
-    from sources.kafka.options import parse_options
+    from eos_connectors.sources.kafka.options import parse_options
 
     options = _kafka_secrets(endpoints.kafka_bootstrap)
     return _shown(parse_options({**options, "subscribe": "t", "maxOffsetsPerTrigger": "many"}))
 
 
 def kafka_source_unreachable(endpoints: Endpoints) -> str:
-    from sources.kafka.broker import BrokerView
-    from sources.kafka.options import parse_options
+    from eos_connectors.sources.kafka.broker import BrokerView
+    from eos_connectors.sources.kafka.options import parse_options
 
     options = {**_kafka_secrets(CLOSED_PORT), "subscribe": "t"}
     view = BrokerView(parse_options({**options, "kafkaConsumer.pollTimeoutMs": "2000"}))
@@ -180,13 +180,13 @@ def kafka_source_unreachable(endpoints: Endpoints) -> str:
 
 
 def kafka_sink_options(endpoints: Endpoints) -> str:
-    from sinks.kafka import parse_options
+    from eos_connectors.sinks.kafka import parse_options
 
     return _shown(parse_options({**_kafka_secrets(endpoints.kafka_bootstrap), "topic": "t"}))
 
 
 def kafka_sink_bad_option(endpoints: Endpoints) -> str:
-    from sinks.kafka import parse_options
+    from eos_connectors.sinks.kafka import parse_options
 
     options = {
         **_kafka_secrets(endpoints.kafka_bootstrap),
@@ -202,21 +202,21 @@ def endpoints_described(endpoints: Endpoints) -> str:
 
 
 def verify_sink_option(endpoints: Endpoints) -> str:
-    from connectors.harness.command import _sink_options
+    from eos_connectors.dev.harness.command import _sink_options
 
     return _shown(_sink_options([f"password={SECRET}"], None))
 
 
 def verify_sink_url_option(endpoints: Endpoints) -> str:
-    from connectors.harness.command import _sink_options
+    from eos_connectors.dev.harness.command import _sink_options
 
     return _shown(_sink_options([f"url={_redis_url(endpoints)}"], None))
 
 
 def verify_custom_sink(endpoints: Endpoints, tmp: Path) -> str:
     """A custom sink's options from a file: its repr and the report's plan mask them."""
-    from connectors.harness.command import _sink_options
-    from connectors.harness.verify import CustomSink
+    from eos_connectors.dev.harness.command import _sink_options
+    from eos_connectors.dev.harness.verify import CustomSink
 
     path = tmp / "options.json"
     path.write_text(json.dumps({"dsn": _pg_url(endpoints), "api.token": SECRET}))
@@ -227,7 +227,7 @@ def verify_custom_sink(endpoints: Endpoints, tmp: Path) -> str:
 
 def harness_and_bench_command_lines(endpoints: Endpoints, tmp: Path) -> str:
     """What `ps` shows of the processes the harness and the benchmark start."""
-    from connectors.compare import pipelines as pl
+    from eos_connectors.dev.compare import pipelines as pl
 
     with_secrets = Endpoints(endpoints.kafka_bootstrap, _pg_url(endpoints), _redis_url(endpoints))
     lines = []
@@ -240,7 +240,7 @@ def harness_and_bench_command_lines(endpoints: Endpoints, tmp: Path) -> str:
             assert spec.stat().st_mode & 0o077 == 0, f"{spec} is readable by others"
         lines.append(" ".join(argv))
         if argv[-1].endswith(".json"):
-            from connectors.harness.spec import PipelineSpec
+            from eos_connectors.dev.harness.spec import PipelineSpec
 
             lines.append(repr(PipelineSpec.read(Path(argv[-1]))))  # a spec in a log line
     return "\n".join(lines)
@@ -302,7 +302,7 @@ def test_no_secret_in_anything_a_case_shows(
 
 def test_the_errors_still_say_what_is_wrong(endpoints: Endpoints) -> None:
     """Redaction keeps the useful part of each message."""
-    from sinks.postgres.options import parse_options
+    from eos_connectors.sinks.postgres.options import parse_options
 
     with pytest.raises(EosError, match="Option 'dsn' is not a valid libpq connection string"):
         parse_options(_pg_options(_pg_kv(endpoints, closing_quote="")))
@@ -321,7 +321,7 @@ def test_the_errors_still_say_what_is_wrong(endpoints: Endpoints) -> None:
 SPARK_SCRIPT = textwrap.dedent(
     """
     import json, sys
-    from connectors.spark import local_session
+    from eos_connectors.ops.spark import local_session
 
     cases = json.load(open(sys.argv[1]))
     spark = local_session(app="eos-secrets")
@@ -357,8 +357,12 @@ def test_no_secret_in_a_failing_spark_query_or_its_log(
     env = {**os.environ, "EOS_SPARK_LOG_LEVEL": "INFO"}
     done = subprocess.run(
         [sys.executable, "-c", SPARK_SCRIPT, str(options_file), str(tmp_path / "ck")],
-        capture_output=True, text=True, timeout=600, env=env, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        check=False,
+    )
     output = done.stdout + done.stderr
     for name in cases:
         assert f"CASE {name} failed:" in output, output[-5000:]

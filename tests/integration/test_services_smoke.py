@@ -7,8 +7,8 @@ import pytest
 import redis
 from confluent_kafka import Producer
 
-from connectors.endpoints import Endpoints
-from connectors.topics import create_topic, end_offsets, read_to_end
+from eos_connectors.core.topics import create_topic, end_offsets, read_to_end
+from eos_connectors.dev.endpoints import Endpoints
 
 pytestmark = pytest.mark.services
 

@@ -4,25 +4,24 @@ then claimed by a new query (no Spark: the protocol's steps are driven directly)
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import uuid
 
 import pytest
 
-from connectors import faults
-from connectors.cli import main
-from connectors.endpoints import Endpoints
-from connectors.protocol import SinkClaimedError, TwoPhaseCommitWriter
-from connectors.sinks_admin import ResetGuard, SinkAdminError
-from connectors.sinks_command import admins
-from connectors.testing import SinkContract
-from sinks.kafka.checks import check_broker
-from sinks.kafka.options import parse_options as kafka_options
-from sinks.kafka.options import transactional_id
-from sinks.kafka.writer import KafkaTransactionalWriter
-from sinks.postgres import source as pg_source
-from sinks.redis import source as redis_source
+from eos_connectors.cli import main
+from eos_connectors.core import faults
+from eos_connectors.core.protocol import SinkClaimedError, TwoPhaseCommitWriter
+from eos_connectors.core.sinks_admin import ResetGuard, SinkAdminError
+from eos_connectors.dev.endpoints import Endpoints
+from eos_connectors.ops.stores import admins
+from eos_connectors.sinks.kafka.checks import check_broker
+from eos_connectors.sinks.kafka.exactly_once import KafkaExactlyOnceWriter
+from eos_connectors.sinks.kafka.options import parse_options as kafka_options
+from eos_connectors.sinks.kafka.options import transactional_id
+from eos_connectors.sinks.postgres import source as pg_source
+from eos_connectors.sinks.redis import source as redis_source
+from eos_connectors.testing import SinkContract
 from tests.integration import test_contract as contract
 from tests.integration.test_kafka_sink import _rows, _task
 
@@ -85,8 +84,9 @@ def test_an_abandoned_sink_id_is_listed_settled_reset_and_claimed_again(
     assert dict(suite.visible()) == dict(suite.expected(range(2))), "lost or duplicated rows"
     with pytest.raises(SinkClaimedError):
         suite.prepare(suite.new_writer(sink_id), 0, 0, query_id="new-query")
-    assert "bookkeeping forgotten" in _eos(capsys, "reset", sink_id, "--checkpoint-deleted",
-                                           "--quiet-seconds", "0", "--yes")  # fmt: skip
+    assert "bookkeeping forgotten" in _eos(
+        capsys, "reset", sink_id, "--checkpoint-deleted", "--quiet-seconds", "0", "--yes"
+    )
     assert sink_id not in _eos(capsys, "list")
     fresh = suite.new_writer(sink_id)
     suite.run_batch(fresh, 0, query_id="new-query")  # the new query claims the sink id
@@ -95,11 +95,8 @@ def test_an_abandoned_sink_id_is_listed_settled_reset_and_claimed_again(
 
 
 def _reset(suite: SinkContract, sink_id: str, guard: ResetGuard) -> None:
-    args = argparse.Namespace(bookkeeping_schema="eos", bookkeeping_prefix="eos",
-                              transactional_id_prefix="eos",
-                              marker_log_topic="eos-sink-markers")  # fmt: skip
     store = "postgres" if isinstance(suite, contract.TestPostgresAppend) else "redis"
-    with admins(args) as stores:
+    with admins() as stores:
         next(a for a in stores if a.store == store).reset(sink_id, guard)
 
 
@@ -113,16 +110,17 @@ def test_a_kafka_sink_id_is_listed_with_its_query_and_reset(
     (what offset retention does); reset forgets both, so a new query may claim it."""
     from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
 
-    from connectors.topics import create_topic
+    from eos_connectors.core.topics import create_topic
 
     for name, value in endpoints.as_env().items():
         monkeypatch.setenv(name, value)
     topic, sink_id = f"admin-{unique}", f"admin-{unique}"
     create_topic(endpoints.kafka_bootstrap, topic, 1)
-    options = kafka_options({"kafka.bootstrap.servers": endpoints.kafka_bootstrap,
-                             "topic": topic, "sinkId": sink_id})  # fmt: skip
+    options = kafka_options(
+        {"kafka.bootstrap.servers": endpoints.kafka_bootstrap, "topic": topic, "sinkId": sink_id}
+    )
     check_broker(options)
-    writer = KafkaTransactionalWriter(options)
+    writer = KafkaExactlyOnceWriter(options)
     for partition in range(2):
         writer.write_task(_task(4, partition=partition), iter(_rows(4)))
     listed = next(line for line in _eos(capsys, "list").splitlines() if sink_id in line)
@@ -135,8 +133,9 @@ def test_a_kafka_sink_id_is_listed_with_its_query_and_reset(
     assert listed.split()[:4] == ["kafka", sink_id, "kafka-query", "4"], listed
     with pytest.raises(SinkClaimedError):
         writer.write_task(_task(0, query="new-query"), iter(_rows(0)))
-    assert "bookkeeping forgotten" in _eos(capsys, "reset", sink_id, "--checkpoint-deleted",
-                                           "--quiet-seconds", "0", "--yes")  # fmt: skip
+    assert "bookkeeping forgotten" in _eos(
+        capsys, "reset", sink_id, "--checkpoint-deleted", "--quiet-seconds", "0", "--yes"
+    )
     assert sink_id not in _eos(capsys, "list")
     writer.write_task(_task(0, query="new-query"), iter(_rows(0)))  # claimed by the new query
 
@@ -152,8 +151,8 @@ def test_a_decision_racing_a_reset_waits_for_it_and_then_fails(
     import threading
     import time
 
-    from connectors.protocol import SinkResetError
-    from connectors.sinks_admin import refuse
+    from eos_connectors.core.protocol import SinkResetError
+    from eos_connectors.core.sinks_admin import refuse
 
     for name, value in endpoints.as_env().items():
         monkeypatch.setenv(name, value)
@@ -178,20 +177,14 @@ def test_a_decision_racing_a_reset_waits_for_it_and_then_fails(
             racer.start()  # the live query's batch, between the reset's check and delete
             time.sleep(3)
 
-    monkeypatch.setattr("sinks.postgres.admin.refuse", check_then_race)
+    monkeypatch.setattr("eos_connectors.sinks.postgres.admin.refuse", check_then_race)
     _reset(suite, sink_id, ResetGuard(None, None, 0))
     racer.join(60)
     assert len(outcome) == 1 and isinstance(outcome[0], SinkResetError), outcome
     assert dict(suite.visible()) == dict(suite.expected(range(1))), "batch 1 became visible"
     # The failed batch's units wait for their query's restart; gone for good, they are
     # orphans to settle (rolled back: nothing decided them).
-    args = argparse.Namespace(
-        bookkeeping_schema="eos",
-        bookkeeping_prefix="eos",
-        transactional_id_prefix="eos",
-        marker_log_topic="eos-sink-markers",
-    )
-    with admins(args) as stores:
+    with admins() as stores:
         postgres = next(a for a in stores if a.store == "postgres")
         settled = postgres.settle(sink_id)
     assert (len(settled.committed), len(settled.rolled_back)) == (0, suite.partitions)

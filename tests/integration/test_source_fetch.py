@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer
 
-from connectors.endpoints import Endpoints
-from connectors.errors import DataLossError
-from connectors.topics import create_topic, read_to_end
-from sources.kafka import read
-from sources.kafka.offsets import KafkaRange
-from sources.kafka.options import KafkaSourceOptions, parse_options
+from eos_connectors.core.errors import DataLossError
+from eos_connectors.core.topics import create_topic, read_to_end
+from eos_connectors.dev.endpoints import Endpoints
+from eos_connectors.sources.kafka import read
+from eos_connectors.sources.kafka.offsets import KafkaRange
+from eos_connectors.sources.kafka.options import KafkaSourceOptions, parse_options
 from tests.kafka_util import produce_mixed, produce_plain
 
 pytestmark = pytest.mark.services

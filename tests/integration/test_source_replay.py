@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from connectors.endpoints import Endpoints
-from connectors.topics import Record, create_topic, read_to_end
-from sources.kafka.offsets import from_spark
+from eos_connectors.core.topics import Record, create_topic, read_to_end
+from eos_connectors.dev.endpoints import Endpoints
+from eos_connectors.sources.kafka.offsets import from_spark
 from tests.kafka_util import produce_mixed
 from tests.pipeline_util import env, fault_env, kill_when, progress_after, run
 
@@ -27,11 +27,22 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _command(endpoints: Endpoints, topic: str, work: Path, trigger: str) -> list[str]:
     return [
-        sys.executable, "-m", "tests.pipelines.source_to_files",
-        "--bootstrap", endpoints.kafka_bootstrap, "--topic", topic,
-        "--checkpoint", str(work / "checkpoint"), "--out", str(work / "out"),
-        "--max-offsets", "60", "--trigger", trigger,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "tests.pipelines.source_to_files",
+        "--bootstrap",
+        endpoints.kafka_bootstrap,
+        "--topic",
+        topic,
+        "--checkpoint",
+        str(work / "checkpoint"),
+        "--out",
+        str(work / "out"),
+        "--max-offsets",
+        "60",
+        "--trigger",
+        trigger,
+    ]
 
 
 def _offsets(checkpoint: Path, batch: int) -> dict[int, int]:
@@ -104,7 +115,7 @@ def test_a_crashed_batch_replays_the_same_offsets_and_records(
     assert run(command, env()) == 0
     assert (checkpoint / "offsets" / "2").read_text() == planned  # replayed, not re-planned
     _check_every_batch(endpoints, topic, tmp_path, visible)
-    # Written through the raw local file system (connectors.spark.LOCAL_FILES_RAW).
+    # Written through the raw local file system (eos_connectors.ops.spark.LOCAL_FILES_RAW).
     assert not list(checkpoint.rglob("*.crc")), "checksum files beside the checkpoint's"
 
 

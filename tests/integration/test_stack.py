@@ -10,8 +10,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from connectors.stack import Stack
-from connectors.stack.process import pid_alive
+from eos_connectors.dev.stack import Stack
+from eos_connectors.dev.stack.process import pid_alive
 
 pytestmark = pytest.mark.services
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.services
 def _eos(*args: str, root: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "EOS_STACK_DIR": str(root)}
     return subprocess.run(
-        [sys.executable, "-m", "connectors.cli", *args],
+        [sys.executable, "-m", "eos_connectors.cli", *args],
         env=env,
         capture_output=True,
         text=True,

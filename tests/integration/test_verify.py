@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from connectors.endpoints import Endpoints
-from connectors.harness.verify import CustomSink, Plan, Report, VerifyError, verify
+from eos_connectors.dev.endpoints import Endpoints
+from eos_connectors.dev.harness.verify import CustomSink, Plan, Report, VerifyError, verify
 
 pytestmark = [pytest.mark.services, pytest.mark.spark]
 
@@ -35,8 +35,9 @@ def test_a_pipeline_that_never_progresses_is_stopped(
     endpoints: Endpoints, eos_verify: Callable[..., Report]
 ) -> None:
     began = time.monotonic()
-    custom = CustomSink("stuck", f"{__name__}:read_nothing",
-                        register="tests.pipelines.stuck_sink:StuckSink")  # fmt: skip
+    custom = CustomSink(
+        "stuck", f"{__name__}:read_nothing", register="tests.pipelines.stuck_sink:StuckSink"
+    )
     report = eos_verify(
         records=1_000, sinks=(), custom=custom, fault_rounds=0, kills=0, stall_timeout=20
     )

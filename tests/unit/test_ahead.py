@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from connectors.ahead import RowsAhead
+from eos_connectors.core.ahead import RowsAhead
 
 
 def test_the_first_item_is_asked_for_before_the_task_iterates() -> None:

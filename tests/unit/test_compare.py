@@ -13,11 +13,11 @@ from pathlib import Path
 import psutil  # type: ignore[import-untyped]
 import pytest
 
-from connectors.compare import pipelines as pl
-from connectors.compare import report, runner
-from connectors.compare.command import _chosen
-from connectors.compare.process import CpuClock
-from connectors.errors import ConfigError
+from eos_connectors.core.errors import ConfigError
+from eos_connectors.dev.compare import pipelines as pl
+from eos_connectors.dev.compare import report, runner
+from eos_connectors.dev.compare.command import _chosen
+from eos_connectors.dev.compare.process import CpuClock
 
 
 def test_a_record_is_visible_when_its_keys_count_reaches_it() -> None:
@@ -113,8 +113,9 @@ def test_a_pipeline_reports_its_median_round_and_a_ratio_pairs_rounds() -> None:
         report.targets_table([eo, alo])
     )
     assert report.paired_ratio(_result("eos-kafka", 900, 1.0), alo) == (0.9, "")
-    near = "\n".join(report.targets_table([_result("eos-kafka", 948, 1.0),
-                                           _result("eos-kafka-alo", 1000, 1.0)]))  # fmt: skip
+    near = "\n".join(
+        report.targets_table([_result("eos-kafka", 948, 1.0), _result("eos-kafka-alo", 1000, 1.0)])
+    )
     assert "| (1) >= 0.95x (2): Kafka | 0.948x | - | **no**" in near  # not "0.95x ... no"
 
 
@@ -143,9 +144,9 @@ def test_unknown_pipelines_are_named_with_the_choices() -> None:
 
 
 def test_every_pipeline_has_a_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from connectors.compare import jars
-    from connectors.endpoints import Endpoints
-    from connectors.harness.spec import PipelineSpec
+    from eos_connectors.dev.compare import jars
+    from eos_connectors.dev.endpoints import Endpoints
+    from eos_connectors.dev.harness.spec import PipelineSpec
 
     monkeypatch.setattr(jars, "spark_kafka_jars", lambda: [Path("/jars/spark-sql-kafka.jar")])
     endpoints = Endpoints("127.0.0.1:9092", "postgresql://u:p@h/db", "redis://h/0")
@@ -165,10 +166,10 @@ def test_every_pipeline_has_a_command(tmp_path: Path, monkeypatch: pytest.Monkey
 
 
 def test_a_tasks_steps_add_up_to_its_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from connectors.timing import TaskSteps
+    from eos_connectors.core.timing import TaskSteps
 
     clock = iter([0.0, 1.0, 3.0, 3.25, 3.25, 3.5, 4.0, 10.0])
-    monkeypatch.setattr("connectors.timing.time.perf_counter", lambda: next(clock))
+    monkeypatch.setattr("eos_connectors.core.timing.time.perf_counter", lambda: next(clock))
     monkeypatch.setenv("EOS_COMMIT_TIMES", str(tmp_path / "times.jsonl"))
     steps = TaskSteps("sink write", 4, rest="produce")  # began at 0
     steps.add("client set-up", steps.began)  # 1 s
@@ -178,9 +179,13 @@ def test_a_tasks_steps_add_up_to_its_time(tmp_path: Path, monkeypatch: pytest.Mo
     lines = [json.loads(line) for line in (tmp_path / "times.jsonl").read_text().splitlines()]
     seconds = {line["stage"]: line["ms"] / 1000 for line in lines}
     assert [line["stage"] for line in lines if "began" in line] == ["sink write"]  # a timeline
-    assert seconds == {"sink write": 10.0, "sink write: client set-up": 1.0,
-                       "sink write: waiting for rows": 0.5, "sink write: commit": 0.5,
-                       "sink write: produce": 8.0}  # fmt: skip
+    assert seconds == {
+        "sink write": 10.0,
+        "sink write: client set-up": 1.0,
+        "sink write: waiting for rows": 0.5,
+        "sink write: commit": 0.5,
+        "sink write: produce": 8.0,
+    }
     target = _target(tmp_path, "eos-kafka")
     target.commit_times.write_text((tmp_path / "times.jsonl").read_text())
     stages = runner._task_stages(target)
@@ -214,8 +219,9 @@ time.sleep(0.6)
 def test_the_cpu_clock_counts_a_process_tree_between_two_moments() -> None:
     # A real child spins for 0.5 s of CPU, says when, sleeps 0.6 s and exits; the clock
     # samples it throughout and after it exited.
-    child = subprocess.Popen([sys.executable, "-c", _SPIN_THEN_SLEEP], stdout=subprocess.PIPE,
-                             text=True)  # fmt: skip
+    child = subprocess.Popen(
+        [sys.executable, "-c", _SPIN_THEN_SLEEP], stdout=subprocess.PIPE, text=True
+    )
     clock = CpuClock()
     tree = [psutil.Process(child.pid)]
     clock.sample(tree)

@@ -7,7 +7,12 @@ from typing import Any
 
 import yaml
 
-from connectors.stack import KAFKA_SETTINGS, KAFKA_VERSION, POSTGRES_SETTINGS, REDIS_SETTINGS
+from eos_connectors.dev.stack import (
+    KAFKA_SETTINGS,
+    KAFKA_VERSION,
+    POSTGRES_SETTINGS,
+    REDIS_SETTINGS,
+)
 
 COMPOSE = Path(__file__).resolve().parents[2] / "docker-compose.yml"
 
@@ -46,7 +51,7 @@ def test_redis_settings_match_the_local_stack() -> None:
 
 
 def test_kafka_cluster_ids_never_look_like_an_option() -> None:
-    from connectors.stack.kafka import _cluster_id
+    from eos_connectors.dev.stack.kafka import _cluster_id
 
     ids = [_cluster_id() for _ in range(2000)]
     assert all(len(i) == 22 and not i.startswith("-") for i in ids)

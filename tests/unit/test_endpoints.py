@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from connectors.endpoints import Endpoints, KafkaSasl
-from connectors.errors import ConfigError
-from connectors.secrets import redact
+from eos_connectors.core.errors import ConfigError
+from eos_connectors.core.secrets import redact
+from eos_connectors.dev.endpoints import Endpoints, KafkaSasl
 
 
 def test_no_variables_means_no_endpoints() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from connectors import faults
+from eos_connectors.core import faults
 
 
 class CrashedError(Exception):
@@ -51,8 +51,12 @@ def test_a_list_fires_each_entry_once_in_its_batch_and_query(
     monkeypatch: pytest.MonkeyPatch, crashes: list[str], tmp_path: Path
 ) -> None:
     schedule = faults.schedule(["after-prepare", "after-commit"], times=2, query="kafka")
-    assert schedule == ["after-prepare@1:kafka", "after-commit@2:kafka",
-                        "after-prepare@3:kafka", "after-commit@4:kafka"]  # fmt: skip
+    assert schedule == [
+        "after-prepare@1:kafka",
+        "after-commit@2:kafka",
+        "after-prepare@3:kafka",
+        "after-commit@4:kafka",
+    ]
     monkeypatch.setenv("EOS_FAULT_POINT", ",".join(schedule))
     monkeypatch.setenv("EOS_FAULT_MARKER", str(tmp_path / "fired"))
     faults.point("after-commit", 1, query="kafka")  # wrong batch

@@ -9,17 +9,18 @@ import sys
 import pytest
 
 OTHER_CLIENTS = {
-    "sinks.kafka": ("psycopg", "redis"),
-    "sinks.postgres": ("redis", "confluent_kafka"),
-    "sinks.redis": ("psycopg", "confluent_kafka"),
-    "sources.kafka": ("psycopg", "redis"),
+    "eos_connectors.sinks.kafka": ("psycopg", "redis"),
+    "eos_connectors.sinks.postgres": ("redis", "confluent_kafka"),
+    "eos_connectors.sinks.redis": ("psycopg", "confluent_kafka"),
+    "eos_connectors.sources.kafka": ("psycopg", "redis"),
 }
 
 
 def _imported_after(module: str, names: tuple[str, ...]) -> list[str]:
     script = f"import sys, {module}; print(*[n for n in {names!r} if n in sys.modules])"
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          check=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
+    )
     return done.stdout.split()
 
 
@@ -29,8 +30,52 @@ def test_a_connector_imports_no_other_connectors_client(module: str) -> None:
 
 
 def test_the_sinks_package_still_names_the_postgres_source() -> None:
-    import sinks
+    from eos_connectors import sinks
 
     assert sinks.PostgresDataSource.name() == "eos_postgres"
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         sinks.Nope  # noqa: B018
+
+
+def _modules_after(code: str) -> set[str]:
+    script = f"import sys\n{code}\nprint(' '.join(sorted(sys.modules)))"
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
+    )
+    return set(done.stdout.split())
+
+
+def test_the_command_line_imports_no_tooling_until_a_command_needs_it() -> None:
+    """``eos --help`` and ``eos --version`` import nothing but the command line (not even
+    Spark); the operator commands' ``--help`` none of the development tooling (stack,
+    harness, benchmarks) nor what it needs (psutil, matplotlib): a plain install's CLI
+    starts whatever an extra or the tooling would bring."""
+    tooling = ("eos_connectors.dev", "matplotlib", "psutil")
+    for argv in (["--version"], ["--help"], *([c, "--help"] for c in OPERATOR_COMMANDS)):
+        heavy = tooling if argv[0] in OPERATOR_COMMANDS else (*tooling, "pyspark")
+        code = (
+            "from eos_connectors.cli import main\n"
+            "try:\n"
+            f"    main({argv!r})\n"
+            "except SystemExit:\n"
+            "    pass"
+        )
+        loaded = _modules_after(code)
+        creeping = sorted(m for m in loaded if m.startswith(heavy))
+        assert creeping == [], f"eos {' '.join(argv)} imported {creeping}"
+
+
+OPERATOR_COMMANDS = ("sinks", "checkpoint", "savepoint", "state")
+
+
+def test_the_runtime_never_imports_the_tooling() -> None:
+    """What runs in a Spark job (the formats, the core, the connectors) imports none of
+    the operator tools, the command line or the development tooling."""
+    code = (
+        "import eos_connectors.formats, eos_connectors.core.protocol\n"
+        "import eos_connectors.sinks.postgres, eos_connectors.sinks.redis\n"
+        "import eos_connectors.core.worker_daemon"
+    )
+    loaded = _modules_after(code)
+    tooling = ("eos_connectors.dev", "eos_connectors.cli", "eos_connectors.ops")
+    assert sorted(m for m in loaded if m.startswith(tooling)) == []

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from sinks.kafka.errors import Action, classify, error_of
+from eos_connectors.sinks.kafka.errors import Action, classify, error_of
 
 
 @pytest.mark.parametrize(
@@ -32,15 +32,25 @@ def test_error_of_unwraps_the_exception() -> None:
 
 def test_security_settings_reach_every_client_and_never_a_repr() -> None:
     """The marker reader and the start checks need SASL/TLS like the producer."""
-    from sinks.kafka.options import parse_options
+    from eos_connectors.sinks.kafka.options import parse_options
 
-    options = parse_options({"kafka.bootstrap.servers": "b:9093", "topic": "t",
-                             "kafka.security.protocol": "SASL_SSL",
-                             "kafka.sasl.mechanism": "PLAIN", "kafka.sasl.username": "u",
-                             "kafka.sasl.password": "hunter2", "kafka.linger.ms": "7"})  # fmt: skip
+    options = parse_options(
+        {
+            "kafka.bootstrap.servers": "b:9093",
+            "topic": "t",
+            "kafka.security.protocol": "SASL_SSL",
+            "kafka.sasl.mechanism": "PLAIN",
+            "kafka.sasl.username": "u",
+            "kafka.sasl.password": "hunter2",
+            "kafka.linger.ms": "7",
+        }
+    )
     assert options.client_config() == {
-        "bootstrap.servers": "b:9093", "security.protocol": "SASL_SSL",
-        "sasl.mechanism": "PLAIN", "sasl.username": "u", "sasl.password": "hunter2",
-    }  # fmt: skip
+        "bootstrap.servers": "b:9093",
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": "u",
+        "sasl.password": "hunter2",
+    }
     assert options.producer_config()["sasl.password"] == "hunter2"
     assert "hunter2" not in repr(options)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 
-from connectors.protocol import Siblings, TwoPhaseCommitWriter
-from connectors.testing import MemorySink, SinkContract, memory_server
+from eos_connectors.core.protocol import Siblings, TwoPhaseCommitWriter
+from eos_connectors.testing import MemorySink, SinkContract, memory_server
 
 
 class TestMemorySink(SinkContract):

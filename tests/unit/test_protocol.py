@@ -1,6 +1,6 @@
 """The protocol's rules that the contract suite does not pin, over the in-memory store.
 
-The contract suite (connectors.testing, run against every store in
+The contract suite (eos_connectors.testing, run against every store in
 tests/unit/test_memory_contract.py and tests/integration/test_contract.py) covers
 crashes at every step and the cluster interleavings; this file covers naming,
 retries, the watermark skip and refusals.
@@ -12,8 +12,8 @@ import uuid
 
 import pytest
 
-from connectors.context import TaskIdentity, query_tag
-from connectors.protocol import (
+from eos_connectors.core.context import TaskIdentity, query_tag
+from eos_connectors.core.protocol import (
     Decision,
     Outcome,
     PreparedUnit,
@@ -21,7 +21,7 @@ from connectors.protocol import (
     UnitId,
     derive_sink_id,
 )
-from connectors.testing import MemorySink, memory_server, rows_of
+from eos_connectors.testing import MemorySink, memory_server, rows_of
 
 
 def _writer() -> MemorySink:
@@ -29,8 +29,9 @@ def _writer() -> MemorySink:
 
 
 def _task(batch: int, partition: int = 0, task_id: int = 1, query: str = "q") -> TaskIdentity:
-    return TaskIdentity(query, "name", "4f1c0e2a-9b7d-4c55-8e1f-0a2b3c4d5e6f", batch, partition,
-                        task_id)  # fmt: skip
+    return TaskIdentity(
+        query, "name", "4f1c0e2a-9b7d-4c55-8e1f-0a2b3c4d5e6f", batch, partition, task_id
+    )
 
 
 def _rows() -> list[object]:
@@ -65,7 +66,7 @@ def test_derived_sink_ids_are_stable_and_differ_by_target() -> None:
 def test_retry_outcomes_are_retried_and_failure_says_what_to_do(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("connectors.protocol.time.sleep", lambda _s: None)
+    monkeypatch.setattr("eos_connectors.core.protocol.time.sleep", lambda _s: None)
     writer = _writer()
     real_commit = writer.commit_unit
     outcomes = iter([Outcome.RETRY, Outcome.RETRY])

@@ -12,9 +12,9 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from connectors.errors import ConfigError
-from sinks.redis.options import parse_options
-from sinks.redis.values import BadRecordError, Layout, entries, layout
+from eos_connectors.core.errors import ConfigError
+from eos_connectors.sinks.redis.options import parse_options
+from eos_connectors.sinks.redis.values import BadRecordError, Layout, entries, layout
 
 URL = "redis://:s3cret@127.0.0.1:6379/0"
 SCHEMA = StructType(

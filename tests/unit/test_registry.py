@@ -4,8 +4,8 @@ from typing import Any
 
 import pytest
 
-from connectors.errors import ConfigError
-from connectors.registry import data_sources, register
+from eos_connectors.core.errors import ConfigError
+from eos_connectors.registry import data_sources, register
 
 
 class _Conf:

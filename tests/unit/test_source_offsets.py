@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pickle
 
-from sources.kafka.offsets import (
+from eos_connectors.sources.kafka.offsets import (
     KafkaRange,
     KafkaRanges,
     SourceOffset,
@@ -14,8 +14,8 @@ from sources.kafka.offsets import (
     plan_ranges,
     to_spark,
 )
-from sources.kafka.options import parse_options
-from sources.kafka.reader import KafkaStreamReader
+from eos_connectors.sources.kafka.options import parse_options
+from eos_connectors.sources.kafka.reader import KafkaStreamReader
 
 
 def test_spark_form_round_trips() -> None:
@@ -179,6 +179,9 @@ def test_a_batch_is_split_as_its_offset_recorded_whatever_the_options_say_now() 
     assert tasks(maxPartitions="1") == first
     # An offset written before splits were recorded is planned with today's options.
     unrecorded = SourceOffset({("t", 0): 1000, ("t", 1): 1000}).to_spark()
-    reader = KafkaStreamReader(parse_options({"kafka.bootstrap.servers": "unused:9092",
-                                              "subscribe": "t", "minPartitions": "2"}))  # fmt: skip
+    reader = KafkaStreamReader(
+        parse_options(
+            {"kafka.bootstrap.servers": "unused:9092", "subscribe": "t", "minPartitions": "2"}
+        )
+    )
     assert len(reader.partitions(start, unrecorded)) == 2

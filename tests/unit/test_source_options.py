@@ -2,10 +2,10 @@ from __future__ import annotations
 
 import pytest
 
-from connectors.errors import ConfigError
-from sources.kafka import read
-from sources.kafka.offsets import KafkaRange
-from sources.kafka.options import parse_options
+from eos_connectors.core.errors import ConfigError
+from eos_connectors.sources.kafka import read
+from eos_connectors.sources.kafka.offsets import KafkaRange
+from eos_connectors.sources.kafka.options import parse_options
 
 BASE = {"kafka.bootstrap.servers": "h:9092", "subscribe": "a,b"}
 
@@ -98,8 +98,9 @@ def test_a_tasks_fetch_is_sized_to_its_range(records: int, fetch_bytes: int) -> 
 
 
 def test_the_users_fetch_settings_win() -> None:
-    options = parse_options({**BASE, "kafka.max.partition.fetch.bytes": "123456",
-                             "kafka.queued.min.messages": "7"})  # fmt: skip
+    options = parse_options(
+        {**BASE, "kafka.max.partition.fetch.bytes": "123456", "kafka.queued.min.messages": "7"}
+    )
     config = read._consumer_config(options, KafkaRange("a", 0, 0, 25_000))
     assert config["max.partition.fetch.bytes"] == "123456"
     assert config["queued.min.messages"] == "7"

@@ -8,7 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from connectors.spark_home import SWITCH, installed_spark_home, linked_spark_home, starting_spark
+from eos_connectors.ops.spark_home import (
+    SWITCH,
+    installed_spark_home,
+    linked_spark_home,
+    starting_spark,
+)
 
 
 @pytest.fixture(autouse=True)

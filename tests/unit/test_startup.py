@@ -12,9 +12,11 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+import psutil
 import pytest
 
-from connectors.startup import (
+import eos_connectors
+from eos_connectors.core.startup import (
     SPARK_WORKER_ENV,
     _process_identity,
     forget_ended_drivers,
@@ -106,17 +108,22 @@ def test_another_users_driver_runs_its_checks_beside_a_directory_it_cannot_write
         pytest.fail("this test runs a driver as user 'nobody': it needs root and runuser")
     nobody = pwd.getpwnam("nobody").pw_uid
     tmp_path.chmod(0o755)
-    for name in ("eos-start-checks", f"eos-start-checks-{os.getuid()}",
-                 f"eos-start-checks-{nobody}"):  # fmt: skip
+    for name in (
+        "eos-start-checks",
+        f"eos-start-checks-{os.getuid()}",
+        f"eos-start-checks-{nobody}",
+    ):
         (tmp_path / name).mkdir(mode=0o755)  # root's, not writable by nobody
     script = (
-        "from connectors.startup import once_per_driver\n"
+        "from eos_connectors.core.startup import once_per_driver\n"
         "once_per_driver('eos_redis|x', lambda: print('checked'))\n"
     )
-    root = Path(__file__).resolve().parents[2]
     # the OS's Python: the venv's may sit under a home directory nobody cannot enter
     python = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
-    env = {"TMPDIR": str(tmp_path), "PYTHONPATH": str(root), "PATH": os.environ["PATH"]}
+    site = Path(psutil.__file__).parents[1]  # the venv's packages (psutil), readable by all
+    env = {"TMPDIR": str(tmp_path), "PATH": os.environ["PATH"]}
+    package = Path(eos_connectors.__file__).parents[1]  # where eos_connectors imports from
+    env["PYTHONPATH"] = os.pathsep.join([str(package), str(site)])
     env["PYTHON_WORKER_FACTORY_SECRET"] = "not-a-real-secret"
     result = subprocess.run(
         ["runuser", "-u", "nobody", "--", python, "-c", script],

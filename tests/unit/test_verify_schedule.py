@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from connectors.faults import Entry
-from connectors.harness.cells import CELLS, DRIVER_POINTS, CustomSink, targets
-from connectors.harness.verify import FAMILIES, MIXED_GROUP_CRASHES, Plan, schedule
+from eos_connectors.core.faults import Entry
+from eos_connectors.dev.harness.cells import CELLS, DRIVER_POINTS, CustomSink, targets
+from eos_connectors.dev.harness.verify import FAMILIES, MIXED_GROUP_CRASHES, Plan, schedule
 
 CUSTOM = CustomSink("my_sink", "my_pkg:counts", (), None)
 
@@ -15,8 +15,14 @@ CUSTOM = CustomSink("my_sink", "my_pkg:counts", (), None)
 def _entries(
     full_crashes: str, rounds: int = 1, master: str | None = None
 ) -> tuple[list[Entry], list[str]]:
-    plan = Plan(cells=tuple(CELLS), custom=CUSTOM, full_crashes=full_crashes,
-                fault_rounds=rounds, master=master, work_dir=Path("unused"))  # fmt: skip
+    plan = Plan(
+        cells=tuple(CELLS),
+        custom=CUSTOM,
+        full_crashes=full_crashes,
+        fault_rounds=rounds,
+        master=master,
+        work_dir=Path("unused"),
+    )
     chosen = targets(plan.cells, FAMILIES, "tag", CUSTOM, plan.on_cluster)
     return [Entry.parse(e) for e in schedule(plan, chosen)], [t.name for t in chosen]
 
@@ -68,25 +74,36 @@ def test_only_failures_after_sink_code_ran_count_against_the_plan(tmp_path: Path
     """A query that failed while initialising, or whose Python worker never started
     (Spark's 10 s connect-back on a busy machine), ran no sink code: the harness lets
     the pipeline restart it. Any other failure beyond the planned kills is a problem."""
-    from connectors.harness.pipeline import EVENT_PREFIX
-    from connectors.harness.verify import Run, _Runner
+    from eos_connectors.dev.harness.pipeline import EVENT_PREFIX
+    from eos_connectors.dev.harness.report import Run
+    from eos_connectors.dev.harness.runner import Runner
 
     def failed(query: str, error: str, **flags: bool) -> str:
         event = {"event": "query-failed", "query": query, "error": error, **flags}
         return EVENT_PREFIX + json.dumps(event)
 
-    (tmp_path / "run-001.log").write_text("\n".join([
-        failed("rc-postgres", "Python worker exited unexpectedly (crashed)."),
-        failed("rc-postgres", "Python worker failed to connect back.", starved=True),
-        failed("rc-redis", "Python worker failed to connect back.", initializing=True),
-        failed("rc-kafka", "ProtocolError: unit vanished"),
-    ]))  # fmt: skip
-    runner = _Runner.__new__(_Runner)
+    (tmp_path / "run-001.log").write_text(
+        "\n".join(
+            [
+                failed("rc-postgres", "Python worker exited unexpectedly (crashed)."),
+                failed("rc-postgres", "Python worker failed to connect back.", starved=True),
+                failed("rc-redis", "Python worker failed to connect back.", initializing=True),
+                failed("rc-kafka", "ProtocolError: unit vanished"),
+            ]
+        )
+    )
+    runner = Runner.__new__(Runner)
     runner.plan = Plan(cells=tuple(CELLS), work_dir=tmp_path)
     failures = runner._query_failures(1)
     assert failures == {"rc-postgres": 1, "rc-kafka": 1}
-    run = Run(1, 0, "finished", 1.0, faults=["after-decision@2:rc-postgres=process"],
-              query_failures=failures)  # fmt: skip
+    run = Run(
+        1,
+        0,
+        "finished",
+        1.0,
+        faults=["after-decision@2:rc-postgres=process"],
+        query_failures=failures,
+    )
     problems = runner._unplanned_failures([run])
     assert len(problems) == 1 and "rc-kafka" in problems[0] and "unit vanished" in problems[0]
 
@@ -94,7 +111,7 @@ def test_only_failures_after_sink_code_ran_count_against_the_plan(tmp_path: Path
 def test_an_event_is_read_whatever_the_jvm_wedged_around_it() -> None:
     """The JVM logs to the same file as the pipeline's events; its text can land before
     an event or right after it on the same line."""
-    from connectors.harness.pipeline import EVENT_PREFIX, parse_event
+    from eos_connectors.dev.harness.pipeline import EVENT_PREFIX, parse_event
 
     event = EVENT_PREFIX + json.dumps({"event": "ready", "query": "rc-redis"})
     jvm = "26/11/23 00:50:22 WARN MicroBatchExecution: Disabling AQE"

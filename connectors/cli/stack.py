@@ -1,0 +1,55 @@
+"""``eos stack``: the local Kafka, PostgreSQL and Redis services (and a Spark cluster)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    up = actions.add_parser("up", help="start the services (reuses running ones)")
+    up.add_argument(
+        "--spark-workers",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also start a Spark standalone master and N one-core workers on loopback",
+    )
+    for action, text in [
+        ("down", "stop the services (and the Spark cluster) the stack started"),
+        ("status", "show which services run (exit 3 unless all do)"),
+        ("env", 'print EOS_* endpoint exports for a shell: eval "$(eos stack env)"'),
+    ]:
+        actions.add_parser(action, help=text)
+    restart = actions.add_parser("restart", help="restart one service on the same port")
+    restart.add_argument("service", choices=["kafka", "postgres", "redis"], help="which one")
+
+
+def run(args: argparse.Namespace) -> int:
+    from eos_connectors.dev.stack import Stack
+
+    stack = Stack()
+    if args.action == "up":
+        endpoints = stack.up()
+        print(f"Stack up under {stack.root}:\n{endpoints.describe()}", end="")
+        if args.spark_workers:
+            master = stack.up_spark(args.spark_workers)
+            print(f"Spark      {master} ({args.spark_workers} workers, one core each)")
+        print('Use `eval "$(eos stack env)"` to export the endpoints.')
+    elif args.action == "down":
+        stopped = stack.down()
+        print("Stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+    elif args.action == "status":
+        for status in stack.status():
+            state = f"running (pid {status.pid})" if status.running else "stopped"
+            print(f"{status.name:<9} {state}")
+        return 0 if stack.is_up() else 3
+    elif args.action == "env":
+        print(stack.endpoints().exports(), end="")
+        running = stack.spark_master()
+        if running:
+            print(f"export EOS_SPARK_MASTER={running}")
+    elif args.action == "restart":
+        record = stack.restart(args.service)
+        print(f"{record.name} restarted (pid {record.pid})")
+    return 0

@@ -1,0 +1,107 @@
+"""A sink's start checks, once per Spark driver rather than at every batch.
+
+Spark calls a Python sink's ``streamWriter`` in a new Python process of the driver for
+the query's start, again for each batch's writer factory and again for each batch's
+commit (``pyspark.sql.worker.python_streaming_sink_runner``). The checks against the
+service (reachable, configured as the guarantee needs, table and bookkeeping in place,
+orphans to warn about) belong to the query's start: run at every call, they cost each
+batch a connection and a scan, and repeat the orphan warning twice a batch.
+
+:func:`once_per_driver` runs them in the first call of a driver and records that they
+passed in a marker named by the parent of the Python process (the driver's JVM, or
+the Python daemon it forks its workers from: its pid and start time) and the sink's
+settings. A failed check records
+nothing, so the next call checks again. A driver that records its first marker
+deletes those of drivers that have ended. Outside a Python process started by Spark (a
+test, a script) the checks always run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
+
+log = logging.getLogger(__name__)
+
+#: Set by Spark in the Python processes it starts (PythonWorkerFactory). Over TCP: the
+#: secret in every one, the port only in those it starts directly; processes forked
+#: from its daemon (``pyspark.daemon``), as the sink's commit runners are in Spark 4.3,
+#: have the secret alone, and their parent is the daemon. Over Unix domain sockets
+#: (``spark.python.unix.domain.socket.enabled``) there is no secret: every one has the
+#: flag and the socket directory, the socket path only those started directly.
+SPARK_WORKER_ENV = (
+    "PYTHON_WORKER_FACTORY_SECRET",
+    "PYTHON_WORKER_FACTORY_PORT",
+    "PYTHON_WORKER_FACTORY_SOCK_PATH",
+    "PYTHON_UNIX_DOMAIN_ENABLED",
+    "PYTHON_WORKER_FACTORY_SOCK_DIR",
+)
+
+
+def once_per_driver(key: str, check: Callable[[], None]) -> None:
+    """Driver: run ``check`` unless it passed before for ``key`` under this driver.
+
+    Markers live in a directory of the user's own (``eos-start-checks-<uid>``, mode 0700,
+    under the system's temporary directory): a second OS user's driver never meets the
+    first one's. A marker that cannot be written (a directory the user cannot write)
+    only means the checks run again at the next call."""
+    marker = _marker(key)
+    if marker is not None and marker.exists():
+        return
+    check()
+    if marker is not None:
+        try:
+            marker.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            forget_ended_drivers(marker.parent)
+            marker.touch()
+        except OSError as exc:
+            log.info("start checks pass unrecorded (%s): they run again next time", exc)
+
+
+def forget_ended_drivers(directory: Path) -> int:
+    """Delete the markers in ``directory`` whose driver (pid and start time) is gone;
+    how many. Another driver's marker may vanish under us: that is fine."""
+    forgotten = 0
+    for marker in directory.glob("*-*-*"):
+        pid, started, _ = marker.name.split("-", 2)
+        if pid.isdigit() and _process_identity(int(pid)) != f"{pid}-{started}":
+            marker.unlink(missing_ok=True)
+            forgotten += 1
+    return forgotten
+
+
+def start_key(source: str, options: Mapping[str, str], schema: StructType) -> str:
+    """What makes two sinks' start checks the same: the format, options and schema (only
+    a digest of it is ever written)."""
+    return "|".join((source, repr(sorted(options.items())), schema.json()))
+
+
+def _marker(key: str) -> Path | None:
+    if not any(name in os.environ for name in SPARK_WORKER_ENV):
+        return None
+    driver = _process_identity(os.getppid())
+    if driver is None:
+        return None
+    digest = hashlib.sha256(key.encode()).hexdigest()[:24]
+    folder = f"eos-start-checks-{os.getuid()}"
+    return Path(tempfile.gettempdir()) / folder / f"{driver}-{digest}"
+
+
+def _process_identity(pid: int) -> str | None:
+    """``pid`` plus its start time in hundredths of a second (a reused pid is another
+    process); None when there is no such process."""
+    import psutil
+
+    try:
+        started = psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
+    return f"{pid}-{round(started * 100)}"

@@ -1,0 +1,126 @@
+"""Kafka topics for the harness, benchmarks and tests: create one, read one to its end.
+
+``read_to_end`` is the one reader every check uses: it reads each partition from
+its start (or a given range) until the consumer's *position* reaches the end
+offset asked for at call time: the last stable offset under read_committed, so a
+transaction left open shows up as records never reached, never as a hang. With
+``settled=True`` it reads up to the high watermark instead, under read_committed:
+it waits until every transaction open at call time has ended, so a record
+committed before the call is never missed because another transaction, still
+open, holds the last stable offset below it (the sink's marker log, which every
+task's transaction writes to, needs this).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import Consumer, IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
+from confluent_kafka.cimpl import NewTopic
+
+from eos_connectors.core.errors import ServiceUnavailableError
+
+TIMEOUT = 30.0
+
+
+@dataclass(frozen=True, order=True)
+class Record:
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes
+    timestamp: int = field(default=0, compare=False)  # milliseconds, as the broker has it
+
+
+#: Client settings beyond the bootstrap servers (SASL, TLS): ``settings=`` of each helper.
+Settings = Mapping[str, Any]
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int = 1, **config: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1, config=config)])[topic].result(TIMEOUT)
+
+
+def end_offsets(
+    bootstrap: str, topic: str, isolation: str = "read_committed", settings: Settings | None = None
+) -> dict[int, int]:
+    """Partition -> end offset now: the last stable offset under read_committed, else the
+    high watermark."""
+    admin = AdminClient({**(settings or {}), "bootstrap.servers": bootstrap})
+    metadata = admin.list_topics(topic, timeout=TIMEOUT).topics[topic]
+    level = (
+        IsolationLevel.READ_COMMITTED
+        if isolation == "read_committed"
+        else IsolationLevel.READ_UNCOMMITTED
+    )
+    request = {TopicPartition(topic, p): OffsetSpec.latest() for p in metadata.partitions}
+    futures = admin.list_offsets(request, isolation_level=level, request_timeout=TIMEOUT)
+    return {tp.partition: int(f.result(timeout=TIMEOUT).offset) for tp, f in futures.items()}
+
+
+READ_POLL_SECONDS = 0.05
+
+
+def read_to_end(
+    bootstrap: str,
+    topic: str,
+    isolation: str = "read_committed",
+    ranges: Mapping[int, tuple[int, int]] | None = None,
+    timeout: float = 120.0,
+    settings: Settings | None = None,
+    settled: bool = False,
+) -> list[Record]:
+    """Every record of ``topic`` (or of ``ranges``: partition -> [start, end)) as a plain
+    confluent-kafka consumer under ``isolation`` returns it, in partition and offset order;
+    ``settled``: to the high watermark, every transaction open now ended (see above)."""
+    if ranges is None:
+        ends = end_offsets(bootstrap, topic, "read_uncommitted" if settled else isolation, settings)
+        ranges = {p: (0, end) for p, end in ends.items()}
+    wanted = {p: r for p, r in ranges.items() if r[1] > r[0]}
+    consumer = Consumer(
+        {
+            **(settings or {}),
+            "bootstrap.servers": bootstrap,
+            "group.id": f"eos-read-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "isolation.level": isolation,
+            "log_level": 3,
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, lo) for p, (lo, _hi) in wanted.items()])
+    records: list[Record] = []
+    at = {p: lo for p, (lo, _hi) in wanted.items()}
+    deadline = time.monotonic() + timeout
+    try:
+        while wanted:
+            if time.monotonic() > deadline:
+                raise ServiceUnavailableError(
+                    f"Reading {topic} under {isolation} did not reach the end of partitions "
+                    f"{sorted(wanted)} within {timeout:.0f} s."
+                )
+            # consume() returns once it holds this many or the timeout ends: asking for
+            # no more than is left returns when the last record is in (a fixed 10,000
+            # and 0.5 s cost every short read half a second; a task's marker-log read
+            # too). Transaction markers make it an overestimate: the short timeout.
+            left = sum(wanted[p][1] - at[p] for p in wanted)
+            for message in consumer.consume(max(1, min(10_000, left)), READ_POLL_SECONDS):
+                partition, offset = int(message.partition() or 0), int(message.offset() or 0)
+                if message.error() is None and offset < wanted.get(partition, (0, 0))[1]:
+                    stamp = int(message.timestamp()[1])
+                    records.append(
+                        Record(partition, offset, message.key(), message.value() or b"", stamp)
+                    )
+            for tp in consumer.position([TopicPartition(topic, p) for p in wanted]):
+                at[tp.partition] = max(at[tp.partition], tp.offset)
+                if tp.offset >= wanted[tp.partition][1]:
+                    del wanted[tp.partition]
+    except KafkaException as exc:
+        raise ServiceUnavailableError(f"Reading {topic} failed: {exc}") from exc
+    finally:
+        consumer.close()
+    return sorted(records)

@@ -1,0 +1,205 @@
+"""One pipeline as an OS process: its ``EOS-EVENT`` lines, its memory and CPU time (and
+the local broker's), its SIGKILL."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+import time
+from bisect import bisect_left
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from eos_connectors.dev.harness.pipeline import parse_event
+
+SAMPLE_SECONDS = 0.25
+
+
+@dataclass
+class Memory:
+    """Peak resident memory (MB) of the driver (the launched process and its JVM) and
+    of the workers (Spark's Python workers, every other process of the tree)."""
+
+    driver_mb: float = 0.0
+    workers_mb: float = 0.0
+
+    def sample(self, root: psutil.Process, tree: list[psutil.Process]) -> None:
+        driver = workers = 0
+        for proc in tree:
+            try:
+                rss = proc.memory_info().rss
+                is_driver = proc.pid == root.pid or proc.name() == "java"
+            except psutil.Error:
+                continue
+            if is_driver:
+                driver += rss
+            else:
+                workers += rss
+        self.driver_mb = max(self.driver_mb, driver / 2**20)
+        self.workers_mb = max(self.workers_mb, workers / 2**20)
+
+
+@dataclass
+class CpuClock:
+    """CPU seconds (user and system) used so far by the pipeline (every process of its
+    tree, the JVM and Python workers included; a process that exited keeps what it
+    used) and by the Kafka broker when it runs on this machine, sampled over time and
+    read between two moments (a phase's first and last batch): what a pipeline costs the
+    machine per record, the broker's share included, which transactions raise."""
+
+    broker: psutil.Process | None = None
+    #: (wall clock, pipeline CPU s, broker CPU s): the broker's 0 when it is not local
+    samples: list[tuple[float, float, float]] = field(default_factory=list)
+    _used: dict[tuple[int, float], float] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def sample(self, tree: list[psutil.Process]) -> None:
+        """Sampler thread, and the kill (a last sample, so the phase's end is covered)."""
+        with self._lock:
+            for proc in tree:
+                with contextlib.suppress(psutil.Error):  # gone: it keeps its last sample
+                    self._used[(proc.pid, proc.create_time())] = _busy(proc)
+            self.samples.append((time.time(), sum(self._used.values()), cpu_seconds(self.broker)))
+
+    def between(self, start: float, end: float) -> tuple[float, float | None] | None:
+        """(pipeline, broker) CPU seconds from ``start`` to ``end`` (``time.time()``),
+        interpolated between samples; the broker's None when it is not on this machine;
+        None when the samples do not span the interval."""
+        if len(self.samples) < 2 or not self.samples[0][0] <= start < end <= self.samples[-1][0]:
+            return None
+        first, last = self._at(start), self._at(end)
+        broker = last[1] - first[1] if self.broker is not None else None
+        return last[0] - first[0], broker
+
+    def _at(self, moment: float) -> tuple[float, float]:
+        i = max(1, bisect_left(self.samples, moment, key=lambda s: s[0]))
+        (t0, p0, b0), (t1, p1, b1) = self.samples[i - 1], self.samples[i]
+        share = (moment - t0) / (t1 - t0) if t1 > t0 else 1.0
+        return p0 + (p1 - p0) * share, b0 + (b1 - b0) * share
+
+
+def cpu_seconds(proc: psutil.Process | None) -> float:
+    """``proc``'s user and system CPU seconds so far; 0 for None or a process gone."""
+    if proc is None:
+        return 0.0
+    try:
+        return _busy(proc)
+    except psutil.Error:
+        return 0.0
+
+
+def _busy(proc: psutil.Process) -> float:
+    times = proc.cpu_times()
+    return float(times.user + times.system)
+
+
+def local_broker(bootstrap: str) -> psutil.Process | None:
+    """The process listening on the first bootstrap server's port, when that server is
+    on this machine's loopback (the local stack's broker); else None."""
+    host, _, port = bootstrap.split(",")[0].strip().rpartition(":")
+    if host.strip("[]") not in ("127.0.0.1", "localhost", "::1") or not port.isdigit():
+        return None
+    try:
+        listening = psutil.net_connections(kind="tcp")
+    except psutil.Error:
+        return None
+    for conn in listening:
+        address = conn.laddr
+        listens = conn.status == psutil.CONN_LISTEN and getattr(address, "port", None) == int(port)
+        if listens and conn.pid:
+            with contextlib.suppress(psutil.Error):
+                return psutil.Process(conn.pid)
+    return None
+
+
+@dataclass
+class PipelineProcess:
+    """Started in its own session, so a SIGKILL of its group takes the JVM and workers too."""
+
+    command: list[str]
+    log: Path
+    env: dict[str, str]
+    events: list[dict[str, Any]] = field(default_factory=list)
+    memory: Memory = field(default_factory=Memory)
+    cpu: CpuClock = field(default_factory=CpuClock)
+
+    def start(self) -> PipelineProcess:
+        self._stderr = self.log.open("ab")
+        self.proc = subprocess.Popen(
+            self.command,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            env={**os.environ, **self.env},
+            start_new_session=True,
+            text=True,
+        )
+        self._root = psutil.Process(self.proc.pid)
+        threading.Thread(target=self._read_events, daemon=True).start()
+        threading.Thread(target=self._sample, daemon=True).start()
+        return self
+
+    def _read_events(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            event = parse_event(line)
+            if event is not None:
+                self.events.append(event)
+
+    def _sample(self) -> None:
+        while self.proc.poll() is None:
+            tree = self._tree()
+            self.memory.sample(self._root, tree)
+            self.cpu.sample(tree)
+            time.sleep(SAMPLE_SECONDS)
+
+    def _tree(self) -> list[psutil.Process]:
+        """The launched process and every descendant now ([] once it is gone)."""
+        try:
+            return [self._root, *self._root.children(recursive=True)]
+        except psutil.Error:
+            return []
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def batches(self) -> list[dict[str, Any]]:
+        return [e for e in self.events if e["event"] == "batch" and e.get("records")]
+
+    def records(self) -> int:
+        return sum(int(e["records"]) for e in self.batches())
+
+    def ready_at(self) -> float | None:
+        return next((e["t"] for e in self.events if e["event"] == "ready"), None)
+
+    def wait_for(self, what: str, done: Any, timeout: float) -> None:
+        """Wait until ``done()``; a clear error when the process died or time ran out."""
+        deadline = time.monotonic() + timeout
+        while not done():
+            if not self.alive():
+                raise RuntimeError(
+                    f"the pipeline exited ({self.proc.returncode}) before {what}; see {self.log}"
+                )
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no {what} within {timeout:.0f} s; see {self.log}")
+            time.sleep(0.05)
+
+    def kill(self) -> float:
+        """SIGKILL the whole group, as a crash would; return when it was sent."""
+        tree = self._tree()
+        self.cpu.sample(tree)  # up to the kill: the last batch came just before it
+        killed_at = time.time()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        for proc in tree:  # Spark's worker daemon may sit in a group of its own
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        psutil.wait_procs(tree, timeout=30)
+        self.proc.wait(30)
+        self._stderr.close()
+        return killed_at

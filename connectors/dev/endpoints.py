@@ -1,0 +1,103 @@
+"""Where the three services listen, as the environment and the stack name them."""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from eos_connectors.core.errors import ConfigError
+from eos_connectors.core.secrets import redact
+
+ENV_NAMES = ("EOS_KAFKA_BOOTSTRAP", "EOS_POSTGRES_DSN", "EOS_REDIS_URL")
+SASL_ENV_NAMES = ("EOS_KAFKA_SASL_BOOTSTRAP", "EOS_KAFKA_SASL_USERNAME", "EOS_KAFKA_SASL_PASSWORD")
+SASL_MECHANISM = "SCRAM-SHA-512"
+
+
+@dataclass(frozen=True)
+class KafkaSasl:
+    """A SASL_PLAINTEXT listener of the same broker, and the user to sign in as."""
+
+    bootstrap: str
+    username: str
+    password: str = field(repr=False)
+    mechanism: str = SASL_MECHANISM
+
+    def options(self) -> dict[str, str]:
+        """The ``kafka.*`` options of a source or sink (Spark's pass-through names)."""
+        return {f"kafka.{k}": v for k, v in self.client_config().items()}
+
+    def client_config(self) -> dict[str, str]:
+        """librdkafka's settings for this listener."""
+        return {
+            "bootstrap.servers": self.bootstrap,
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": self.mechanism,
+            "sasl.username": self.username,
+            "sasl.password": self.password,
+        }
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> KafkaSasl | None:
+        values = [env.get(name, "") for name in SASL_ENV_NAMES]
+        if not all(values):
+            return None
+        return cls(*values)
+
+    def as_env(self) -> dict[str, str]:
+        values = (self.bootstrap, self.username, self.password)
+        return dict(zip(SASL_ENV_NAMES, values, strict=True))
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    kafka_bootstrap: str
+    postgres_dsn: str
+    redis_url: str
+    kafka_sasl: KafkaSasl | None = None  # the broker's SASL listener, where there is one
+
+    def __repr__(self) -> str:  # the DSN's and URL's passwords never reach a log line
+        return (
+            f"Endpoints(kafka_bootstrap={self.kafka_bootstrap!r}, "
+            f"postgres_dsn={redact(self.postgres_dsn)!r}, redis_url={redact(self.redis_url)!r}, "
+            f"kafka_sasl={self.kafka_sasl!r})"
+        )
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Endpoints | None:
+        """Endpoints named by the environment: None when none is set, an error when some are."""
+        env = os.environ if env is None else env
+        values = [env.get(name, "") for name in ENV_NAMES]
+        if not any(values):
+            return None
+        missing = [name for name, value in zip(ENV_NAMES, values, strict=True) if not value]
+        if missing:
+            raise ConfigError(
+                f"{', '.join(missing)} not set while the other service variables are: "
+                "set all three (see `eos stack env`) or none."
+            )
+        kafka, postgres, redis = values
+        return cls(kafka, postgres, redis, KafkaSasl.from_env(env))
+
+    def as_env(self) -> dict[str, str]:
+        values = (self.kafka_bootstrap, self.postgres_dsn, self.redis_url)
+        sasl = self.kafka_sasl.as_env() if self.kafka_sasl else {}
+        return {**dict(zip(ENV_NAMES, values, strict=True)), **sasl}
+
+    def exports(self) -> str:
+        return "".join(f"export {k}={shlex.quote(v)}\n" for k, v in self.as_env().items())
+
+    def describe(self) -> str:
+        """A human summary that never shows a password."""
+        return (
+            f"Kafka      {self.kafka_bootstrap}\n"
+            f"PostgreSQL {redact(self.postgres_dsn)}\n"
+            f"Redis      {redact(self.redis_url)}\n"
+            + (
+                f"Kafka SASL {self.kafka_sasl.bootstrap} ({self.kafka_sasl.mechanism}, "
+                f"user {self.kafka_sasl.username})\n"
+                if self.kafka_sasl
+                else ""
+            )
+        )

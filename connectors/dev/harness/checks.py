@@ -1,0 +1,166 @@
+"""Read each sink's content back and compare it with the expected counts.
+
+Every check returns a :class:`SinkResult`: records expected, lost and
+duplicated (summed over words), wrong (words the input never had, values that
+are not counts), and leftovers (prepared transactions, open Kafka transactions,
+Redis stages) that a clean run must not leave.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from confluent_kafka import Producer
+
+from eos_connectors.core.topics import end_offsets, read_to_end
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What a sink holds: count per word, records written twice, leftovers of the protocol."""
+
+    counts: Mapping[str, int]
+    repeated: int = 0
+    leftovers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SinkResult:
+    sink: str
+    expected: int
+    lost: int
+    duplicated: int
+    wrong: int
+    leftovers: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def ok(self) -> bool:
+        return not (self.lost or self.duplicated or self.wrong or self.leftovers)
+
+
+def compare(sink: str, expected: Mapping[str, int], got: Observed) -> SinkResult:
+    """Per word: fewer than expected is lost, more is duplicated; an unknown word is wrong."""
+    counts = got.counts
+    lost = sum(max(0, n - counts.get(word, 0)) for word, n in expected.items())
+    extra = sum(max(0, counts[word] - n) for word, n in expected.items() if word in counts)
+    wrong = sum(1 for word in counts if word not in expected)
+    return SinkResult(
+        sink, sum(expected.values()), lost, extra + got.repeated, wrong, got.leftovers
+    )
+
+
+def postgres_counts(dsn: str, table: str, sink_id: str = "") -> Observed:
+    """The table's (word, count) rows, and the sink's prepared transactions (every sink's
+    when ``sink_id`` is empty)."""
+    rows = _postgres_rows(dsn, "SELECT word, count FROM {}", table)
+    return Observed({str(w): int(str(c)) for w, c in rows}, 0, _prepared(dsn, sink_id))
+
+
+def postgres_rows(dsn: str, table: str, sink_id: str = "") -> Observed:
+    """An append table of (word, partition, offset) rows: count per word, and rows of one
+    input record written more than once."""
+    rows = _postgres_rows(dsn, 'SELECT word, partition, "offset" FROM {}', table)
+    counts = Counter(str(word) for word, _p, _o in rows)
+    repeated = len(rows) - len({(p, o) for _w, p, o in rows})
+    return Observed(counts, repeated, _prepared(dsn, sink_id))
+
+
+def _postgres_rows(dsn: str, query: str, table: str) -> list[tuple[object, ...]]:
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute(sql.SQL(query).format(sql.Identifier(table))).fetchall()
+
+
+def _prepared(dsn: str, sink_id: str) -> tuple[str, ...]:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        prepared = conn.execute(
+            "SELECT gid FROM pg_prepared_xacts WHERE starts_with(gid, %s)",
+            (f"eos|{sink_id}|" if sink_id else "eos|",),
+        ).fetchall()
+    return tuple(f"prepared transaction {gid}" for (gid,) in prepared)
+
+
+def redis_counts(url: str, prefix: str, sink_id: str = "*") -> Observed:
+    """Counters (or values) under ``prefix``, and the sink's stages and registered units."""
+    import redis
+
+    client = redis.Redis.from_url(url)
+    counts = {
+        key.decode().removeprefix(prefix): int(client.get(key) or 0)
+        for key in client.scan_iter(f"{prefix}*", count=1000)
+    }
+    stages = [k.decode() for k in client.scan_iter(f"eos:{{{sink_id}}}:stage:*", count=1000)]
+    units = [k.decode() for k in client.scan_iter(f"eos:{{{sink_id}}}:units") if client.scard(k)]
+    client.close()
+    return Observed(counts, 0, tuple(f"Redis stage {k}" for k in stages + units))
+
+
+MARKER = b"\0eos-verify-marker"
+
+
+def kafka_counts(bootstrap: str, topic: str, timeout: float = 30.0) -> Observed:
+    """Final count per word, how many (word, count) records were written more than once,
+    and leftovers: a marker written now to every partition must come below the last
+    stable offset within ``timeout``, which an open transaction before it prevents."""
+    stuck = open_transactions(bootstrap, topic, timeout)
+    pairs = [(r.key or b"", r.value) for r in read_to_end(bootstrap, topic) if r.key != MARKER]
+    words: dict[str, int] = {}
+    for key, value in pairs:
+        words[key.decode()] = max(words.get(key.decode(), 0), int(value))
+    leftovers = tuple(
+        f"open transaction on {topic}[{p}]: a marker is not readable under read_committed"
+        for p in sorted(stuck)
+    )
+    return Observed(words, len(pairs) - len(set(pairs)), leftovers)
+
+
+def kafka_records(bootstrap: str, topic: str, timeout: float = 30.0) -> Observed:
+    """Records per word (key), each input record's (key, "partition:offset") written more
+    than once, and open transactions as leftovers."""
+    stuck = open_transactions(bootstrap, topic, timeout)
+    pairs = [(r.key or b"", r.value) for r in read_to_end(bootstrap, topic) if r.key != MARKER]
+    counts = Counter(key.decode() for key, _ in pairs)
+    leftovers = tuple(f"open transaction on {topic}[{p}]" for p in sorted(stuck))
+    return Observed(counts, len(pairs) - len(set(pairs)), leftovers)
+
+
+def open_transactions(bootstrap: str, topic: str, timeout: float = 30.0) -> set[int]:
+    """Partitions of ``topic`` where a transaction is left open: a plain marker written
+    there now does not come below the last stable offset within ``timeout``."""
+    return _below_stable_offset(bootstrap, topic, _write_markers(bootstrap, topic), timeout)
+
+
+def _write_markers(bootstrap: str, topic: str) -> dict[int, int]:
+    """One plain record per partition; returns each marker's offset."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    partitions = producer.list_topics(topic, timeout=30).topics[topic].partitions
+    offsets: dict[int, int] = {}
+
+    def delivered(err: object, message: object) -> None:
+        assert err is None, f"marker not delivered: {err}"
+        offsets[message.partition()] = message.offset()  # type: ignore[attr-defined]
+
+    for partition in partitions:
+        producer.produce(topic, MARKER, MARKER, partition=partition, on_delivery=delivered)
+    producer.flush(30)
+    return offsets
+
+
+def _below_stable_offset(
+    bootstrap: str, topic: str, markers: dict[int, int], timeout: float
+) -> set[int]:
+    """Partitions whose marker is still at or past the last stable offset after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        ends = end_offsets(bootstrap, topic)
+        stuck = {p for p, offset in markers.items() if ends.get(p, 0) <= offset}
+        if not stuck or time.monotonic() > deadline:
+            return stuck
+        time.sleep(0.5)

@@ -1,0 +1,128 @@
+"""What a harness run does: the plan (input, cells, sinks, faults) and its fault schedule."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from eos_connectors.core import faults
+from eos_connectors.core.errors import EosError
+from eos_connectors.dev.harness.cells import CELLS, CustomSink, Target
+
+FAMILIES = ("kafka", "postgres", "redis")
+SERVICES = ("kafka", "postgres", "redis")
+
+
+class VerifyError(EosError):
+    """The harness could not run the pipeline to the end (the message says why)."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    records: int = 20_000
+    cells: tuple[str, ...] = ("running-count",)
+    sinks: tuple[str, ...] = FAMILIES  # which sink families of each cell
+    custom: CustomSink | None = None
+    fault_rounds: int = 1  # each point of each sink fires this many times
+    kills: int = 1  # SIGKILLs of the whole pipeline at random moments
+    restarts: tuple[str, ...] = ()  # services to SIGKILL and start again mid-run
+    full_crashes: str = "mixed"  # "mixed": GROUP_POINTS as group crashes; "all"; "none"
+    partitions: int = 2  # of each input topic
+    shuffle_partitions: int = 2  # units per batch of a stateful query's sink
+    words: int = 40
+    seed: int = 7
+    stall_timeout: float = 240.0
+    master: str | None = None  # a Spark master URL; default local mode
+    work_dir: Path = field(default_factory=lambda: Path("verify-runs") / uuid.uuid4().hex[:8])
+
+    @property
+    def on_cluster(self) -> bool:
+        return self.master is not None and self.master.startswith("spark://")
+
+    def batches_needed(self, points_per_query: int) -> int:
+        """Each query crosses its own points one batch apart, from batch 1, plus the
+        source's point and two to spare (kills and service restarts come at random
+        moments, whatever the batch)."""
+        return points_per_query * self.fault_rounds + 3
+
+
+class Names:
+    """Topics of one harness run (sink outputs are named by ``cells.Target``)."""
+
+    def __init__(self, tag: str) -> None:
+        self.tag = tag
+        self.words = f"verify-in-{tag}"
+        self.timed = f"verify-in-timed-{tag}"
+
+
+#: The whole-pipeline crash of a "mixed" plan: at a task's point, in the first kind of
+#: sink that has it. It costs a run (a Spark restart and every query's first batch) and
+#: takes a path of its own: the prepared unit is left to a replay by a new run, where a
+#: killed task process is retried within the batch. The other points kill only the
+#: process at the point (or, on a cluster, the executor). At a driver point that leaves
+#: the store as a whole crash would (the commit runs in its own Python process, the
+#: query restarts and replays the batch), and the random kill restarts Spark anyway.
+GROUP_POINTS = ("after-prepare",)
+MIXED_GROUP_CRASHES = len(GROUP_POINTS)
+
+
+def schedule(plan: Plan, chosen: list[Target]) -> list[str]:
+    """Each query's points, one per batch from batch 1, and the source's point once, each
+    with its query's action (:meth:`Target.action`), except the :data:`GROUP_POINTS`
+    crashes of the whole pipeline; with ``full_crashes="all"`` every point is one."""
+    entries: list[str] = []
+    crashed: list[str] = []  # families that have their whole-pipeline crash
+    for target in chosen:
+        for text in faults.schedule(target.points, plan.fault_rounds, query=target.name):
+            entry = faults.Entry.parse(text)
+            zombie = target.action(entry.point) == "pause"
+            whole = (plan.full_crashes == "all" and not zombie) or (
+                plan.full_crashes == "mixed"
+                and len(crashed) < len(GROUP_POINTS)
+                and target.family not in crashed
+                and entry.point == GROUP_POINTS[len(crashed)]
+            )
+            if whole and target.family not in crashed:
+                crashed.append(target.family)
+            action = "group" if whole else target.action(entry.point)
+            entries.append(str(faults.Entry(entry.point, entry.batch, entry.query, action)))
+    first = chosen[0]
+    # The source's replay after a crash mid-read is a local-mode proof (the cells and
+    # tests/integration/test_source_replay.py); on a cluster it would cost one more lost
+    # executor and resubmitted stage and prove nothing about the sinks.
+    if plan.fault_rounds and not plan.on_cluster:
+        batch = len(first.points) * plan.fault_rounds + 1
+        action = "group" if plan.full_crashes == "all" else first.action("source-read")
+        entries.append(str(faults.Entry("source-read", batch, first.name, action)))
+    return entries
+
+
+def check_plan(plan: Plan, crash_service: Callable[[str], None] | None) -> None:
+    unknown = [c for c in plan.cells if c not in CELLS]
+    if unknown:
+        raise VerifyError(f"Unknown cell {unknown[0]!r}: cells are {', '.join(CELLS)}.")
+    bad_sinks = [s for s in plan.sinks if s not in FAMILIES]
+    if bad_sinks:
+        raise VerifyError(
+            f"Unknown sink {bad_sinks[0]!r}: built-in sinks are {', '.join(FAMILIES)}; "
+            "name your own with --sink-format (and --sink-reader)."
+        )
+    if not plan.sinks and plan.custom is None:
+        raise VerifyError("No sink to verify: name at least one.")
+    bad = [s for s in plan.restarts if s not in SERVICES]
+    if bad:
+        raise VerifyError(f"Cannot restart {bad[0]!r}: services are {', '.join(SERVICES)}.")
+    if plan.restarts and crash_service is None:
+        raise VerifyError(
+            "Service restarts need the package's own stack (`eos stack up`), not endpoints "
+            "from EOS_* variables."
+        )
+    if plan.full_crashes not in ("mixed", "all", "none"):
+        raise VerifyError(f"full_crashes={plan.full_crashes!r}: choose 'mixed', 'all' or 'none'.")
+    if plan.records < plan.batches_needed(4) * 50:
+        raise VerifyError(
+            f"{plan.records} records are too few for {plan.batches_needed(4)} batches of at "
+            "least 50 records: raise --records or lower the crash counts."
+        )

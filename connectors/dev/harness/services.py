@@ -1,0 +1,54 @@
+"""The services a harness run uses, and crashing one of them when they are the stack's."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+
+from eos_connectors.core.errors import StackError
+from eos_connectors.dev.endpoints import Endpoints
+
+CrashService = Callable[[str], None]
+
+
+def endpoints_and_crash() -> tuple[Endpoints, CrashService | None]:
+    """Endpoints from ``EOS_*`` variables, else the package's stack (started when down).
+
+    The second value SIGKILLs a service and starts it again on its port; it is None
+    when the endpoints are not the stack's, because then the harness cannot restart them.
+    """
+    from eos_connectors.dev.stack import Stack
+
+    from_env = Endpoints.from_env()
+    if from_env is None:
+        print("Starting the local stack (Kafka, PostgreSQL, Redis)...", file=sys.stderr)
+        started = Stack().up()
+        return started, crash_function(started)
+    return from_env, crash_function(from_env)
+
+
+def crash_function(endpoints: Endpoints) -> CrashService | None:
+    """A function that crashes and restarts a service of the running stack, if
+    ``endpoints`` are that stack's."""
+    from eos_connectors.dev.stack import Stack
+
+    stack = Stack()
+    if not stack.is_up() or stack.endpoints() != endpoints:
+        return None
+
+    def crash_and_restart(name: str) -> None:
+        stack.kill(name)
+        try:
+            stack.up()
+        except StackError as exc:  # one more try: a crashed server may need a moment
+            print(f"restarting {name} failed once ({exc}); trying again", file=sys.stderr)
+            time.sleep(3)
+            stack.up()
+        if stack.endpoints() != endpoints:
+            raise StackError(
+                f"{name} came back on another port ({stack.endpoints().describe()}), so the "
+                "pipeline under test cannot reach it: the run cannot go on."
+            )
+
+    return crash_and_restart

@@ -1,0 +1,275 @@
+"""Apache Kafka in KRaft combined mode, run with ``java`` from the broker's Maven Central jars."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import secrets
+import uuid
+from pathlib import Path
+
+from eos_connectors.core.errors import StackError
+from eos_connectors.dev.endpoints import SASL_MECHANISM, KafkaSasl
+from eos_connectors.dev.stack.process import (
+    LOOPBACK,
+    free_port,
+    pid_alive,
+    require_binary,
+    run,
+    spawn,
+    wait_until,
+)
+from eos_connectors.dev.stack.service import Service, ServiceRecord
+from eos_connectors.ops.cache import cache_root
+
+KAFKA_VERSION = "4.3.1"
+SCALA_VERSION = "2.13"
+LOG4J_VERSION = "2.24.3"
+SLF4J_VERSION = "2.0.17"
+
+SASL_USER = "eos"
+SCRAM_ITERATIONS = 4096
+
+# Broker settings shared with docker-compose.yml (a test checks that they match).
+KAFKA_SETTINGS: dict[str, str] = {
+    "process.roles": "broker,controller",
+    "node.id": "1",
+    "offsets.topic.replication.factor": "1",
+    "offsets.topic.num.partitions": "8",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "transaction.state.log.num.partitions": "8",
+    "share.coordinator.state.topic.replication.factor": "1",
+    "share.coordinator.state.topic.min.isr": "1",
+    "group.initial.rebalance.delay.ms": "0",
+    # The coordinator looks for transactions open past their timeout every second (not
+    # every 10 s), so a test of a timed-out task transaction waits seconds, not tens.
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
+    "auto.create.topics.enable": "false",
+    "num.partitions": "1",
+}
+
+INSTALL_HINT = (
+    "Install Java 17+ and Maven (Debian: 'apt-get install -y openjdk-17-jre-headless maven'), "
+    "or run 'make bootstrap', which installs them."
+)
+
+_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>eos-connectors</groupId><artifactId>kafka-broker</artifactId><version>1</version>
+  <dependencies>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_{scala}</artifactId>
+      <version>{kafka}</version></dependency>
+    <dependency><groupId>org.slf4j</groupId><artifactId>slf4j-api</artifactId>
+      <version>{slf4j}</version></dependency>
+    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-slf4j2-impl</artifactId>
+      <version>{log4j}</version></dependency>
+    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-core</artifactId>
+      <version>{log4j}</version></dependency>
+  </dependencies>
+</project>
+"""
+
+_LOG4J2 = """Configuration:
+  Appenders:
+    Console:
+      name: STDOUT
+      PatternLayout:
+        Pattern: "[%d] %p %m (%c)%n"
+  Loggers:
+    Logger:
+      - name: kafka
+        level: INFO
+      - name: org.apache.kafka
+        level: WARN
+    Root:
+      level: WARN
+      AppenderRef:
+        - ref: STDOUT
+"""
+
+
+def jar_cache_dir() -> Path:
+    """Where the broker's jars are resolved once, shared by every stack of this user."""
+    return cache_root() / f"kafka_{SCALA_VERSION}-{KAFKA_VERSION}"
+
+
+def ensure_jars() -> Path:
+    """Resolve the broker and its runtime dependencies with Maven (once); return the jar dir."""
+    pom = _POM.format(
+        scala=SCALA_VERSION, kafka=KAFKA_VERSION, slf4j=SLF4J_VERSION, log4j=LOG4J_VERSION
+    )
+    return maven_jars(jar_cache_dir(), pom, f"Resolving Apache Kafka {KAFKA_VERSION}")
+
+
+def maven_jars(cache: Path, pom: str, what: str) -> Path:
+    """The runtime jars of ``pom``'s dependencies, copied once into ``cache``/libs by Maven."""
+    libs = cache / "libs"
+    done = cache / ".resolved"
+    if done.exists():
+        return libs
+    require_binary("mvn", INSTALL_HINT)
+    cache.mkdir(parents=True, exist_ok=True)
+    (cache / "pom.xml").write_text(pom)
+    command = ["mvn", "-q", "-B", "dependency:copy-dependencies", "-DincludeScope=runtime"]
+    run([*command, f"-DoutputDirectory={libs}"], what=f"{what} from Maven Central", cwd=cache)
+    done.write_text(pom)
+    return libs
+
+
+def kafka_answers(bootstrap: str, timeout: float = 2.0) -> bool:
+    """True when a broker at ``bootstrap`` answers a metadata request."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    try:
+        metadata = admin.list_topics(timeout=timeout)
+    except Exception:
+        return False
+    return bool(metadata.brokers)
+
+
+def add_scram_user(bootstrap: str, user: tuple[str, str]) -> None:
+    """Create (or reset) the SASL listener's SCRAM user through the plain listener."""
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]
+        AdminClient,
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialUpsertion,
+    )
+
+    name, password = user
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, SCRAM_ITERATIONS)
+    upsert = UserScramCredentialUpsertion(name, info, password.encode())
+    for future in admin.alter_user_scram_credentials([upsert]).values():
+        future.result(timeout=60)
+
+
+def _cluster_id() -> str:
+    """A random Kafka cluster id (22 characters of URL-safe base64). Like Kafka's own
+    Uuid.randomUuid, never one starting with '-', which the storage tool would take for
+    an option (1 id in 64 did: a CI run failed on it)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
+class KafkaService(Service):
+    name = "kafka"
+
+    @property
+    def marker(self) -> Path:
+        return self.dir / "server.properties"
+
+    def check_installed(self) -> None:
+        require_binary("java", INSTALL_HINT)
+        if not (jar_cache_dir() / ".resolved").exists():
+            require_binary("mvn", INSTALL_HINT)
+
+    def start(self, previous: ServiceRecord | None) -> ServiceRecord:
+        libs = ensure_jars()
+        ports = self._ports(previous.ports if previous else ())
+        self._write_config(*ports)
+        classpath = f"{libs}/*"
+        self._format_storage(classpath)
+        pid = spawn(self._java(classpath, "kafka.Kafka", str(self.marker)), self.log_path, self.dir)
+        record = ServiceRecord(self.name, pid, ports, f"{LOOPBACK}:{ports[0]}")
+        wait_until(
+            lambda: self.answers(record),
+            timeout=120,
+            what=f"Kafka on {record.endpoint}",
+            alive=lambda: pid_alive(pid),  # ours: just spawned (its title may be mid-rewrite)
+            log_path=self.log_path,
+        )
+        add_scram_user(record.endpoint, self.sasl_user())
+        return record
+
+    @staticmethod
+    def _ports(old: tuple[int, ...]) -> tuple[int, int, int]:
+        """The plain, controller and SASL ports: the previous ones where still free."""
+        chosen: list[int] = []
+        for i in range(3):
+            port = free_port(old[i] if i < len(old) else None)
+            while port in chosen:
+                port = free_port()
+            chosen.append(port)
+        return chosen[0], chosen[1], chosen[2]
+
+    def sasl_user(self) -> tuple[str, str]:
+        """The SASL listener's user and its password, made once per stack directory."""
+        path = self.dir / "sasl-user.json"
+        if not path.exists():
+            self.dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as out:
+                json.dump({"username": SASL_USER, "password": secrets.token_hex(16)}, out)
+        user = json.loads(path.read_text())
+        return user["username"], user["password"]
+
+    def sasl(self, record: ServiceRecord) -> KafkaSasl | None:
+        """The SASL listener of a running broker (None for one started before it had one)."""
+        if len(record.ports) < 3:
+            return None
+        username, password = self.sasl_user()
+        return KafkaSasl(f"{LOOPBACK}:{record.ports[2]}", username, password)
+
+    def answers(self, record: ServiceRecord) -> bool:
+        return kafka_answers(record.endpoint)
+
+    def _java(self, classpath: str, main: str, *args: str) -> list[str]:
+        heap = os.environ.get("EOS_KAFKA_HEAP", "1g")
+        return [
+            require_binary("java", INSTALL_HINT),
+            f"-Xmx{heap}",
+            "-Xms256m",
+            "-XX:+UseG1GC",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={self.dir / 'log4j2.yaml'}",
+            "-cp",
+            classpath,
+            main,
+            *args,
+        ]
+
+    def _write_config(self, port: int, controller_port: int, sasl_port: int) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        plain, sasl = f"PLAINTEXT://{LOOPBACK}:{port}", f"SASL_PLAINTEXT://{LOOPBACK}:{sasl_port}"
+        settings = {
+            **KAFKA_SETTINGS,
+            "controller.quorum.voters": f"1@{LOOPBACK}:{controller_port}",
+            "listeners": f"{plain},{sasl},CONTROLLER://{LOOPBACK}:{controller_port}",
+            "advertised.listeners": f"{plain},{sasl}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": (
+                "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT"
+            ),
+            "sasl.enabled.mechanisms": SASL_MECHANISM,
+            # The broker's side of SCRAM needs a login module; users live in the metadata log.
+            f"listener.name.sasl_plaintext.{SASL_MECHANISM.lower()}.sasl.jaas.config": (
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+            ),
+            "log.dirs": str(self.dir / "data"),
+        }
+        self.marker.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+        (self.dir / "log4j2.yaml").write_text(_LOG4J2)
+
+    def _format_storage(self, classpath: str) -> None:
+        if (self.dir / "data" / "meta.properties").exists():
+            return
+        argv = self._java(
+            classpath,
+            "kafka.tools.StorageTool",
+            "format",
+            "--cluster-id",
+            _cluster_id(),
+            "--config",
+            str(self.marker),
+        )
+        try:
+            run(argv, what="Formatting the Kafka storage", cwd=self.dir)
+        except StackError as exc:
+            raise StackError(f"{exc}\nData directory: {self.dir / 'data'}") from exc

@@ -1,0 +1,210 @@
+"""Process helpers shared by the stack's services: ports, spawning, waiting, stopping."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from eos_connectors.core.errors import StackError
+
+LOOPBACK = "127.0.0.1"
+
+
+#: How long a restart waits for its old port: connections a crashed server left in
+#: FIN_WAIT2 hold it for up to net.ipv4.tcp_fin_timeout (60 s by default).
+PORT_WAIT = 65.0
+
+
+def free_port(preferred: int | None = None, wait: float = PORT_WAIT) -> int:
+    """Return ``preferred`` once it is free on loopback (waiting up to ``wait`` seconds:
+    clients keep the endpoint they know), else a free port the OS picks."""
+    deadline = time.monotonic() + wait
+    while preferred:
+        if port_is_free(preferred):
+            return preferred
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(0.5)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOOPBACK, 0))
+        return int(sock.getsockname()[1])
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((LOOPBACK, port))
+        except OSError:
+            return False
+        return True
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return not _is_zombie(pid)
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] == "Z"
+
+
+def pid_cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def owned_pid(pid: int | None, marker: Path) -> bool:
+    """True when ``pid`` runs and its command line names ``marker`` (a file of this stack).
+
+    This is how ``down`` stops only what the stack started: a recycled pid of
+    some other program never names the stack's own config file.
+    """
+    return bool(pid) and pid_alive(int(pid or 0)) and str(marker) in pid_cmdline(int(pid or 0))
+
+
+def spawn(
+    argv: Sequence[str], log_path: Path, cwd: Path, env: Mapping[str, str] | None = None
+) -> int:
+    """Start a detached server process (own session, output to ``log_path``, ``env`` or
+    this process's environment); return its pid."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            list(argv),
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=None if env is None else dict(env),
+        )
+    return proc.pid
+
+
+def terminate(pid: int, timeout: float = 30.0, sig: int = signal.SIGTERM) -> None:
+    """Send ``sig`` (SIGTERM), wait up to ``timeout`` seconds, then SIGKILL."""
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not pid_alive(pid):
+            _reap(pid)
+            return
+        time.sleep(0.1)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    _reap(pid)
+
+
+def crash(pid: int, timeout: float = 30.0) -> None:
+    """SIGKILL ``pid`` and its children (a server's workers) at once, as a machine crash
+    would stop them, and wait until all are gone so the server can start again."""
+    victims = [pid, *children(pid)]
+    for victim in victims:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(victim, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    for victim in victims:
+        _reap(victim)
+        while pid_alive(victim) and time.monotonic() < deadline:
+            time.sleep(0.05)
+            _reap(victim)
+
+
+def children(pid: int) -> list[int]:
+    """Pids whose parent is ``pid`` (from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[-1].split()
+        except OSError:
+            continue
+        if len(fields) > 1 and fields[1] == str(pid):
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _reap(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def wait_until(
+    check: Callable[[], bool],
+    timeout: float,
+    what: str,
+    alive: Callable[[], bool] = lambda: True,
+    log_path: Path | None = None,
+) -> None:
+    """Poll ``check`` until true; fail with the log's tail on timeout or when the process dies."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        if not alive():
+            raise StackError(f"{what}: the process exited while starting.{log_tail(log_path)}")
+        time.sleep(0.25)
+    raise StackError(f"{what}: not ready after {timeout:.0f} s.{log_tail(log_path)}")
+
+
+def log_tail(log_path: Path | None, lines: int = 25) -> str:
+    if log_path is None or not log_path.exists():
+        return ""
+    tail = log_path.read_text(errors="replace").splitlines()[-lines:]
+    return f"\nLast lines of {log_path}:\n" + "\n".join(tail)
+
+
+def require_binary(name: str, install_hint: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        raise StackError(f"'{name}' was not found on PATH. {install_hint}")
+    return path
+
+
+def run(
+    argv: Sequence[str],
+    what: str,
+    cwd: Path | None = None,
+    timeout: float = 600,
+    stdin: str | None = None,
+) -> str:
+    """Run a command to completion; a non-zero exit is a StackError carrying its output."""
+    try:
+        done = subprocess.run(
+            list(argv),
+            cwd=cwd,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise StackError(f"{what}: timed out after {timeout:.0f} s") from exc
+    if done.returncode != 0:
+        output = (done.stdout + done.stderr).strip().splitlines()[-30:]
+        raise StackError(f"{what} failed (exit {done.returncode}):\n" + "\n".join(output))
+    return done.stdout

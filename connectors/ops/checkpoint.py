@@ -1,0 +1,187 @@
+"""Reading a Spark streaming checkpoint: what ``eos checkpoint inspect`` shows.
+
+A checkpoint directory holds ``metadata`` (the query id), ``offsets/N`` (written
+before batch N runs: a version line, the batch's metadata with its watermark and
+the SQL settings fixed at the first start, then one line per source),
+``commits/N`` (written once batch N completed), ``sources/`` and ``state/``
+(``state/<operator>/<partition>/`` per state store: version V holds the state
+after batch V-1, as ``V.zip``/``V.changelog`` with RocksDB or
+``V.snapshot``/``V.delta`` with the HDFS-backed store; ``state/<operator>/_metadata``
+describes the operator). Everything here only reads files.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from eos_connectors.core.errors import EosError
+
+#: A state store version file (or its checksum): ``V.zip``, ``.V.changelog.crc``, ...
+STATE_FILE = re.compile(r"^\.?(\d+)\.(zip|changelog|snapshot|delta)(\.crc)?$")
+#: A batch's file in ``offsets/``, ``commits/`` or operator metadata (or its checksum).
+BATCH_FILE = re.compile(r"^\.?(\d+)(\.crc)?$")
+
+
+class CheckpointError(EosError):
+    """A directory that is not a readable streaming checkpoint, or one in the wrong state."""
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    """One state store partition's files."""
+
+    partition: int
+    files: int
+    bytes: int
+    latest_version: int | None
+    latest_snapshot: int | None  # a full copy (.zip or .snapshot) at this version
+    changelogs_since: int  # .changelog or .delta files after it, replayed on load
+
+
+@dataclass(frozen=True)
+class OperatorState:
+    operator: int
+    name: str
+    partitions: tuple[PartitionState, ...]
+
+    @property
+    def bytes(self) -> int:
+        return sum(p.bytes for p in self.partitions)
+
+    @property
+    def current_partitions(self) -> int:
+        """Partitions at the newest version: after a rescale, the old extra ones stay behind."""
+        versions = [p.latest_version for p in self.partitions if p.latest_version is not None]
+        return sum(1 for p in self.partitions if versions and p.latest_version == max(versions))
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """What a checkpoint directory says about its query."""
+
+    path: Path
+    query_id: str
+    last_planned: int | None
+    last_committed: int | None
+    watermark_ms: int
+    conf: dict[str, str] = field(default_factory=dict)
+    sources: tuple[dict[str, Any] | None, ...] = ()  # the last planned batch's end, per source
+    operators: tuple[OperatorState, ...] = ()
+
+    @property
+    def clean(self) -> bool:
+        """Stopped between batches: the last planned batch is committed."""
+        return self.last_planned is not None and self.last_planned == self.last_committed
+
+    @property
+    def shuffle_partitions(self) -> int | None:
+        value = self.conf.get("spark.sql.shuffle.partitions")
+        return int(value) if value else None
+
+
+def batches(directory: Path) -> list[int]:
+    """The batch ids with a file in ``offsets/`` or ``commits/``, ascending."""
+    if not directory.is_dir():
+        return []
+    return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit())
+
+
+def read_offsets(path: Path, batch: int) -> tuple[dict[str, Any], list[dict[str, Any] | None]]:
+    """``offsets/<batch>``: its metadata and each source's offset (None for "-")."""
+    lines = (path / "offsets" / str(batch)).read_text().splitlines()
+    if len(lines) < 2 or not lines[0].startswith("v"):
+        raise CheckpointError(f"{path / 'offsets' / str(batch)} is not a Spark offsets file.")
+    metadata = json.loads(lines[1])
+    return metadata, [None if line == "-" else json.loads(line) for line in lines[2:]]
+
+
+def read_checkpoint(path: Path) -> Checkpoint:
+    """The checkpoint at ``path``; CheckpointError if it is none."""
+    path = path.resolve()
+    metadata = path / "metadata"
+    if not metadata.is_file():
+        raise CheckpointError(
+            f"{path} is not a streaming checkpoint (no 'metadata' file). Give the query's "
+            "checkpointLocation."
+        )
+    query_id = str(json.loads(metadata.read_text())["id"])
+    planned, committed = batches(path / "offsets"), batches(path / "commits")
+    conf: dict[str, str] = {}
+    sources: list[dict[str, Any] | None] = []
+    watermark = 0
+    if planned:
+        batch_metadata, sources = read_offsets(path, planned[-1])
+        conf = {str(k): str(v) for k, v in batch_metadata.get("conf", {}).items()}
+        watermark = int(batch_metadata.get("batchWatermarkMs", 0))
+    return Checkpoint(
+        path=path,
+        query_id=query_id,
+        last_planned=planned[-1] if planned else None,
+        last_committed=committed[-1] if committed else None,
+        watermark_ms=watermark,
+        conf=conf,
+        sources=tuple(sources),
+        operators=tuple(_operators(path / "state")),
+    )
+
+
+def _operators(state: Path) -> list[OperatorState]:
+    if not state.is_dir():
+        return []
+    found = []
+    for operator in sorted((p for p in state.iterdir() if p.name.isdigit()), key=_number):
+        partitions = [
+            _partition(p) for p in sorted(operator.iterdir(), key=_number) if p.name.isdigit()
+        ]
+        found.append(OperatorState(int(operator.name), _operator_name(operator), tuple(partitions)))
+    return found
+
+
+def _number(path: Path) -> int:
+    return int(path.name) if path.name.isdigit() else -1
+
+
+def operator_metadata(operator: Path) -> dict[str, Any]:
+    """The operator's newest metadata (``_metadata/v2/<batch>`` for transformWithState,
+    else ``_metadata/metadata``): a version line, then one JSON object; {} when none."""
+    v2 = operator / "_metadata" / "v2"
+    written = batches(v2)
+    path = v2 / str(written[-1]) if written else operator / "_metadata" / "metadata"
+    if not path.is_file():
+        return {}
+    for line in path.read_text().splitlines()[1:]:
+        if line.strip():
+            found: dict[str, Any] = json.loads(line)
+            return found
+    return {}
+
+
+def _operator_name(operator: Path) -> str:
+    return str(operator_metadata(operator).get("operatorInfo", {}).get("operatorName", ""))
+
+
+def _partition(directory: Path) -> PartitionState:
+    files = [p for p in directory.rglob("*") if p.is_file() and not p.name.startswith(".")]
+    versions: dict[int, set[str]] = {}
+    for file in directory.iterdir():
+        match = STATE_FILE.match(file.name)
+        if match:
+            versions.setdefault(int(match.group(1)), set()).add(match.group(2))
+    full = [v for v, kinds in versions.items() if kinds & {"zip", "snapshot"}]
+    latest_full = max(full) if full else None
+    return PartitionState(
+        partition=int(directory.name),
+        files=len(files),
+        bytes=sum(p.stat().st_size for p in files),
+        latest_version=max(versions) if versions else None,
+        latest_snapshot=latest_full,
+        changelogs_since=sum(
+            1
+            for v, kinds in versions.items()
+            if kinds & {"changelog", "delta"} and (latest_full is None or v > latest_full)
+        ),
+    )

@@ -1,0 +1,419 @@
+"""A SparkSession set up for this package's pipelines, demos and tests.
+
+``local_session()`` gives a ``local[N]`` session (or one on ``master``) with the
+package's data sources registered. Starting one costs a fresh JVM about 12 s on
+a 2-core machine, most of it loading and verifying Spark's classes; with a
+class-data-sharing archive of those classes (``ensure_class_archive()``, built
+once per machine into the package's cache) it takes about 6 s. The harness and
+the tests restart Spark for every crash they inject, so they build it first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from eos_connectors.core.errors import EosError
+from eos_connectors.ops.cache import cache_root
+from eos_connectors.ops.spark_home import installed_spark_home, linked_spark_home, starting_spark
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+# local[N,F]: let a task fail F-1 times (a killed Python worker) before the query fails.
+TASK_ATTEMPTS = 4
+#: On a cluster: attempts of a stage in a row (fetch failures after lost executors).
+STAGE_ATTEMPTS = 8
+
+#: ``file:`` checkpoints (local, or a shared mount) through Hadoop's raw local file
+#: system: no ``.crc`` checksum file beside every checkpoint file. Without Hadoop's
+#: native library (the pip PySpark has none) each local file operation that sets a
+#: permission or resolves a link forks ``chmod`` or ``readlink`` from the JVM, and the
+#: checksum file doubles them: one atomic checkpoint write through Spark's FileContext
+#: manager (``offsets/N``, ``commits/N``, the state store's files; a batch writes about
+#: six) took 28-34 ms, and 19-23 ms raw (200 writes, local[1]). Only FileContext's
+#: class changes (``fs.AbstractFileSystem.file.impl``, what Spark's checkpoint manager
+#: uses): ``fs.file.impl`` too broke executors on a cluster, where Spark casts the
+#: ``file:`` FileSystem to LocalFileSystem. Renames stay atomic (rename(2)); other
+#: schemes (hdfs, s3a) are not touched; a session's own ``conf`` can set it back.
+LOCAL_FILES_RAW: dict[str, str] = {
+    "spark.hadoop.fs.AbstractFileSystem.file.impl": "org.apache.hadoop.fs.local.RawLocalFs",
+}
+
+#: Settings every session of this package gets (loopback only, RocksDB state with
+#: changelog checkpointing, no speculation, Arrow transfers, reused Python workers
+#: forked from a daemon that imported the task modules first, Unix domain sockets
+#: between Spark and its Python processes).
+BASE_CONF: dict[str, str] = {
+    "spark.ui.enabled": "false",
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.speculation": "false",
+    "spark.python.worker.reuse": "true",
+    # Tasks hand over to their Python workers, and the streaming source's driver-side
+    # runner answers Spark, over Unix domain sockets instead of loopback TCP: with the
+    # workers' garbage collection cut (eos_connectors.core.worker_daemon.freeze), a local[2] job
+    # of four Python data source write tasks went from 133 to 59 ms (median of 25).
+    "spark.python.unix.domain.socket.enabled": "true",
+    # Workers fork with pyarrow, pandas, confluent-kafka and the connectors imported.
+    "spark.python.daemon.module": "eos_connectors.core.worker_daemon",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.sql.streaming.stateStore.providerClass": (
+        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+    ),
+    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+    **LOCAL_FILES_RAW,
+}
+
+#: Settings that change the JVM's class path: a session with one of them cannot use
+#: the class archive (the JVM would ignore it anyway, since the paths differ).
+_CLASS_PATH_CONF = ("spark.jars", "spark.jars.packages", "spark.driver.extraClassPath")
+
+
+def local_session(
+    app: str = "eos",
+    cores: int = 2,
+    conf: Mapping[str, str] | None = None,
+    master: str | None = None,
+) -> SparkSession:
+    """A session with the package's data sources registered.
+
+    ``master`` defaults to ``local[cores, 4]`` (a task may fail three times, as a
+    killed Python worker makes it); give ``spark://host:port`` for a standalone
+    cluster, ``sc://host:port`` for a Spark Connect server, or ``connect`` for a
+    Spark Connect session on a local Connect server this process starts (local mode
+    behind it). ``conf`` adds or overrides Spark settings.
+    """
+    from eos_connectors.registry import register
+
+    master = master or f"local[{cores},{TASK_ATTEMPTS}]"
+    settings = {
+        **BASE_CONF,
+        "spark.driver.memory": os.environ.get("EOS_SPARK_DRIVER_MEMORY", "2g"),
+        "spark.log.level": os.environ.get("EOS_SPARK_LOG_LEVEL", "WARN"),
+        **cluster_conf(master),
+        **(conf or {}),
+    }
+    if is_connect(master):
+        spark = _start_connect(app, master, cores, settings)
+    else:
+        spark = _start(app, master, with_class_archive(settings))
+    register(spark)
+    return spark
+
+
+CONNECT_LOCAL = "connect"
+
+
+def is_connect(master: str | None) -> bool:
+    """Whether ``master`` asks for a Spark Connect session (see :func:`local_session`)."""
+    return master is not None and (master == CONNECT_LOCAL or master.startswith("sc://"))
+
+
+def _start_connect(app: str, master: str, cores: int, settings: Mapping[str, str]) -> SparkSession:
+    """A Spark Connect session: to the server at ``sc://...`` (only ``spark.sql.*``
+    settings apply to a session there), or to a local Connect server started here."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if master == CONNECT_LOCAL:
+        # The local server takes its settings from here when it starts; set on the
+        # session afterwards, the static ones would only warn that they cannot change.
+        remote = f"local[{cores},{TASK_ATTEMPTS}]"
+        os.environ["PYSPARK_REMOTE_INIT_CONF_LEN"] = "1"
+        os.environ["PYSPARK_REMOTE_INIT_CONF_0"] = json.dumps(dict(settings))
+    else:
+        remote = master
+    builder = SparkSession.builder.remote(remote).appName(app)
+    for key, value in settings.items():
+        if key.startswith("spark.sql."):  # a session can set these on any server
+            builder = builder.config(key, value)
+    with starting_spark():
+        return builder.getOrCreate()
+
+
+#: Environment variables a driver passes on to its executors on a cluster, where they do
+#: not inherit the driver's environment: the fault settings of the tests and the harness
+#: (never a secret), and the Python path the driver's own modules came from.
+FORWARDED_ENV_PREFIXES = ("EOS_FAULT_",)
+FORWARDED_ENV = ("PYTHONPATH",)
+
+
+def cluster_conf(master: str) -> dict[str, str]:
+    """Settings for a session on a cluster (``master`` not ``local``): one-core executors
+    that retry a failed task three times, stages resubmitted up to :data:`STAGE_ATTEMPTS`
+    times in a row, and :data:`FORWARDED_ENV` as ``spark.executorEnv.*``."""
+    if master.startswith("local") or is_connect(master):
+        return {}
+    forwarded = {
+        name: value
+        for name, value in os.environ.items()
+        if name in FORWARDED_ENV or name.startswith(FORWARDED_ENV_PREFIXES)
+    }
+    return {
+        "spark.executor.cores": "1",
+        "spark.executor.memory": os.environ.get("EOS_SPARK_EXECUTOR_MEMORY", "1g"),
+        "spark.task.maxFailures": str(TASK_ATTEMPTS),
+        # A lost executor takes its shuffle files along, and every stage reading them
+        # fails and is resubmitted; Spark gives a query up after 4 such attempts of one
+        # stage in a row (a CI run lost 4 executors in 17 s to three queries' faults).
+        "spark.stage.maxConsecutiveAttempts": str(STAGE_ATTEMPTS),
+        **{f"spark.executorEnv.{name}": value for name, value in forwarded.items()},
+    }
+
+
+def _start(app: str, master: str, settings: Mapping[str, str]) -> SparkSession:
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # listen on loopback only
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = SparkSession.builder.master(master).appName(app)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    with starting_spark():
+        spark = builder.getOrCreate()
+    _lift_shell_threshold(spark, settings.get("spark.log.level", "WARN"))
+    return spark
+
+
+_QUIETER_THAN_WARN = frozenset({"WARN", "ERROR", "FATAL", "OFF"})
+
+
+def _lift_shell_threshold(spark: SparkSession, level: str) -> None:
+    """Let ``spark.log.level`` below WARN through (driver).
+
+    A PySpark driver JVM starts as a shell, whose console appender drops every line
+    below WARN unless the logger is configured by name, whatever the root level says;
+    ``EOS_SPARK_LOG_LEVEL=INFO`` would print nothing new without this.
+    """
+    if level.upper() in _QUIETER_THAN_WARN:
+        return
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    logging = getattr(getattr(jvm.org.apache.spark.internal, "Logging$"), "MODULE$")
+    getattr(logging, "sparkShellThresholdLevel_$eq")(None)
+
+
+# -- the class-data-sharing archive ------------------------------------------------------
+
+_QUIET_CDS = "-Xlog:cds=off -Xlog:cds+dynamic=off"
+
+
+def class_archive_path() -> Path:
+    """The archive for this PySpark, its SPARK_HOME and this ``java``: another JDK, Spark
+    or home (the archive records the jars' paths) gets its own."""
+    import pyspark
+
+    java = shutil.which("java") or "java"
+    stat = Path(java).resolve().stat() if shutil.which("java") else None
+    home = linked_spark_home() or os.environ.get("SPARK_HOME") or installed_spark_home()
+    key = f"{pyspark.__version__}|{Path(java).resolve()}|{stat.st_mtime_ns if stat else 0}|{home}"
+    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+    return cache_root() / "spark-cds" / f"pyspark-{pyspark.__version__}-{digest}.jsa"
+
+
+def with_class_archive(settings: dict[str, str]) -> dict[str, str]:
+    """``settings`` plus the driver JVM option that maps the archive, when one is built,
+    wanted (``EOS_SPARK_CLASS_ARCHIVE`` is not ``0``) and the class path is Spark's own."""
+    archive = class_archive_path()
+    wanted = os.environ.get("EOS_SPARK_CLASS_ARCHIVE", "1") != "0"
+    if not wanted or not archive.exists() or any(k in settings for k in _CLASS_PATH_CONF):
+        return settings
+    return _with_java_option(settings, f"-XX:SharedArchiveFile={archive} {_QUIET_CDS}")
+
+
+def _with_java_option(settings: dict[str, str], option: str) -> dict[str, str]:
+    key = "spark.driver.extraJavaOptions"
+    current = settings.get(key, "")
+    return {**settings, key: f"{current} {option}".strip()}
+
+
+def ensure_class_archive(timeout: float = 300.0) -> Path | None:
+    """Build the archive once (about 25 s); None when building it failed (Spark then
+    starts without it: slower, never wrong). Safe to call from concurrent processes."""
+    archive = class_archive_path()
+    if archive.exists() or os.environ.get("EOS_SPARK_CLASS_ARCHIVE") == "0":
+        return archive if archive.exists() else None
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(archive.with_suffix(".lock")):
+        if archive.exists():
+            return archive
+        with tempfile.TemporaryDirectory(dir=archive.parent) as work:
+            partial = Path(work) / archive.name
+            command = [sys.executable, "-m", "eos_connectors.ops.spark", str(partial)]
+            env = {**os.environ, "EOS_SPARK_CLASS_ARCHIVE": "0"}
+            try:
+                subprocess.run(command, env=env, timeout=timeout, check=True, capture_output=True)
+            except (subprocess.SubprocessError, OSError) as exc:
+                print(
+                    f"eos: building Spark's class archive failed ({exc}); Spark starts without it",
+                    file=sys.stderr,
+                )
+                return None
+            if not partial.exists():
+                return None
+            partial.replace(archive)
+    return archive
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _archive_workload(out: Path) -> None:
+    """Run what the package's pipelines run (Python data sources, a stateful stage on
+    RocksDB, a Python streaming writer), then exit: the JVM writes the classes it
+    loaded to ``out`` as it exits."""
+    settings = _with_java_option(dict(BASE_CONF), f"-XX:ArchiveClassesAtExit={out} {_QUIET_CDS}")
+    spark = _start("eos-cds", f"local[2,{TASK_ATTEMPTS}]", settings)
+    spark.sparkContext.setLogLevel("ERROR")
+    from eos_connectors.registry import register
+
+    register(spark)
+    warm_up(spark, stateful_processor=True)
+    spark.stop()
+    _wait_for_jvm_exit()
+
+
+def warm_up(spark: SparkSession, stateful_processor: bool = False) -> None:
+    """Run a small streaming query through a Python source, an aggregation and a Python
+    sink (and a ``transformWithStateInPandas`` one), so the JVM has loaded their classes
+    and started PySpark's worker daemons before a real query needs them (about 12 s
+    on a 2-core machine)."""
+    from eos_connectors.dev.harness.pipeline import running_count_processor
+
+    spark.dataSource.register(_warm_up_source())
+    with tempfile.TemporaryDirectory() as work:
+        words = spark.readStream.format("eos_warm_up").load()
+        frames = [("count", words.groupBy("word").count(), "complete")]
+        if stateful_processor:
+            processed = words.groupBy("word").transformWithStateInPandas(
+                statefulProcessor=running_count_processor(),
+                outputStructType="word string, count long, delta long",
+                outputMode="Append",
+                timeMode="None",
+            )
+            frames.append(("state", processed, "append"))
+        for name, frame, mode in frames:
+            query = (
+                frame.writeStream.format("eos_warm_up")
+                .outputMode(mode)
+                .option("checkpointLocation", f"{work}/{name}")
+                .trigger(availableNow=True)
+                .queryName(f"eos-warm-up-{name}")
+                .start()
+            )
+            query.awaitTermination(120)
+
+
+def _wait_for_jvm_exit(timeout: float = 120.0) -> None:
+    """Close the gateway JVM's stdin (it exits on that) and wait: the archive is written
+    while the JVM exits, after this Python process would otherwise be gone."""
+    from pyspark import SparkContext
+
+    process = getattr(SparkContext._gateway, "proc", None)
+    if process is None:
+        return
+    with contextlib.suppress(OSError):
+        process.stdin.close()
+    process.wait(timeout)
+
+
+class _WarmUpReader:  # the methods PySpark's DataSourceStreamReader calls
+    def initialOffset(self) -> dict[str, int]:
+        return {"offset": 0}
+
+    def latestOffset(self) -> dict[str, int]:
+        return {"offset": 2}
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[Any]:
+        from pyspark.sql.datasource import InputPartition
+
+        return [InputPartition(i) for i in range(start["offset"], end["offset"])]
+
+    def read(self, partition: Any) -> Iterator[tuple[str]]:
+        yield from ((f"w{i % 7}",) for i in range(100))
+
+    def commit(self, end: dict[str, int]) -> None:
+        pass
+
+
+def _warm_up_source() -> Any:
+    from pyspark.sql.datasource import (
+        DataSource,
+        DataSourceStreamReader,
+        DataSourceStreamWriter,
+        WriterCommitMessage,
+    )
+
+    class Reader(_WarmUpReader, DataSourceStreamReader):  # type: ignore[misc]
+        pass
+
+    class Writer(DataSourceStreamWriter):  # type: ignore[misc]
+        def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+            for _ in iterator:
+                pass
+            return WriterCommitMessage()
+
+        def commit(self, messages: list[Any], batchId: int) -> None:
+            pass
+
+    class Source(DataSource):  # type: ignore[misc]
+        @classmethod
+        def name(cls) -> str:
+            return "eos_warm_up"
+
+        def schema(self) -> str:
+            return "word string"
+
+        def streamReader(self, schema: Any) -> Any:
+            return Reader()
+
+        def streamWriter(self, schema: Any, overwrite: bool) -> Any:
+            return Writer()
+
+    return Source
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        raise SystemExit(EosError("usage: python -m eos_connectors.ops.spark ARCHIVE_PATH"))
+    _archive_workload(Path(sys.argv[1]))
+
+
+@contextlib.contextmanager
+def tool_session(app: str) -> Iterator[SparkSession]:
+    """A session for a tool (``eos state get``, ``eos checkpoint rescale``): the active one
+    (a notebook's, a test's), else a local one, stopped afterwards."""
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        yield active
+        return
+    spark = local_session(app=app)
+    try:
+        yield spark
+    finally:
+        spark.stop()

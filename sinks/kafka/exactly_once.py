@@ -1,0 +1,328 @@
+"""The Kafka sink's task side: one transaction per task, fenced and marked with its batch.
+
+librdkafka cannot prepare a transaction in one process and commit it in another,
+so each task commits its own transaction: the records and, inside the same
+transaction, a progress marker (the committed offset ``batch + 1`` of a
+sink-owned consumer group). A batch already marked is not written again.
+
+Producers and marker consumers are pooled per Python worker (Spark reuses its
+workers across tasks and batches; :class:`ClientPool`), so a task does not pay
+for a new producer, its metadata and ``init_transactions()`` every batch.
+Fencing still decides who may commit: ``init_transactions()`` of a producer of
+the same (sink, task partition) anywhere fences every earlier one and ends its
+open transaction.
+
+A task looks where its task partition stands before any transaction, while Spark
+computes its rows: a *quick* read of the marker (as the group last applied it)
+refuses another query's task partition before fencing anybody, skips a marked
+batch, and shows whether a pooled producer's marker moved since the producer's
+own last commit (another producer of the id moved it, so fenced it: a new one is
+made now, not after the rows came). A new producer is followed by a *stable*
+read (``require_stable``: a broker applies a committed transaction's offsets
+after it answered the commit), the only read trusted to say what to write. The
+transaction begins at the first row, so time spent upstream before it does not
+count against ``transaction.timeout.ms``, and a task with no rows opens none. A
+pooled producer fenced without the marker moving (another attempt initialised
+one and wrote nothing) fails at the transaction's first call, the marker's
+offset, before any record: the task takes a new producer and looks again.
+
+The same transaction also writes the marker as a record, keyed by the
+transactional id, to a compacted *marker log* topic: group offsets expire
+(``offsets.retention.minutes``) once a sink stops, the log never does, so a
+marker missing from the group is looked up there before a batch counts as new.
+Both carry the query id that wrote them: a marker of another query (a new
+checkpoint, or a second query, with the same ``sinkId``) fails the task instead
+of skipping its batches, and a task partition with no marker of its own query
+first makes sure the sink id is its query's (:mod:`sinks.kafka.claim`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+
+import pyarrow as pa
+from confluent_kafka import Producer
+from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
+
+from eos_connectors.core import faults, timing
+from eos_connectors.core.ahead import RowsAhead
+from eos_connectors.core.context import TaskIdentity
+from eos_connectors.core.protocol import Lineage, SinkClaimedError
+from eos_connectors.sinks.kafka.claim import ensure_claimed
+from eos_connectors.sinks.kafka.clients import (
+    CALL_TIMEOUT,
+    abort_quietly,
+    call,
+    is_fenced,
+    produce_rows,
+)
+from eos_connectors.sinks.kafka.errors import KafkaSinkError
+from eos_connectors.sinks.kafka.marker import MarkerGroup, moved
+from eos_connectors.sinks.kafka.options import KafkaSinkOptions, transactional_id
+from eos_connectors.sinks.kafka.pool import CLIENTS, ClientPool
+from eos_connectors.sinks.kafka.records import Row, rows
+
+log = logging.getLogger(__name__)
+
+
+class _StaleProducerError(KafkaSinkError):
+    """A pooled producer was fenced (or broken) before its transaction wrote anything."""
+
+
+class TaskReport(WriterCommitMessage):
+    """What one task did: records written, or skipped because its batch was marked."""
+
+    def __init__(self, batch_id: int, partition: int, records: int, skipped: bool) -> None:
+        self.batch_id = batch_id
+        self.partition = partition
+        self.records = records
+        self.skipped = skipped
+
+
+def sink_id(options: KafkaSinkOptions, query_id: str) -> str:
+    return options.sink_id_for(query_id)
+
+
+class KafkaExactlyOnceWriter(DataSourceStreamArrowWriter):
+    """Exactly-once under deterministic replay.
+
+    Guarantee: a task's records become visible to read_committed readers when
+    its transaction commits, before Spark completes the batch; every record is
+    written exactly once, provided a replayed batch gives each task partition the
+    same records (true for eos_kafka input, whose offsets record how each batch is
+    split into tasks, and deterministic stages).
+    """
+
+    def __init__(self, options: KafkaSinkOptions) -> None:
+        self.options = options
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskReport:
+        """Task: Spark's entry point; see :meth:`write_task`."""
+        return self.write_task(TaskIdentity.current(), iterator)
+
+    def write_task(
+        self, task: TaskIdentity, iterator: Iterator[pa.RecordBatch], pool: ClientPool | None = None
+    ) -> TaskReport:
+        """Task: 1. the worker's pooled producer and marker consumer for the task partition,
+        if it has them; 2-5. the transaction (:meth:`_attempts`); 6. back to the pool.
+        Spark's first rows are pulled on a thread meanwhile (:class:`RowsAhead`)."""
+        steps = timing.TaskSteps("sink write", task.batch_id, rest="produce")
+        pool = pool or CLIENTS
+        sid = sink_id(self.options, task.query_id)
+        name = transactional_id(self.options, sid, task.partition)
+        with RowsAhead(iterator) as ahead:
+            rows_in = FirstRows(steps.pulled("waiting for rows", iter(ahead)))
+            pooled, marker = pool.take(self.options, name)
+            try:
+                report, producer = self._attempts(pooled, marker, task, rows_in, sid, steps, pool)
+            except BaseException:
+                pool.discard(marker)
+                raise
+            finally:
+                steps.record()
+        if producer is not None:
+            pool.give_back(self.options, name, producer, marker)
+        else:  # a marked batch that needed no producer
+            pool.discard(marker)
+        faults.point("after-commit", task.batch_id, role="worker", query=task.query_name)
+        return report
+
+    def _attempts(
+        self,
+        pooled: Producer | None,
+        marker: MarkerGroup,
+        task: TaskIdentity,
+        rows_in: FirstRows,
+        sid: str,
+        steps: timing.TaskSteps,
+        pool: ClientPool,
+    ) -> tuple[TaskReport, Producer | None]:
+        """Task: 2. where the task partition stands (:meth:`_stand`): its marker read stably,
+        its owner checked, a producer fenced in where needed, all before any transaction;
+        3. a marked batch, or no rows, ends here with no transaction; 4. at the first row,
+        the transaction; 5. a pooled producer found fenced there after all (another
+        attempt initialised one and wrote nothing) is replaced, and 2-4 run again."""
+        producer, fresh = pooled, False
+        while True:
+            since = time.perf_counter()
+            producer, fresh = self._stand(producer, fresh, marker, task, sid, pool)
+            steps.add("marker and producer", since)
+            done, _owner = marker.known or (0, "")
+            if done > task.batch_id:
+                log.info("batch %d partition %d is marked: skipping", task.batch_id, task.partition)
+                return TaskReport(task.batch_id, task.partition, 0, skipped=True), producer
+            if rows_in.first() is None:
+                return TaskReport(task.batch_id, task.partition, 0, skipped=False), producer
+            assert producer is not None
+            try:
+                return self._attempt(producer, marker, task, rows_in, sid, steps), producer
+            except _StaleProducerError as exc:
+                if fresh:
+                    raise
+                log.info(
+                    "pooled producer %s is stale (%s): initialising a new one", marker.group, exc
+                )
+                producer, marker.known = None, None
+
+    def _stand(
+        self,
+        producer: Producer | None,
+        fresh: bool,
+        marker: MarkerGroup,
+        task: TaskIdentity,
+        sid: str,
+        pool: ClientPool,
+    ) -> tuple[Producer | None, bool]:
+        """Task: a quick read of the marker first, to refuse another query's task
+        partition before fencing anybody and to skip a marked batch with no producer; a
+        pooled producer whose marker moved since its own last commit (another producer of
+        the id moved it, so fenced it) is dropped; a task without a producer gets a new
+        one, fenced in, and reads the marker stably: only a read after its own
+        init_transactions() is trusted to say what to write."""
+        quick = marker.read_quick()
+        self._check_owner(quick, task, sid)
+        if producer is not None and moved(quick, marker.known):
+            log.info(
+                "marker %s moved since this worker's last batch: its producer is fenced",
+                marker.group,
+            )
+            producer = None
+        if producer is None and quick is not None and quick[0] > task.batch_id:
+            marker.known = quick  # marked (markers only move forward): no producer needed
+            return producer, fresh
+        if producer is None:
+            producer, fresh = pool.new_producer(self.options, marker.group), True
+            marker.known = marker.read()
+            self._check_owner(marker.known, task, sid)
+        return producer, fresh
+
+    def _check_owner(self, marker: tuple[int, str] | None, task: TaskIdentity, sid: str) -> None:
+        """SinkClaimedError when another query marked the task partition, or holds the
+        sink's claim: looked up (and taken, if free) when the marker names no query yet,
+        the task partition's first batch or its first since a reset."""
+        owner = marker[1] if marker is not None else ""
+        if owner and owner != task.query_id:
+            raise SinkClaimedError(sid, Lineage(owner), task.query_id)
+        if not owner:
+            ensure_claimed(self.options, sid, task.query_id)
+
+    def _attempt(
+        self,
+        producer: Producer,
+        marker: MarkerGroup,
+        task: TaskIdentity,
+        rows_in: FirstRows,
+        sid: str,
+        steps: timing.TaskSteps,
+    ) -> TaskReport:
+        """Begin with the marker's offset (a stale producer fails here, before any record),
+        the marker log record, the rows, commit."""
+        since = time.perf_counter()
+        begin(producer, marker, task)
+        began = time.monotonic()
+        try:
+            steps.add("begin and marker", since)
+            log_marker(producer, marker, task)
+            faults.point("before-prepare", task.batch_id, role="worker", query=task.query_name)
+            batches = rows(rows_in.all(), self.options.topic)
+            count = finish(producer, task, batches, sid, steps)
+            marker.known = (task.batch_id + 1, task.query_id)
+        except Exception as exc:  # a crash (or a simulated one) leaves it open, for fencing
+            abort_quietly(producer)
+            explain_timeout(exc, self.options, time.monotonic() - began)
+            raise
+        return TaskReport(task.batch_id, task.partition, count, skipped=False)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Driver: nothing to do: each task committed its own transaction."""
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Driver: nothing to do: an unfinished task transaction is aborted by the next
+        attempt's init_transactions(), or by the broker after transaction.timeout.ms."""
+
+
+class FirstRows:
+    """Task side: Spark's Arrow batches with the first one holding rows looked at before
+    the transaction begins (so time spent upstream before the first row does not count
+    against ``transaction.timeout.ms``, and a task with no rows opens no transaction)."""
+
+    def __init__(self, batches: Iterator[pa.RecordBatch]) -> None:
+        self._batches = batches
+        self._first: pa.RecordBatch | None = None
+        self._looked = False
+
+    def first(self) -> pa.RecordBatch | None:
+        """The first batch with rows, None when there is none (waits for Spark)."""
+        if not self._looked:
+            self._looked = True
+            self._first = next((b for b in self._batches if b.num_rows), None)
+        return self._first
+
+    def all(self) -> Iterator[pa.RecordBatch]:
+        first = self.first()
+        if first is not None:
+            yield first
+            yield from self._batches
+
+
+def explain_timeout(exc: Exception, options: KafkaSinkOptions, open_seconds: float) -> None:
+    """A transaction open longer than ``transaction.timeout.ms`` is aborted by the broker,
+    which bumps the producer's epoch: the next call fails as fenced. Say which setting to
+    raise instead of leaving "fenced by a newer instance"."""
+    if not isinstance(exc, KafkaSinkError) or not is_fenced(exc):
+        return
+    if open_seconds * 1000 < options.transaction_timeout_ms:
+        return
+    raise KafkaSinkError(
+        f"The task's transaction was open {open_seconds:.1f} s, longer than "
+        f"kafka.transaction.timeout.ms ({options.transaction_timeout_ms} ms), so the broker "
+        "aborted it; nothing of it is visible and Spark retries the task. Raise the option "
+        "kafka.transaction.timeout.ms above the time a task takes to write its rows (at most "
+        "the broker's transaction.max.timeout.ms)."
+    ) from exc
+
+
+def begin(producer: Producer, marker: MarkerGroup, task: TaskIdentity) -> None:
+    """Begin, and add the marker's offset ``batch + 1``: the transaction's first broker
+    call, so a fenced (pooled) producer fails here, as :class:`_StaleProducerError`,
+    before any record went out."""
+    try:
+        call(producer.begin_transaction, "begin_transaction")
+        offsets = [marker.offset(task.batch_id + 1, task.query_id)]
+        metadata = marker.group_metadata()
+        call(
+            lambda: producer.send_offsets_to_transaction(offsets, metadata, CALL_TIMEOUT),
+            "send_offsets_to_transaction",
+        )
+    except KafkaSinkError as exc:
+        if is_fenced(exc):  # nothing to abort: the producer is done for, and is dropped
+            raise _StaleProducerError(str(exc)) from exc
+        raise
+
+
+def log_marker(producer: Producer, marker: MarkerGroup, task: TaskIdentity) -> None:
+    """The marker log record, as the transaction's first record, before any row: a new
+    producer looks the log topic up and registers its partition with the transaction
+    while the task still waits for rows, not inside commit (a record produced just
+    before ``commit_transaction()`` held some commits up ~100 ms on a new producer)."""
+    topic, key, value = marker.log_record(task.batch_id + 1, task.query_id)
+    producer.produce(topic, value, key, partition=0)
+
+
+def finish(
+    producer: Producer,
+    task: TaskIdentity,
+    batches: Iterator[list[Row]],
+    sid: str,
+    steps: timing.TaskSteps,
+) -> int:
+    """The records, then commit (the marker's offset and log record are in already)."""
+    count = produce_rows(producer, batches)
+    faults.point("after-prepare", task.batch_id, role="worker", query=task.query_name)
+    began = time.perf_counter()
+    call(lambda: producer.commit_transaction(CALL_TIMEOUT), "commit_transaction")
+    steps.add("commit", began)
+    timing.record_commit(sid, task.batch_id, 1, time.perf_counter() - began)
+    return count
