@@ -133,10 +133,12 @@ def marker_consumer(options: KafkaSinkOptions, group: str, isolation: str) -> Co
 
 def moved(quick: tuple[int, str] | None, known: tuple[int, str] | None) -> bool:
     """Whether another producer of the id moved the marker past what this one last
-    committed (so fenced it), or a reset removed it. A marker behind the known one is
-    this producer's own commit not yet applied by the group: not a move."""
-    if quick is None:  # no marker in the group: moved unless this one never wrote either
-        return known != (0, "")
+    committed (so fenced it), or a reset cleared it. A marker behind the known one, or
+    none at all, is this producer's own commit not yet applied by the group: not a move
+    (a reset that deleted the group fenced the producer too, which the transaction's
+    first call finds out)."""
     if known is None:
         return True
+    if quick is None:
+        return False
     return quick[1] != known[1] or quick[0] > known[0]
