@@ -69,6 +69,61 @@ def endpoints(request: pytest.FixtureRequest) -> Iterator[Endpoints]:
         stack.down()
 
 
+def _in_doubt(endpoints: Endpoints) -> set[str]:
+    """Every unit of this package's sinks left in doubt in the stores now: PostgreSQL
+    prepared transactions and Redis stage lists."""
+    import psycopg
+    import redis
+
+    with psycopg.connect(endpoints.postgres_dsn, autocommit=True) as conn:
+        prepared = conn.execute(
+            "SELECT gid FROM pg_prepared_xacts WHERE starts_with(gid, 'eos|')"
+        ).fetchall()
+    client = redis.Redis.from_url(endpoints.redis_url)
+    try:
+        stages = [k.decode() for k in client.scan_iter("*}:stage:*", count=1000)]
+    finally:
+        client.close()
+    return {f"prepared transaction {g}" for (g,) in prepared} | {f"Redis {k}" for k in stages}
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_in_doubt(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test that uses the services ends with nothing of its own left in doubt: a unit it
+    prepared and never settled (a prepared transaction holds row locks and a slot of
+    max_prepared_transactions) fails the test that left it, as psycopg's own TPC tests
+    do. Units other tests left before are not this test's."""
+    if "endpoints" not in request.fixturenames:
+        yield
+        return
+    endpoints: Endpoints = request.getfixturevalue("endpoints")
+    before, topics = _in_doubt(endpoints), _topics(endpoints)
+    yield
+    left = sorted(_in_doubt(endpoints) - before)
+    left += sorted(_open_transactions(endpoints, _topics(endpoints) - topics))
+    assert not left, f"this test left units in doubt: {left[:5]}"
+
+
+def _topics(endpoints: Endpoints) -> set[str]:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": endpoints.kafka_bootstrap})
+    return set(admin.list_topics(timeout=30).topics)
+
+
+def _open_transactions(endpoints: Endpoints, topics: set[str]) -> list[str]:
+    """Kafka has no cheap way to list open transactions: a transaction left open on a
+    topic the test made holds that partition's last stable offset below a record
+    written now (see ``checks.open_transactions``)."""
+    from eos_connectors.dev.harness.checks import open_transactions
+
+    found = []
+    for topic in sorted(t for t in topics if not t.startswith("__")):
+        stuck = open_transactions(endpoints.kafka_bootstrap, topic, timeout=5)
+        found += [f"an open Kafka transaction on {topic}[{p}]" for p in sorted(stuck)]
+    return found
+
+
 @pytest.fixture
 def unique() -> str:
     """A short unique name for topics, tables and keys of one test."""

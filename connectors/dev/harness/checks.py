@@ -106,14 +106,17 @@ MARKER = b"\0eos-verify-marker"
 
 
 def kafka_counts(bootstrap: str, topic: str, timeout: float = 30.0) -> Observed:
-    """Final count per word, how many (word, count) records were written more than once,
+    """Final count per word: the *last* (word, count) record of each word, in offset order
+    (a running count's records of one word go to one partition), so a count that went
+    5 then 3 shows as 3; how many (word, count) records were written more than once;
     and leftovers: a marker written now to every partition must come below the last
     stable offset within ``timeout``, which an open transaction before it prevents."""
     stuck = open_transactions(bootstrap, topic, timeout)
-    pairs = [(r.key or b"", r.value) for r in read_to_end(bootstrap, topic) if r.key != MARKER]
+    records = [r for r in read_to_end(bootstrap, topic) if r.key != MARKER]
+    pairs = [(r.key or b"", r.value) for r in records]
     words: dict[str, int] = {}
-    for key, value in pairs:
-        words[key.decode()] = max(words.get(key.decode(), 0), int(value))
+    for record in sorted(records, key=lambda r: (r.partition, r.offset)):
+        words[(record.key or b"").decode()] = int(record.value)
     leftovers = tuple(
         f"open transaction on {topic}[{p}]: a marker is not readable under read_committed"
         for p in sorted(stuck)
