@@ -23,13 +23,13 @@ def _entries(
         master=master,
         work_dir=Path("unused"),
     )
-    chosen = targets(plan.cells, FAMILIES, "tag", CUSTOM, plan.on_cluster)
+    chosen = targets(plan.cells, FAMILIES, "tag", (CUSTOM,), plan.on_cluster)
     return [Entry.parse(e) for e in schedule(plan, chosen)], [t.name for t in chosen]
 
 
 def test_every_point_of_every_query_is_planned_once_per_round_in_its_own_query() -> None:
     entries, queries = _entries("mixed", rounds=2)
-    chosen = {t.name: t for t in targets(tuple(CELLS), FAMILIES, "tag", CUSTOM)}
+    chosen = {t.name: t for t in targets(tuple(CELLS), FAMILIES, "tag", (CUSTOM,))}
     assert len(queries) == 11 and "rc-custom" in queries
     for name, target in chosen.items():
         mine = [e for e in entries if e.query == name and e.point != "source-read"]

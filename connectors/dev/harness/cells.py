@@ -88,15 +88,28 @@ class CustomSink:
     """A connector author's sink: format name, options, how to register it and read it back.
 
     The sink receives (word string, count long) rows in append mode: each changed
-    word's new running count. ``reader`` (``module:function``) returns the final
-    {word: count} the sink holds; ``register`` (``module:Class``) names the
-    DataSource to register when the format is not one of this package's.
+    word's new running count (``columns`` selects others of the running count's
+    ``word``, ``count`` and ``delta``: ``("word", "delta AS count")`` gives each
+    batch's change, for a sink that adds up). ``reader`` (``module:function``)
+    returns the final {word: count} the sink holds; ``leftovers`` (``module:function``,
+    optional) what it holds in doubt (a list of names); ``register`` (``module:Class``)
+    names the DataSource to register when the format is not one of this package's.
+    Several custom sinks in one run need a ``name`` each: the query is
+    ``rc-custom-<name>`` (``rc-custom`` for the default name).
     """
 
     format: str
     reader: str
     options: tuple[tuple[str, str], ...] = ()
     register: str | None = None
+    name: str = ""
+    columns: tuple[str, ...] = ("word", "count")
+    leftovers: str | None = None
+
+    @property
+    def sink(self) -> str:
+        """The Target's sink kind: ``custom`` or ``custom-<name>``."""
+        return f"custom-{self.name}" if self.name else "custom"
 
     def public(self) -> dict[str, object]:
         """This sink as a report may show it: credentials in its options masked."""
@@ -159,21 +172,25 @@ class Target:
         return f"verify-out-{self.tag}-{self.name}"
 
     def query(
-        self, endpoints: Endpoints, topic: str, custom: CustomSink | None = None
+        self, endpoints: Endpoints, topic: str, customs: tuple[CustomSink, ...] = ()
     ) -> QuerySpec:
+        custom = self.custom_of(customs)
         columns, options = self._sink(endpoints, custom)
-        fmt = custom.format if custom and self.sink == "custom" else f"eos_{self.family}"
+        fmt = custom.format if custom is not None else f"eos_{self.family}"
         varied = VARIED_MIN_PARTITIONS if self.sink == "kafka-records" else ()
         return QuerySpec(
             self.name, topic, self.stage, fmt, columns, options, vary_min_partitions=varied
         )
 
+    def custom_of(self, customs: tuple[CustomSink, ...]) -> CustomSink | None:
+        """This query's custom sink, None for a built-in one."""
+        return next((c for c in customs if c.sink == self.sink), None)
+
     def _sink(
         self, endpoints: Endpoints, custom: CustomSink | None
     ) -> tuple[tuple[str, ...], dict[str, str]]:
-        if self.sink == "custom":
-            assert custom is not None
-            return ("word", "count"), dict(custom.options)
+        if custom is not None:
+            return custom.columns, dict(custom.options)
         own = {"sinkId": self.sink_id}
         if self.family == "kafka":
             value = "count" if self.sink == "kafka" else "concat(partition, ':', offset)"
@@ -214,7 +231,7 @@ class Target:
             "mode": mode,
         }
 
-    def observed(self, endpoints: Endpoints, custom: CustomSink | None) -> checks.Observed:
+    def observed(self, endpoints: Endpoints, customs: tuple[CustomSink, ...]) -> checks.Observed:
         """What the sink holds now: counts per word, rows written twice, leftovers."""
         if self.sink == "kafka":
             return checks.kafka_counts(endpoints.kafka_bootstrap, self.output)
@@ -226,28 +243,35 @@ class Target:
             return checks.postgres_counts(endpoints.postgres_dsn, self.output, self.sink_id)
         if self.family == "redis":
             return checks.redis_counts(endpoints.redis_url, self.output, self.sink_id)
+        custom = self.custom_of(customs)
         assert custom is not None
         reader = load(custom.reader)
         assert callable(reader), f"{custom.reader} is not callable"
-        return checks.Observed(dict(reader()))
+        leftovers: tuple[str, ...] = ()
+        if custom.leftovers is not None:
+            in_doubt = load(custom.leftovers)
+            assert callable(in_doubt), f"{custom.leftovers} is not callable"
+            leftovers = tuple(f"{custom.sink}: {name}" for name in in_doubt())
+        return checks.Observed(dict(reader()), 0, leftovers)
 
 
 def targets(
     cells: tuple[str, ...],
     families: tuple[str, ...],
     tag: str,
-    custom: CustomSink | None,
+    customs: tuple[CustomSink, ...] = (),
     cluster: bool = False,
 ) -> list[Target]:
-    """Every query of a run: each cell's sinks of the chosen families, and the custom sink."""
+    """Every query of a run: each cell's sinks of the chosen families, and each custom sink
+    (in the running-count cell)."""
     chosen = [
         Target(CELLS[name], sink, stage, tag, cluster)
         for name in cells
         for sink, stage in CELLS[name].sinks
         if sink.split("-")[0] in families
     ]
-    if custom is not None:
-        chosen.append(Target(CELLS["running-count"], "custom", "processor", tag, cluster))
+    rc = CELLS["running-count"]
+    chosen += [Target(rc, c.sink, "processor", tag, cluster) for c in customs]
     return chosen
 
 

@@ -25,6 +25,7 @@ class Plan:
     cells: tuple[str, ...] = ("running-count",)
     sinks: tuple[str, ...] = FAMILIES  # which sink families of each cell
     custom: CustomSink | None = None
+    customs: tuple[CustomSink, ...] = ()  # more custom sinks, each with its own name
     fault_rounds: int = 1  # each point of each sink fires this many times
     kills: int = 1  # SIGKILLs of the whole pipeline at random moments
     restarts: tuple[str, ...] = ()  # services to SIGKILL and start again mid-run
@@ -36,6 +37,11 @@ class Plan:
     stall_timeout: float = 240.0
     master: str | None = None  # a Spark master URL; default local mode
     work_dir: Path = field(default_factory=lambda: Path("verify-runs") / uuid.uuid4().hex[:8])
+
+    @property
+    def custom_sinks(self) -> tuple[CustomSink, ...]:
+        """``custom`` and ``customs`` together."""
+        return (self.custom, *self.customs) if self.custom is not None else self.customs
 
     @property
     def on_cluster(self) -> bool:
@@ -109,7 +115,10 @@ def check_plan(plan: Plan, crash_service: Callable[[str], None] | None) -> None:
             f"Unknown sink {bad_sinks[0]!r}: built-in sinks are {', '.join(FAMILIES)}; "
             "name your own with --sink-format (and --sink-reader)."
         )
-    if not plan.sinks and plan.custom is None:
+    names = [c.sink for c in plan.custom_sinks]
+    if len(set(names)) < len(names):
+        raise VerifyError(f"Custom sinks need names of their own: {sorted(names)}.")
+    if not plan.sinks and not plan.custom_sinks:
         raise VerifyError("No sink to verify: name at least one.")
     bad = [s for s in plan.restarts if s not in SERVICES]
     if bad:

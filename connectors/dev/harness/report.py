@@ -49,12 +49,13 @@ class Report:
         )
 
     def table(self) -> str:
-        head = f"| {'sink':<18} | {'expected':>9} | {'lost':>5} | {'duplicated':>10} "
+        width = max([18, *(len(s.sink) for s in self.sinks)])
+        head = f"| {'sink':<{width}} | {'expected':>9} | {'lost':>5} | {'duplicated':>10} "
         head += f"| {'wrong':>5} | {'leftovers':>9} | {'verdict':<7} |"
         lines = [head, "|" + "|".join("-" * len(c) for c in head.split("|")[1:-1]) + "|"]
         for s in self.sinks:
             lines.append(
-                f"| {s.sink:<18} | {s.expected:>9,} | {s.lost:>5} | {s.duplicated:>10} "
+                f"| {s.sink:<{width}} | {s.expected:>9,} | {s.lost:>5} | {s.duplicated:>10} "
                 f"| {s.wrong:>5} | {len(s.leftovers):>9} | {'OK' if s.ok else 'FAIL':<7} |"
             )
         return "\n".join(lines)

@@ -76,18 +76,18 @@ class Runner:
             t.query(
                 self.endpoints,
                 self.names.timed if t.cell.timed else self.names.words,
-                self.plan.custom,
+                self.plan.custom_sinks,
             )
             for t in self.chosen
         )
         driver_faults = sum(1 for e in self.entries if faults.Entry.parse(e).point in DRIVER_POINTS)
-        custom = self.plan.custom
+        register = tuple(c.register for c in self.plan.custom_sinks if c.register)
         return PipelineSpec(
             bootstrap=self.endpoints.kafka_bootstrap,
             checkpoint=str(self.checkpoint),
             queries=queries,
             max_offsets=self.per_batch,
-            register=(custom.register,) if custom and custom.register else (),
+            register=tuple(dict.fromkeys(register)),
             master=self.plan.master,
             conf={"spark.sql.shuffle.partitions": str(self.plan.shuffle_partitions)},
             events=True,

@@ -76,7 +76,7 @@ def verify(
     from eos_connectors.ops.spark import ensure_class_archive
 
     names = Names(uuid.uuid4().hex[:10])
-    chosen = targets(plan.cells, plan.sinks, names.tag, plan.custom, plan.on_cluster)
+    chosen = targets(plan.cells, plan.sinks, names.tag, plan.custom_sinks, plan.on_cluster)
     plan.work_dir.mkdir(parents=True, exist_ok=True)
     expected_words = _write_input(plan, endpoints, names, chosen, out)
     for target in chosen:
@@ -90,7 +90,11 @@ def verify(
     if not problems:
         results = _check_sinks(plan, endpoints, names, chosen, expected_words, runner.checkpoint)
     fired = faults.fired(runner.markers)
-    shown = {**asdict(plan), "custom": plan.custom.public() if plan.custom else None}
+    shown = {
+        **asdict(plan),
+        "custom": plan.custom.public() if plan.custom else None,
+        "customs": [c.public() for c in plan.customs],
+    }
     report = Report({**shown, "schedule": entries}, runs, results, problems, fired)
     (plan.work_dir / "report.json").write_text(report.to_json())
     return report
@@ -134,6 +138,6 @@ def _check_sinks(
         expected: Mapping[str, int] = words
         if target.cell.timed:
             expected = window_counts(timed, checkpoint / target.name)
-        observed = target.observed(endpoints, plan.custom)
+        observed = target.observed(endpoints, plan.custom_sinks)
         results.append(checks.compare(target.name, expected, observed))
     return results
