@@ -115,13 +115,11 @@ def _open_transactions(endpoints: Endpoints, topics: set[str]) -> list[str]:
     """Kafka has no cheap way to list open transactions: a transaction left open on a
     topic the test made holds that partition's last stable offset below a record
     written now (see ``checks.open_transactions``)."""
-    from eos_connectors.dev.harness.checks import open_transactions
+    from eos_connectors.dev.harness.checks import open_transactions_in
 
-    found = []
-    for topic in sorted(t for t in topics if not t.startswith("__")):
-        stuck = open_transactions(endpoints.kafka_bootstrap, topic, timeout=5)
-        found += [f"an open Kafka transaction on {topic}[{p}]" for p in sorted(stuck)]
-    return found
+    made = sorted(t for t in topics if not t.startswith("__"))
+    stuck = open_transactions_in(endpoints.kafka_bootstrap, made, timeout=5)
+    return [f"an open Kafka transaction on {t}[{p}]" for t, p in sorted(stuck)]
 
 
 @pytest.fixture

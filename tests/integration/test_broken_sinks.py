@@ -61,7 +61,9 @@ def test_verify_reports_each_broken_sink_in_the_column_of_what_it_breaks(
                 leftovers=f"{__name__}:leftovers_{kind}",
             )
         )
-    report = eos_verify(records=2_000, sinks=(), customs=tuple(customs), kills=0)
+    report = eos_verify(
+        records=1_500, sinks=(), customs=tuple(customs), kills=0, full_crashes="none"
+    )
     print(report.table(), report.fault_table(), sep="\n")
     assert not report.problems, report.problems
     assert set(report.fired) == set(report.plan["schedule"]), "a planned fault point never fired"

@@ -13,9 +13,10 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from confluent_kafka import Producer
+from confluent_kafka import IsolationLevel, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
-from eos_connectors.core.topics import end_offsets, read_to_end
+from eos_connectors.core.topics import read_to_end
 
 
 @dataclass(frozen=True)
@@ -137,33 +138,44 @@ def kafka_records(bootstrap: str, topic: str, timeout: float = 30.0) -> Observed
 def open_transactions(bootstrap: str, topic: str, timeout: float = 30.0) -> set[int]:
     """Partitions of ``topic`` where a transaction is left open: a plain marker written
     there now does not come below the last stable offset within ``timeout``."""
-    return _below_stable_offset(bootstrap, topic, _write_markers(bootstrap, topic), timeout)
+    return {p for t, p in open_transactions_in(bootstrap, [topic], timeout)}
 
 
-def _write_markers(bootstrap: str, topic: str) -> dict[int, int]:
-    """One plain record per partition; returns each marker's offset."""
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
-    partitions = producer.list_topics(topic, timeout=30).topics[topic].partitions
-    offsets: dict[int, int] = {}
-
-    def delivered(err: object, message: object) -> None:
-        assert err is None, f"marker not delivered: {err}"
-        offsets[message.partition()] = message.offset()  # type: ignore[attr-defined]
-
-    for partition in partitions:
-        producer.produce(topic, MARKER, MARKER, partition=partition, on_delivery=delivered)
-    producer.flush(30)
-    return offsets
-
-
-def _below_stable_offset(
-    bootstrap: str, topic: str, markers: dict[int, int], timeout: float
-) -> set[int]:
-    """Partitions whose marker is still at or past the last stable offset after ``timeout``."""
+def open_transactions_in(
+    bootstrap: str, topics: list[str], timeout: float = 30.0
+) -> set[tuple[str, int]]:
+    """(topic, partition) of ``topics`` where a transaction is left open: one marker per
+    partition written now, with one producer, and the last stable offsets of them all
+    asked for in one request until every marker is below them or ``timeout`` ends."""
+    if not topics:
+        return set()
+    markers = _write_markers(bootstrap, topics)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    request = {TopicPartition(t, p): OffsetSpec.latest() for t, p in markers}
     deadline = time.monotonic() + timeout
     while True:
-        ends = end_offsets(bootstrap, topic)
-        stuck = {p for p, offset in markers.items() if ends.get(p, 0) <= offset}
+        futures = admin.list_offsets(
+            request, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=30
+        )
+        ends = {(tp.topic, tp.partition): f.result(timeout=30).offset for tp, f in futures.items()}
+        stuck = {tp for tp, offset in markers.items() if ends.get(tp, 0) <= offset}
         if not stuck or time.monotonic() > deadline:
             return stuck
         time.sleep(0.5)
+
+
+def _write_markers(bootstrap: str, topics: list[str]) -> dict[tuple[str, int], int]:
+    """One plain record per partition of each topic; returns each marker's offset."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    metadata = producer.list_topics(timeout=30).topics
+    offsets: dict[tuple[str, int], int] = {}
+
+    def delivered(err: object, message: object) -> None:
+        assert err is None, f"marker not delivered: {err}"
+        offsets[(message.topic(), message.partition())] = message.offset()  # type: ignore[attr-defined]
+
+    for topic in topics:
+        for partition in metadata[topic].partitions:
+            producer.produce(topic, MARKER, MARKER, partition=partition, on_delivery=delivered)
+    producer.flush(30)
+    return offsets
