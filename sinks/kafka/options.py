@@ -13,6 +13,7 @@ from eos_connectors.core.protocol import derive_sink_id
 
 _KNOWN = {
     "topic",
+    "includeHeaders",  # a source option Spark's sink ignores: the headers column is written
     "transactionalIdPrefix",
     "sinkId",
     "deliveryGuarantee",
@@ -25,6 +26,18 @@ _OWNED = {
     "kafka.key.serializer": "write the key column as binary or string",
     "kafka.value.serializer": "write the value column as binary or string",
 }
+#: Java producers' partitioner classes (Spark's ``kafka.partitioner.class``) and
+#: librdkafka's partitioner that places records alike; None: librdkafka has none alike.
+JAVA_PARTITIONERS: dict[str, str | None] = {
+    "org.apache.kafka.clients.producer.internals.DefaultPartitioner": "murmur2_random",
+    "org.apache.kafka.clients.producer.internals.BuiltInPartitioner": "murmur2_random",
+    "org.apache.kafka.clients.producer.UniformStickyPartitioner": None,
+    "org.apache.kafka.clients.producer.RoundRobinPartitioner": None,
+}
+#: Where a keyed record goes, as Java's producers (and so Spark's Kafka sink) put it:
+#: murmur2 of the key; a record without a key goes to a random partition (librdkafka's
+#: default, consistent_random, hashes keys with CRC32 and breaks co-partitioning).
+DEFAULT_PARTITIONER = "murmur2_random"
 MAX_TRANSACTIONAL_ID = 200
 DEFAULT_MARKER_LOG = "eos-sink-markers"
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
@@ -71,6 +84,7 @@ class KafkaSinkOptions:
             "linger.ms": 5,
             "batch.size": 1_000_000,
             "log_level": 4,
+            "partitioner": DEFAULT_PARTITIONER,
             **self.kafka,
             "bootstrap.servers": self.bootstrap_servers,
             "enable.idempotence": True,
@@ -89,7 +103,13 @@ CONNECT_AT_ONCE = {"enable.sparse.connections": False, **QUIET_IDLE_CLOSE}  # cl
 def parse_options(raw: Mapping[str, str]) -> KafkaSinkOptions:
     plain = {k: v for k, v in raw.items() if not k.lower().startswith("kafka.")}
     options = opt.lowered(plain, _KNOWN, "the eos_kafka sink")
+    java_partitioner = next(
+        (v for k, v in raw.items() if k.lower() == "kafka.partitioner.class"), None
+    )
+    raw = {k: v for k, v in raw.items() if k.lower() != "kafka.partitioner.class"}
     kafka = opt.kafka_settings(raw, _OWNED)
+    if java_partitioner is not None:
+        kafka.setdefault("partitioner", _partitioner(java_partitioner.strip()))
     bootstrap = kafka.pop("bootstrap.servers", "")
     if not bootstrap:
         raise ConfigError("Option 'kafka.bootstrap.servers' is required (host:port[,host:port]).")
@@ -113,6 +133,25 @@ def parse_options(raw: Mapping[str, str]) -> KafkaSinkOptions:
         marker_log=options.get("markerlogtopic", "").strip() or DEFAULT_MARKER_LOG,
         kafka=kafka,
     )
+
+
+def _partitioner(java_class: str) -> str:
+    """librdkafka's partitioner for a Java producer's ``partitioner.class``."""
+    if java_class not in JAVA_PARTITIONERS:
+        raise ConfigError(
+            f"Option 'kafka.partitioner.class' = {java_class!r}: a Java partitioner cannot run "
+            "in librdkafka. Give the rows a 'partition' column computed in Spark, or set "
+            "'kafka.partitioner' to one of librdkafka's (murmur2_random, the default, places "
+            "keys as Java producers do)."
+        )
+    mapped = JAVA_PARTITIONERS[java_class]
+    if mapped is None:
+        raise ConfigError(
+            f"Option 'kafka.partitioner.class' = {java_class!r} has no librdkafka equivalent "
+            "(it ignores keys). Leave it out (keys then go where Java's default puts them) "
+            "or give the rows a 'partition' column."
+        )
+    return mapped
 
 
 def transactional_id(options: KafkaSinkOptions, sink_id: str, partition: int) -> str:

@@ -24,7 +24,8 @@ class BadRecordError(EosError):
 
 
 def check_schema(schema: StructType, has_topic_option: bool) -> None:
-    """value (binary|string) required; key, topic, partition, headers optional and typed."""
+    """value (binary|string) required, null for a tombstone; key, topic, partition,
+    headers optional and typed."""
     fields = {f.name: f.dataType for f in schema.fields}
     if "value" not in fields:
         raise ConfigError(
@@ -59,26 +60,23 @@ def _is_headers(data_type: DataType) -> bool:
 
 
 Row = tuple[
-    str, "bytes | str", "bytes | str | None", "int | None", "list[tuple[str, bytes]] | None"
+    str, "bytes | str | None", "bytes | str | None", "int | None", "list[tuple[str, bytes]] | None"
 ]
 
 
 def rows(batches: Iterator[pa.RecordBatch], default_topic: str | None) -> Iterator[list[Row]]:
     """Each Arrow batch as (topic, value, key, partition, headers) tuples, built column-wise.
 
-    A null value or topic is a BadRecordError: the transaction is aborted, nothing lost.
+    As Spark's Kafka sink: the ``topic`` option, when set, wins over a ``topic`` column;
+    a null value is written as a tombstone (a compacted topic then forgets the key). A
+    null topic with no ``topic`` option is a BadRecordError: the transaction is aborted,
+    nothing lost.
     """
     for batch in batches:
         columns = {name: batch.column(i).to_pylist() for i, name in enumerate(batch.schema.names)}
         count = batch.num_rows
         values = columns["value"]
-        if None in values:
-            first = values.index(None)
-            raise BadRecordError(
-                f"Record {first} of a batch has a null value ({values.count(None)} such records). "
-                "Kafka would store a tombstone; filter nulls out or give them a value."
-            )
-        topics = columns.get("topic") or [default_topic] * count
+        topics = [default_topic] * count if default_topic else columns["topic"]
         if None in topics:
             raise BadRecordError("A record has a null topic and no 'topic' option is set.")
         keys = columns.get("key") or [None] * count

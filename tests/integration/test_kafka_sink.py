@@ -510,14 +510,43 @@ def _source(endpoints: Endpoints, unique: str) -> tuple[str, str]:
 
 
 @pytest.mark.spark
-def test_null_values_are_refused_and_nothing_is_committed(
+def test_the_sink_writes_as_sparks_own_kafka_sink_does(
     spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path
 ) -> None:
+    """A source DataFrame written straight to the sink, as Spark's Kafka sink takes it:
+    the ``topic`` option wins over its ``topic`` column (the input topic), a null value
+    is a tombstone, and keys land on the partitions a Java producer's default
+    partitioner puts them on (murmur2), here checked against a real Java producer."""
     source, out = _source(endpoints, unique)
-    select = ["key", "CASE WHEN offset % 7 = 3 THEN NULL ELSE value END AS value"]
-    with pytest.raises(Exception, match="has a null value"):
-        _write(spark, endpoints, source, tmp_path, select, topic=out)
-    assert read_to_end(endpoints.kafka_bootstrap, out) == []
+    select = ["key", "CASE WHEN offset % 7 = 3 THEN NULL ELSE value END AS value", "topic"]
+    _write(spark, endpoints, source, tmp_path, select, topic=out)
+    written = read_to_end(endpoints.kafka_bootstrap, out)
+    assert len(written) == 500, "every record went to the option's topic"
+    assert len(read_to_end(endpoints.kafka_bootstrap, source)) == 500, "none back to the input"
+    tombstones = sum(1 for r in written if r.value == b"")
+    source_rows = read_to_end(endpoints.kafka_bootstrap, source)
+    assert tombstones == sum(1 for r in source_rows if r.offset % 7 == 3) > 0
+    ours = {r.key: r.partition for r in written}
+    assert len({(r.key, r.partition) for r in written}) == len(ours), "a key on two partitions"
+    assert ours == _java_partitions(endpoints, sorted(k for k in ours if k), unique)
+
+
+def _java_partitions(endpoints: Endpoints, keys: list[bytes], unique: str) -> dict[bytes, int]:
+    """Where a Java producer with its default partitioner puts ``keys`` on a topic of two
+    partitions (the broker's own kafka-clients jar; ``tests/java/JavaKeyedProducer.java``)."""
+    import subprocess
+
+    from eos_connectors.dev.stack.kafka import ensure_jars
+
+    topic = f"ks-java-{unique}"
+    create_topic(endpoints.kafka_bootstrap, topic, partitions=2)
+    program = Path(__file__).resolve().parents[1] / "java" / "JavaKeyedProducer.java"
+    command = ["java", "-cp", f"{ensure_jars()}/*", str(program), endpoints.kafka_bootstrap, topic]
+    done = subprocess.run(
+        command, input=b"\n".join(keys) + b"\n", capture_output=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr.decode(errors="replace")[-2000:]
+    return {r.key: r.partition for r in read_to_end(endpoints.kafka_bootstrap, topic) if r.key}
 
 
 @pytest.mark.spark

@@ -54,3 +54,28 @@ def test_security_settings_reach_every_client_and_never_a_repr() -> None:
     }
     assert options.producer_config()["sasl.password"] == "hunter2"
     assert "hunter2" not in repr(options)
+
+
+def test_keys_are_partitioned_as_java_producers_do_unless_told_otherwise() -> None:
+    """murmur2 by default (librdkafka's own default hashes keys with CRC32); Spark jobs'
+    ``kafka.partitioner.class`` is translated where librdkafka has the same, refused
+    (naming the option and what to do) where it has not; ``kafka.partitioner`` wins."""
+    import pytest
+
+    from eos_connectors.core.errors import ConfigError
+    from eos_connectors.sinks.kafka.options import parse_options
+
+    base = {"kafka.bootstrap.servers": "unused:9092", "topic": "t"}
+    assert parse_options(base).producer_config()["partitioner"] == "murmur2_random"
+    java = "org.apache.kafka.clients.producer.internals.DefaultPartitioner"
+    given = parse_options({**base, "kafka.partitioner.class": java})
+    assert given.producer_config()["partitioner"] == "murmur2_random"
+    own = parse_options({**base, "kafka.partitioner": "fnv1a_random"})
+    assert own.producer_config()["partitioner"] == "fnv1a_random"
+    for refused in (
+        "com.example.MyPartitioner",
+        "org.apache.kafka.clients.producer.RoundRobinPartitioner",
+    ):
+        with pytest.raises(ConfigError, match=r"'kafka\.partitioner\.class'.*'partition' column"):
+            parse_options({**base, "kafka.partitioner.class": refused})
+    assert parse_options({**base, "includeHeaders": "true"}).topic == "t"  # Spark ignores it
