@@ -229,6 +229,7 @@ class BrokerView:
         request = {TopicPartition(t, p): spec for (t, p), spec in specs.items()}
         deadline = time.monotonic() + self.timeout
         backoff = FIRST_BACKOFF_S
+        retries = self.options.fetch_offset_retries
         while True:
             try:
                 futures = self.admin.list_offsets(
@@ -239,11 +240,30 @@ class BrokerView:
                     for tp, future in futures.items()
                 }
             except (KafkaException, TimeoutError) as exc:
-                if not _leader_moving(exc) or time.monotonic() + backoff > deadline:
+                wait = self._retry_wait(exc, backoff, retries, deadline)
+                if wait is None:
                     raise self._unavailable("list offsets", exc) from None
-                log.info("eos_kafka: a partition's leader is moving (%s); asking again.", exc)
-            time.sleep(backoff)
+                if not _leader_moving(exc):
+                    retries -= 1
+            time.sleep(wait)
             backoff = min(2 * backoff, MAX_BACKOFF_S)
+
+    def _retry_wait(
+        self, exc: BaseException, backoff: float, retries: int, deadline: float
+    ) -> float | None:
+        """How long to wait before asking for offsets again, None to give up: a leader
+        that is moving is asked again, backing off, until the look-up's time limit; any
+        other retriable error ``fetchOffset.numRetries`` times, ``fetchOffset.retryIntervalMs``
+        apart (Spark's source's options)."""
+        if _leader_moving(exc) and time.monotonic() + backoff <= deadline:
+            log.info("eos_kafka: a partition's leader is moving (%s); asking again.", exc)
+            return backoff
+        retriable = isinstance(exc, KafkaException) and exc.args[0].retriable()
+        interval = self.options.fetch_offset_retry_interval_ms / 1000
+        if retriable and retries > 0 and time.monotonic() + interval <= deadline:
+            log.info("eos_kafka: looking offsets up failed (%s); asking again.", exc)
+            return interval
+        return None
 
     def _unavailable(self, what: str, exc: BaseException) -> ServiceUnavailableError:
         """The error for a failed look-up, with the broker's reason (an authentication

@@ -69,8 +69,8 @@ SPLIT = "@split"
 
 @dataclass(frozen=True)
 class Split:
-    """How a batch's ranges are split into tasks: ``minPartitions`` and ``maxPartitions``
-    as they were when the batch was planned.
+    """How a batch's ranges are split into tasks: ``minPartitions``, ``maxPartitions`` and
+    ``maxRecordsPerPartition`` as they were when the batch was planned.
 
     It belongs to the batch, not to today's options: a sink that marks progress per
     task partition (the Kafka sink) must see a replayed batch split into the very
@@ -81,14 +81,20 @@ class Split:
 
     min_partitions: int | None = None
     max_partitions: int | None = None
+    max_records_per_partition: int | None = None
 
     def to_spark(self) -> dict[str, int | None]:
-        return {"minPartitions": self.min_partitions, "maxPartitions": self.max_partitions}
+        value = {"minPartitions": self.min_partitions, "maxPartitions": self.max_partitions}
+        if self.max_records_per_partition is not None:
+            value["maxRecordsPerPartition"] = self.max_records_per_partition
+        return value
 
     @classmethod
     def from_spark(cls, value: Mapping[str, Any]) -> Split:
         return cls(
-            _optional_int(value.get("minPartitions")), _optional_int(value.get("maxPartitions"))
+            _optional_int(value.get("minPartitions")),
+            _optional_int(value.get("maxPartitions")),
+            _optional_int(value.get("maxRecordsPerPartition")),
         )
 
 
@@ -208,17 +214,23 @@ def limit_offsets(start: Offsets, latest: Offsets, max_records: int) -> Offsets:
     return {tp: start.get(tp, latest[tp]) + min(shares[tp], backlog[tp]) for tp in latest}
 
 
-def plan_ranges(start: Offsets, end: Offsets, min_partitions: int | None) -> list[KafkaRange]:
-    """Non-empty ranges [start, end) per partition, split to reach ``min_partitions`` tasks."""
+def plan_ranges(
+    start: Offsets, end: Offsets, min_partitions: int | None, max_records: int | None = None
+) -> list[KafkaRange]:
+    """Non-empty ranges [start, end) per partition, split to reach ``min_partitions`` tasks
+    and so that none holds more than ``max_records`` offsets (Spark's
+    ``maxRecordsPerPartition``)."""
     ranges = [
         KafkaRange(topic, partition, start[(topic, partition)], stop)
         for (topic, partition), stop in sorted(end.items())
         if stop > start[(topic, partition)]
     ]
-    if not min_partitions or min_partitions <= len(ranges):
-        return ranges
-    total = sum(r.size for r in ranges)
-    return [piece for r in ranges for piece in _split(r, round(r.size / total * min_partitions))]
+    if min_partitions and min_partitions > len(ranges):
+        total = sum(r.size for r in ranges)
+        ranges = [p for r in ranges for p in _split(r, round(r.size / total * min_partitions))]
+    if max_records:
+        ranges = [p for r in ranges for p in _split(r, -(-r.size // max_records))]
+    return ranges
 
 
 def _split(whole: KafkaRange, parts: int) -> list[KafkaRange]:

@@ -38,6 +38,11 @@ _KNOWN = {
     "kafkaconsumer.polltimeoutms",
     "groupidprefix",
     "publishoffsetstogroup",
+    "minoffsetspertrigger",
+    "maxtriggerdelay",
+    "maxrecordsperpartition",
+    "fetchoffset.numretries",
+    "fetchoffset.retryintervalms",
 }
 
 # Spark options with no meaning here: say so instead of silently ignoring them.
@@ -45,16 +50,10 @@ _UNSUPPORTED = {
     "endingoffsets": "it applies to batch queries; eos_kafka is a streaming source",
     "endingoffsetsbytimestamp": "it applies to batch queries; eos_kafka is a streaming source",
     "endingtimestamp": "it applies to batch queries; eos_kafka is a streaming source",
-    "minoffsetspertrigger": "use a processing-time trigger instead",
-    "maxtriggerdelay": "use a processing-time trigger instead",
-    "maxrecordsperpartition": "use minPartitions to split large ranges",
-    "fetchoffset.numretries": "librdkafka retries metadata requests itself",
-    "fetchoffset.retryintervalms": "librdkafka retries metadata requests itself",
 }
 
 # Consumer settings the source owns: a user value would break replay or offsets.
 _OWNED_KAFKA = {
-    "kafka.group.id": "the source assigns partitions itself; use publishOffsetsToGroup for lag",
     "kafka.enable.auto.commit": "offsets live in Spark's checkpoint, never in a group",
     "kafka.auto.offset.reset": "use startingOffsets",
     "kafka.enable.auto.offset.store": "offsets live in Spark's checkpoint",
@@ -83,6 +82,12 @@ class KafkaSourceOptions:
     poll_timeout_ms: int = 120_000
     group_id_prefix: str = "eos-kafka-source"
     publish_group: str | None = None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = 15 * 60 * 1000
+    max_records_per_partition: int | None = None
+    fetch_offset_retries: int = 3
+    fetch_offset_retry_interval_ms: int = 1000
+    group_id: str | None = None  # kafka.group.id: the consumers' group (never committed to)
     kafka: dict[str, str] = field(default_factory=dict, repr=False)  # may hold sasl.password
 
     @property
@@ -158,6 +163,18 @@ def parse_options(raw: Mapping[str, str]) -> KafkaSourceOptions:
         poll_timeout_ms=_positive_int(options, "kafkaConsumer.pollTimeoutMs") or 120_000,
         group_id_prefix=options.get("groupidprefix", "eos-kafka-source"),
         publish_group=options.get("publishoffsetstogroup") or None,
+        min_offsets_per_trigger=_positive_int(options, "minOffsetsPerTrigger"),
+        max_trigger_delay_ms=_duration_ms(options, "maxTriggerDelay", "15m"),
+        max_records_per_partition=_positive_int(options, "maxRecordsPerPartition"),
+        fetch_offset_retries=_int(
+            options.get("fetchoffset.numretries", "3"), "fetchOffset.numRetries", minimum=0
+        ),
+        fetch_offset_retry_interval_ms=_int(
+            options.get("fetchoffset.retryintervalms", "1000"),
+            "fetchOffset.retryIntervalMs",
+            minimum=0,
+        ),
+        group_id=kafka.pop("group.id", None),
         kafka=kafka,
     )
 
@@ -285,6 +302,22 @@ def _int(value: str, option: str, minimum: int) -> int:
     if number < minimum:
         raise ConfigError(f"Option '{option}' must be >= {minimum}, got {number}.")
     return number
+
+
+_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)?\s*$", re.IGNORECASE)
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def _duration_ms(options: Mapping[str, str], name: str, default: str) -> int:
+    """A duration as Spark's options write it (``15m``, ``30s``, ``500ms``; a bare number
+    is milliseconds), in milliseconds."""
+    value = options.get(name.lower(), default)
+    found = _DURATION.match(value)
+    if found is None:
+        raise ConfigError(
+            f"Option '{name}' must be a duration such as 30s, 15m or 500ms, got {value!r}."
+        )
+    return int(found.group(1)) * _UNIT_MS[(found.group(2) or "ms").lower()]
 
 
 def _positive_int(options: Mapping[str, str], name: str) -> int | None:

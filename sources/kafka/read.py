@@ -103,11 +103,17 @@ class ConsumerPool:
         self.created = 0  # for tests
 
     def take(self, settings: dict[str, Any]) -> Consumer:
+        """An idle consumer of these settings, or a new one; its group id is the settings'
+        ``group.id`` (``kafka.group.id``, as given) or, without one, ``group.id.prefix``
+        plus a random suffix. The source never commits to it: it assigns partitions."""
         idle = self._idle.get(settings_digest(settings))
         if idle:
             return idle.pop()
         self.created += 1
-        return Consumer({**settings, "group.id": f"{settings['group.id']}-{uuid.uuid4().hex}"})
+        config = {k: v for k, v in settings.items() if k != "group.id.prefix"}
+        if "group.id" not in config:
+            config["group.id"] = f"{settings['group.id.prefix']}-{uuid.uuid4().hex}"
+        return Consumer(config)
 
     def give_back(self, settings: dict[str, Any], consumer: Consumer) -> None:
         try:
@@ -180,7 +186,11 @@ def _consumer_config(options: KafkaSourceOptions, work: KafkaRange) -> dict[str,
         **fetch_config(work),
         **QUIET_IDLE_CLOSE,  # the consumer is pooled
         **options.client_config(),
-        "group.id": options.group_id_prefix,  # the pool adds a random suffix
+        **(
+            {"group.id": options.group_id}
+            if options.group_id
+            else {"group.id.prefix": options.group_id_prefix}  # the pool adds a suffix
+        ),
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "enable.partition.eof": True,

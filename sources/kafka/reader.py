@@ -8,6 +8,7 @@ before batch N runs; on restart it replays batch N from ``offsets/N-1`` to
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from itertools import chain
 from typing import Any
@@ -48,6 +49,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._available_now: Offsets | None = None
         self._published: Offsets | None = None
         self._seen_latest: Offsets | None = None  # latestOffset's look-up, for the report
+        self._triggered_at = time.monotonic()  # the last batch planned (minOffsetsPerTrigger)
 
     @property
     def broker(self) -> BrokerView:
@@ -90,7 +92,22 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             latest.setdefault(tp, offset)
         if latest == previous.ends and not starts and ids == previous.topic_ids:
             return start  # nothing new: the same offsets, so Spark runs no batch
+        if self._waits_for_more(begin, latest):
+            return start
+        self._triggered_at = time.monotonic()
         return SourceOffset(latest, ids, starts, self._split()).to_spark()
+
+    def _waits_for_more(self, begin: Offsets, latest: Offsets) -> bool:
+        """``minOffsetsPerTrigger``: fewer new offsets than that wait for more, up to
+        ``maxTriggerDelay`` since the last batch this reader planned (or its start), as
+        Spark's source does; never under Trigger.AvailableNow, which reads what is
+        there."""
+        least = self.options.min_offsets_per_trigger
+        if not least or self._available_now is not None:
+            return False
+        backlog = sum(max(0, end - begin.get(tp, end)) for tp, end in latest.items())
+        waited_ms = (time.monotonic() - self._triggered_at) * 1000
+        return backlog < least and waited_ms < self.options.max_trigger_delay_ms
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         """Driver, right after :meth:`latestOffset` (for the progress report): the end it
@@ -107,11 +124,16 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if unplaced:  # offsets written before starts were checkpointed
             begin = {**begin, **self.broker.earliest(unplaced)}
         split = following.split or self._unrecorded_split()
-        ranges = plan_ranges(begin, following.ends, split.min_partitions)
+        ranges = plan_ranges(
+            begin, following.ends, split.min_partitions, split.max_records_per_partition
+        )
         return pack_ranges(ranges, split.max_partitions)
 
     def _split(self) -> Split:
-        return Split(self.options.min_partitions, self.options.max_partitions)
+        options = self.options
+        return Split(
+            options.min_partitions, options.max_partitions, options.max_records_per_partition
+        )
 
     def _unrecorded_split(self) -> Split:
         """An offset written before splits were recorded: today's options, which is right

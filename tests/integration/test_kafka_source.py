@@ -535,3 +535,40 @@ def test_a_deleted_topic_is_a_data_loss_not_a_silent_stop(
     planned = _latest_after(endpoints, previous, subscribe=subscribe, failOnDataLoss="false")
     assert planned.ends == {(kept, 0): 3, (deleted, 0): 1}, "position kept, the rest read on"
     assert f"topic(s) {deleted} no longer exist" in caplog.text
+
+
+def test_min_offsets_per_trigger_waits_for_more_up_to_max_trigger_delay(
+    endpoints: Endpoints, unique: str
+) -> None:
+    """Fewer new records than minOffsetsPerTrigger plan no batch until maxTriggerDelay has
+    passed since the last batch; enough of them plan one at once; Trigger.AvailableNow
+    never waits."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from eos_connectors.sources.kafka.options import parse_options
+    from eos_connectors.sources.kafka.reader import KafkaStreamReader
+
+    bootstrap, topic = endpoints.kafka_bootstrap, f"src-min-{unique}"
+    create_topic(bootstrap, topic)
+    produce_plain(bootstrap, topic, [f"r{i}".encode() for i in range(10)], 0)
+    raw = {
+        "kafka.bootstrap.servers": bootstrap,
+        "subscribe": topic,
+        "minOffsetsPerTrigger": "20",
+        "maxTriggerDelay": "2s",
+    }
+    reader = KafkaStreamReader(parse_options(raw))
+    start = SourceOffset({(topic, 0): 0}).to_spark()
+    assert reader.latestOffset(start, ReadAllAvailable()) == start, "10 < 20: wait"
+    time.sleep(2.2)
+    assert SourceOffset.from_spark(reader.latestOffset(start, ReadAllAvailable())).ends == {
+        (topic, 0): 10
+    }, "the delay passed: a batch of what is there"
+    ten = SourceOffset({(topic, 0): 10}).to_spark()
+    produce_plain(bootstrap, topic, [f"s{i}".encode() for i in range(25)], 0)
+    assert SourceOffset.from_spark(reader.latestOffset(ten, ReadAllAvailable())).ends == {
+        (topic, 0): 35
+    }, "25 >= 20: at once"
+    now = KafkaStreamReader(parse_options(raw))
+    now.prepareForTriggerAvailableNow()
+    assert now.latestOffset(start, ReadAllAvailable()) != start, "AvailableNow reads what is there"

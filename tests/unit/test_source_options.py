@@ -60,9 +60,12 @@ def test_assign_and_json_offsets() -> None:
         ({"maxOffsetsPerTrigger": "lots"}, "'maxOffsetsPerTrigger' must be an integer"),
         ({"failOnDataLoss": "maybe"}, "'failOnDataLoss' must be true or false"),
         ({"endingOffsets": "latest"}, "'endingoffsets' is not supported"),
-        ({"minOffsetsPerTrigger": "5"}, "'minoffsetspertrigger' is not supported"),
+        ({"minOffsetsPerTrigger": "0"}, "'minOffsetsPerTrigger' must be >= 1"),
+        ({"maxTriggerDelay": "soon"}, "'maxTriggerDelay' must be a duration"),
+        ({"maxRecordsPerPartition": "0"}, "'maxRecordsPerPartition' must be >= 1"),
+        ({"fetchOffset.numRetries": "-1"}, "'fetchOffset.numRetries' must be >= 0"),
         ({"subscribePatern": "x"}, "Unknown option 'subscribepatern'"),
-        ({"kafka.group.id": "g"}, "'kafka.group.id' cannot be set"),
+        ({"kafka.enable.auto.commit": "true"}, "offsets live in Spark's checkpoint"),
         ({"kafka.auto.offset.reset": "earliest"}, "use startingOffsets"),
         ({"kafka.isolation.level": "dirty"}, "'kafka.isolation.level' must be"),
         ({"startingTimestamp": "1", "startingOffsetsByTimestamp": "{}"}, "only one of"),
@@ -104,3 +107,35 @@ def test_the_users_fetch_settings_win() -> None:
     config = read._consumer_config(options, KafkaRange("a", 0, 0, 25_000))
     assert config["max.partition.fetch.bytes"] == "123456"
     assert config["queued.min.messages"] == "7"
+
+
+def test_options_spark_jobs_carry_are_taken() -> None:
+    """minOffsetsPerTrigger with maxTriggerDelay (Spark's duration form), maxRecordsPerPartition,
+    fetchOffset.*, and kafka.group.id (the consumers' group, as given; never committed to)."""
+    options = parse_options(
+        {
+            **BASE,
+            "minOffsetsPerTrigger": "500",
+            "maxTriggerDelay": "30s",
+            "maxRecordsPerPartition": "1000",
+            "fetchOffset.numRetries": "5",
+            "fetchOffset.retryIntervalMs": "20",
+            "kafka.group.id": "team-a",
+        }
+    )
+    assert (options.min_offsets_per_trigger, options.max_trigger_delay_ms) == (500, 30_000)
+    assert options.max_records_per_partition == 1000
+    assert (options.fetch_offset_retries, options.fetch_offset_retry_interval_ms) == (5, 20)
+    config = read._consumer_config(options, KafkaRange("a", 0, 0, 10))
+    assert config["group.id"] == "team-a" and "group.id" not in options.client_config()
+    assert parse_options(BASE).max_trigger_delay_ms == 15 * 60 * 1000  # Spark's default
+
+
+def test_max_records_per_partition_splits_ranges_and_is_recorded_with_the_batch() -> None:
+    from eos_connectors.sources.kafka.offsets import SourceOffset, Split, plan_ranges
+
+    start, end = {("a", 0): 0, ("a", 1): 0}, {("a", 0): 2500, ("a", 1): 300}
+    sizes = [r.size for r in plan_ranges(start, end, None, 1000)]
+    assert sizes == [833, 833, 834, 300]
+    offset = SourceOffset(end, split=Split(None, None, 1000))
+    assert SourceOffset.from_spark(offset.to_spark()).split == Split(None, None, 1000)
