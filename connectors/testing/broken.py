@@ -74,17 +74,8 @@ class TakesTheLastWrite(MemorySink):
     """Wrong values: applying a unit sets each word to the unit's last row instead of
     adding it, so a word's total goes back when a later, smaller row comes."""
 
-    def commit_unit(self, unit: UnitId) -> Outcome:
-        with self.server.lock:
-            rows = self.server.staged.pop(unit, None)
-            if rows is None:
-                return (
-                    Outcome.ALREADY_COMMITTED if unit in self.server.committed else Outcome.MISSING
-                )
-            for word, n in rows:
-                self.server.data[word] = n
-            self.server.committed.add(unit)
-            return Outcome.COMMITTED
+    def apply(self, word: str, n: int) -> None:
+        self.server.data[word] = n
 
 
 #: Every broken store, by what it breaks.

@@ -105,9 +105,13 @@ class MemorySink(TwoPhaseCommitWriter):
                     Outcome.ALREADY_COMMITTED if unit in self.server.committed else Outcome.MISSING
                 )
             for word, n in rows:
-                self.server.data[word] += n
+                self.apply(word, n)
             self.server.committed.add(unit)  # in the same atomic step as the data
             return Outcome.COMMITTED
+
+    def apply(self, word: str, n: int) -> None:
+        """A committed row: ``n`` added to ``word``'s total (under the server's lock)."""
+        self.server.data[word] += n
 
     def rollback_unit(self, unit: UnitId) -> None:
         with self.server.lock:

@@ -29,16 +29,15 @@ their query in the marker, so this costs nothing per batch.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from eos_connectors.core.errors import EosError
 from eos_connectors.core.protocol import Lineage, SinkClaimedError
-from eos_connectors.core.topics import read_to_end
 from eos_connectors.sinks.kafka.errors import FENCED_CODES, error_of
-from eos_connectors.sinks.kafka.marker_log import Marker, decode, encode
-from eos_connectors.sinks.kafka.options import CONNECT_AT_ONCE, KafkaSinkOptions
+from eos_connectors.sinks.kafka.marker import marker_consumer
+from eos_connectors.sinks.kafka.marker_log import Marker, decode, encode, read_settled
+from eos_connectors.sinks.kafka.options import KafkaSinkOptions
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +59,10 @@ def ensure_claimed(options: KafkaSinkOptions, sink_id: str, query_id: str) -> No
     """Task: return once ``query_id`` holds the claim on ``sink_id``; raise
     :class:`SinkClaimedError` when another query does."""
     name = claim_name(options, sink_id)
-    quick = _consumer(options, name, "read_uncommitted")
+    # the first look is quick (read_uncommitted: as the group last applied it); only the
+    # read after this claimer's init_transactions() is stable (read_committed waits
+    # while a transaction holds a pending offset for the group)
+    quick = marker_consumer(options, name, "read_uncommitted")
     try:
         owner, in_group = read_claim(options, sink_id, quick)
     finally:
@@ -68,7 +70,7 @@ def ensure_claimed(options: KafkaSinkOptions, sink_id: str, query_id: str) -> No
     if owner == query_id and in_group:
         return
     _refuse_other(sink_id, owner, query_id)
-    stable = _consumer(options, name, "read_committed")
+    stable = marker_consumer(options, name, "read_committed")
     try:
         _take(options, sink_id, query_id, stable)
     finally:
@@ -97,19 +99,7 @@ def _claim_in_log(options: KafkaSinkOptions, sink_id: str) -> str:
     name = claim_name(options, sink_id)
     prefix = f"{options.transactional_id_prefix}-{sink_id}-"
     latest: dict[bytes, bytes | None] = {}
-    try:
-        records = read_to_end(
-            options.bootstrap_servers,
-            options.marker_log,
-            settings=options.client_config(),
-            timeout=CALL_TIMEOUT,
-            settled=True,
-        )
-    except EosError as exc:
-        raise ClaimError(
-            f"Reading the marker log {options.marker_log!r} for the claim on sink {sink_id!r} "
-            f"failed: {exc}. Nothing was written; the task fails so Spark retries it."
-        ) from None
+    records = read_settled(options, f"the claim on sink {sink_id!r}")
     for record in records:
         if record.key is not None and record.key.startswith(prefix.encode()):
             latest[record.key] = record.value or None
@@ -160,20 +150,3 @@ def _commit_claim(
     claim = encode(Marker(0, query_id, options.marker_topic))
     producer.produce(options.marker_log, claim, name.encode(), partition=0)
     producer.commit_transaction(CALL_TIMEOUT)
-
-
-def _consumer(options: KafkaSinkOptions, group: str, isolation: str) -> Any:
-    """A consumer of the claim group. Under read_committed committed() reads stably: it
-    waits while a transaction holds a pending offset for the group, so only the read
-    after the claimer's own init_transactions() (which ended any other claimer's open
-    transaction) uses it; the first look is a quick read_uncommitted one."""
-    return Consumer(
-        {
-            **CONNECT_AT_ONCE,
-            **options.client_config(),
-            "group.id": group,
-            "isolation.level": isolation,
-            "enable.auto.commit": False,
-            "log_level": 4,
-        }
-    )

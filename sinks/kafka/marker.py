@@ -7,11 +7,9 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
-from eos_connectors.core.errors import EosError
-from eos_connectors.core.topics import read_to_end
 from eos_connectors.sinks.kafka.clients import CALL_TIMEOUT, call
 from eos_connectors.sinks.kafka.errors import KafkaSinkError
-from eos_connectors.sinks.kafka.marker_log import Marker, decode, encode
+from eos_connectors.sinks.kafka.marker_log import Marker, decode, encode, read_settled
 from eos_connectors.sinks.kafka.options import CONNECT_AT_ONCE, KafkaSinkOptions
 
 
@@ -74,19 +72,7 @@ class MarkerGroup:
         write the log too, and one still open must not hide a marker committed after it
         began): (0, "") when it never wrote one."""
         options = self.options
-        try:
-            records = read_to_end(
-                options.bootstrap_servers,
-                options.marker_log,
-                settings=options.client_config(),
-                timeout=CALL_TIMEOUT,
-                settled=True,
-            )
-        except EosError as exc:
-            raise KafkaSinkError(
-                f"Reading the marker log {options.marker_log!r} failed: {exc}. Nothing was "
-                "written; the task fails so Spark retries it."
-            ) from None
+        records = read_settled(options, f"the marker of {self.group}")
         key = self.group.encode()
         mine = [r for r in records if r.key == key]
         if not mine or not mine[-1].value:  # none, or a tombstone of `eos sinks reset`

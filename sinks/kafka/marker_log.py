@@ -8,7 +8,17 @@ the topic) is never taken for one: :func:`decode` returns None for it.
 from __future__ import annotations
 
 import json
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+from eos_connectors.core.errors import EosError
+from eos_connectors.core.topics import Record, read_to_end
+from eos_connectors.sinks.kafka.errors import KafkaSinkError
+
+if TYPE_CHECKING:
+    from eos_connectors.sinks.kafka.options import KafkaSinkOptions
+
+#: Seconds a task waits for the marker log (the transactions open on it to end).
+READ_TIMEOUT = 60.0
 
 
 class Marker(NamedTuple):
@@ -30,3 +40,23 @@ def decode(value: bytes) -> Marker | None:
         return Marker(int(saved["next_batch"]), str(saved["query"]), str(saved.get("topic", "")))
     except (ValueError, TypeError, KeyError, AttributeError):
         return None
+
+
+def read_settled(options: KafkaSinkOptions, what: str) -> list[Record]:
+    """Task: every record of the marker log, read under read_committed up to the high
+    watermark once every transaction open now has ended: other tasks' transactions
+    write the log too, and one still open must not hide a record committed after it
+    began. A broker error is a KafkaSinkError naming ``what`` was being read."""
+    try:
+        return read_to_end(
+            options.bootstrap_servers,
+            options.marker_log,
+            settings=options.client_config(),
+            timeout=READ_TIMEOUT,
+            settled=True,
+        )
+    except EosError as exc:
+        raise KafkaSinkError(
+            f"Reading the marker log {options.marker_log!r} for {what} failed: {exc}. Nothing "
+            "was written; the task fails so Spark retries it."
+        ) from None

@@ -92,13 +92,7 @@ def run_compare(args: argparse.Namespace) -> int:
     from eos_connectors.dev.bench import bench_endpoints, fill_topic
     from eos_connectors.dev.compare.jars import spark_kafka_jars
 
-    try:
-        import matplotlib  # noqa: F401  (the chart, at the end of a run: fail now, not then)
-    except ImportError:
-        raise ConfigError(
-            "eos bench compare draws its chart with matplotlib: install the bench extra "
-            "(pip install 'eos-connectors[bench]')."
-        ) from None
+    report.require_matplotlib()  # the chart comes at the end of a run: fail now, not then
     chosen = _chosen(args.pipelines)
     if args.rounds < 1 or args.latency_seconds < 0 or args.batch_records < 1:
         raise ConfigError(

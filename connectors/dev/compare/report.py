@@ -413,14 +413,20 @@ def _definitions() -> str:
     )
 
 
-def chart(results: list[Result], path: Path) -> None:
+def require_matplotlib() -> None:
+    """ConfigError naming the extra when matplotlib (the chart) is not installed."""
     try:
-        import matplotlib
+        import matplotlib  # noqa: F401
     except ImportError:
         raise ConfigError(
             "eos bench compare draws its chart with matplotlib: install the bench extra "
             "(pip install 'eos-connectors[bench]')."
         ) from None
+
+
+def chart(results: list[Result], path: Path) -> None:
+    require_matplotlib()
+    import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
