@@ -73,10 +73,10 @@ def test_every_cell_crosses_every_point_of_every_sink(
     assert report.crashes >= len({report.run_of(e) for e in whole}) + 2
     assert all(s.expected > 1_000 for s in report.sinks)
 
-    # The event-time cell saw late records and dropped them, identically on every replay.
-    work = Path(report.plan["work_dir"])
+    # The event-time cell's input had records that are late however the batches fall
+    # (the sinks matched an expectation without them), and its tail.
     timed = read_to_end(endpoints.kafka_bootstrap, Names(_tag(report)).timed)
-    assert late_records(timed, work / "checkpoint" / "et-kafka") > 20
+    assert late_records(timed, report.plan["batch_offsets"]) > 20
 
 
 def _min_partitions(report: Report) -> list[int]:

@@ -22,18 +22,15 @@ that name. A connector author's sink joins the running-count cell as ``rc-custom
 
 from __future__ import annotations
 
-import json
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
+from eos_connectors.core.errors import EosError
 from eos_connectors.core.secrets import redact_options
 from eos_connectors.core.topics import Record
 from eos_connectors.dev.endpoints import Endpoints
 from eos_connectors.dev.harness import checks, load
-from eos_connectors.dev.harness.spec import WINDOW_SECONDS, QuerySpec
-from eos_connectors.sources.kafka.offsets import from_spark
+from eos_connectors.dev.harness.spec import WATERMARK_SECONDS, WINDOW_SECONDS, QuerySpec
 
 #: Fault points of each kind of sink, in protocol order.
 TWO_PHASE_POINTS = ("after-prepare", "after-decision", "between-commits", "after-commit")
@@ -278,60 +275,57 @@ def targets(
 # -- what the event-time cell must produce ----------------------------------------------------
 
 
-def window_counts(records: list[Record], checkpoint: Path) -> Counter[str]:
+def window_counts(records: list[Record], batch_offsets: int) -> Counter[str]:
     """Each ``<word>@<window start>``'s count as Spark's windowed aggregation must emit it,
-    computed from the committed input and the batches the query's checkpoint records.
-
-    Batch N reads [offsets/N-1, offsets/N) of each partition; a record is late, and
-    dropped, when its window ends at or before the watermark of batch N-1 (Spark's
-    watermark for late rows); a window is emitted once the last batch's watermark
-    reaches its end. Spark stores each batch's watermark in ``offsets/N``, so a
-    replay drops exactly the same records: this is the same on every replay.
-    """
-    counts: Counter[str] = Counter(key for key, late in _windowed(records, checkpoint) if not late)
-    batches = _offsets_log(checkpoint)
-    final = batches[max(batches)][0] if batches else 0
-    return Counter({k: n for k, n in counts.items() if _window_end_ms(k) <= final})
+    from the committed input alone (one partition, in offset order) and the most offsets
+    a batch reads: every window of the records that are not late, none of the tail's.
+    See ``data.produce_timed_words`` for why that holds however the batches are cut."""
+    windows = _windows(records, batch_offsets)
+    return Counter(key for key, late in windows if late is False)
 
 
-def late_records(records: list[Record], checkpoint: Path) -> int:
-    """How many committed records the windowed count dropped as late."""
-    return sum(1 for _key, late in _windowed(records, checkpoint) if late)
+def late_records(records: list[Record], batch_offsets: int) -> int:
+    """How many committed records the windowed count must drop as late."""
+    return sum(1 for _key, late in _windows(records, batch_offsets) if late)
 
 
-def _windowed(records: list[Record], checkpoint: Path) -> Iterator[tuple[str, bool]]:
-    """Each committed record read by the query's batches: its window key, and whether it
-    was late in the batch that read it."""
-    batches = _offsets_log(checkpoint)
-    by_position = {(r.partition, r.offset): r for r in records}
-    previous_end: dict[int, int] = {}
-    late_watermark = 0
-    for batch in sorted(batches):
-        watermark, ends = batches[batch]
-        for partition, end in ends.items():
-            for offset in range(previous_end.get(partition, 0), end):
-                record = by_position.get((partition, offset))
-                if record is None:  # an aborted record or a transaction marker
-                    continue
-                start = record.timestamp // 1000 // WINDOW_SECONDS * WINDOW_SECONDS
-                key = f"{(record.key or b'').decode()}@{start}"
-                yield key, (start + WINDOW_SECONDS) * 1000 <= late_watermark
-        previous_end = {**previous_end, **ends}
-        late_watermark = watermark
-
-
-def _window_end_ms(key: str) -> int:
-    return (int(key.rsplit("@", 1)[1]) + WINDOW_SECONDS) * 1000
-
-
-def _offsets_log(checkpoint: Path) -> dict[int, tuple[int, dict[int, int]]]:
-    """Batch -> (its watermark in ms, its end offset per partition), from ``offsets/``."""
-    found: dict[int, tuple[int, dict[int, int]]] = {}
-    for path in (checkpoint / "offsets").iterdir():
-        if not path.name.isdigit():
-            continue
-        lines = path.read_text().splitlines()
-        metadata = json.loads(lines[1])
-        ends = {p: o for (_topic, p), o in from_spark(json.loads(lines[2])).items()}
-        found[int(path.name)] = (int(metadata.get("batchWatermarkMs", 0)), ends)
+def _windows(records: list[Record], batch_offsets: int) -> list[tuple[str, bool | None]]:
+    """Each committed record's window key, and whether the query drops it as late; None
+    for the tail, whose window never closes. Spark drops a row of batch N when its window
+    ended at or before the watermark of batch N-1, the largest event time of batches up to
+    N-2 less the delay; a batch reads at most ``batch_offsets`` offsets. So a record is
+    late whatever the batches when a record ``2 * batch_offsets`` offsets or more before it
+    closes its window, and on time whatever the batches when no record before it does.
+    Input that is neither is refused: the expectation would depend on the batches."""
+    if len({r.partition for r in records}) > 1:
+        raise EosError("the event-time input must be one partition")
+    delay = WATERMARK_SECONDS * 1000
+    ordered = sorted(records, key=lambda r: r.offset)
+    tail_time = max((r.timestamp for r in ordered), default=0)
+    found: list[tuple[str, bool | None]] = []
+    newest_before = 0  # the largest event time before the record
+    newest_far = 0  # ... at least 2 * batch_offsets offsets before it
+    far = 0  # index into ordered of the next record that becomes "far"
+    for record in ordered:
+        while far < len(ordered) and ordered[far].offset <= record.offset - 2 * batch_offsets:
+            newest_far = max(newest_far, ordered[far].timestamp)
+            far += 1
+        start = record.timestamp // 1000 // WINDOW_SECONDS * WINDOW_SECONDS
+        key = f"{(record.key or b'').decode()}@{start}"
+        end_ms = (start + WINDOW_SECONDS) * 1000
+        if record.timestamp == tail_time:
+            found.append((key, None))
+        elif end_ms <= newest_far - delay:
+            found.append((key, True))
+        elif end_ms > newest_before - delay:
+            found.append((key, False))
+        else:
+            raise EosError(
+                f"record at offset {record.offset} is late or not depending on where the "
+                f"batches of at most {batch_offsets} offsets fall"
+            )
+        newest_before = max(newest_before, record.timestamp)
+    tail = [r.offset for r in ordered if r.timestamp == tail_time]
+    if not tail or tail[-1] - tail[0] < batch_offsets:
+        raise EosError(f"the event-time input needs a tail of more than {batch_offsets} offsets")
     return found

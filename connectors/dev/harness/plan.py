@@ -53,6 +53,12 @@ class Plan:
         moments, whatever the batch)."""
         return points_per_query * self.fault_rounds + 3
 
+    def batch_offsets(self, chosen: list[Target]) -> int:
+        """``maxOffsetsPerTrigger`` of every query: enough batches for the most fault
+        points any chosen query crosses."""
+        points = max(len(t.points) for t in chosen)
+        return max(10, self.records // self.batches_needed(points))
+
 
 class Names:
     """Topics of one harness run (sink outputs are named by ``cells.Target``)."""

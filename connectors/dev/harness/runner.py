@@ -64,8 +64,7 @@ class Runner:
         self._disrupted = False
         self._service_crashed: str | None = None
         self._committed_at_failure = -1
-        points = max(len(t.points) for t in chosen)
-        self.per_batch = max(10, plan.records // plan.batches_needed(points))
+        self.per_batch = plan.batch_offsets(chosen)
         self._shown = -1
         self._standby: tuple[subprocess.Popen[bytes], Path] | None = None
         self._run_number = 0
