@@ -78,9 +78,12 @@ BASE_CONF: dict[str, str] = {
     **LOCAL_FILES_RAW,
 }
 
-#: Settings that change the JVM's class path: a session with one of them cannot use
-#: the class archive (the JVM would ignore it anyway, since the paths differ).
-_CLASS_PATH_CONF = ("spark.jars", "spark.jars.packages", "spark.driver.extraClassPath")
+#: Settings that change the driver JVM's own class path: a session with one of them
+#: cannot use the class archive (the JVM would ignore it anyway, since the paths
+#: differ). ``spark.jars`` does not: Spark loads those jars with a class loader of its
+#: own, and the archive still serves Spark's classes (13,000 of them, counted with
+#: -Xlog:class+load for Spark's Kafka connector jars).
+_CLASS_PATH_CONF = ("spark.driver.extraClassPath",)
 
 
 def local_session(
