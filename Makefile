@@ -43,7 +43,7 @@ lint: bootstrap ## ruff and mypy
 bench-test: bootstrap ## the benchmark smoke tests (each pipeline of make bench runs and counts right)
 	$(BIN)/python -m pytest -v -m bench $(PYTEST_ARGS)
 
-bench: bootstrap ## the keyed count here vs Spark's JVM connector, Quix Streams, a raw loop; 3 interleaved rounds (~30 min)
+bench: bootstrap ## the keyed count here vs Spark's JVM connector, Quix Streams, a raw loop; rounds in ABBA order until each ratio is known to +-3% (~30-50 min)
 	$(BIN)/eos bench compare
 
 bench-connectors: bootstrap ## each connector vs its own baseline (source, postgres, kafka, redis)

@@ -37,35 +37,52 @@ def test_compare_runs_every_kind_of_pipeline_and_writes_the_report(
         "6",
         "--rounds",
         "1",
+        "--reference-rounds",
+        "1",
+        "--max-rounds",
+        "1",
         "--pipelines",
         ",".join(PIPELINES),
         "--report-dir",
         str(tmp_path / "report"),
-        "--out",
-        str(tmp_path / "json"),
     ]
     assert main(argv) == 0
 
-    results = json.loads((tmp_path / "json" / "compare.json").read_text())["results"]
+    results = json.loads((tmp_path / "report" / "compare.json").read_text())["results"]
     assert [r["pipeline"]["key"] for r in results] == list(PIPELINES)
     for r in results:
         key = r["pipeline"]["key"]
         assert r["error"] is None, key
-        # records/s is of the second half (the first is start-up and warm-up)
-        assert 0 < r["records"] <= 100_000 and r["rate"] > 0, key
-        # the warm-up half: every batch after the start-up batch, up to the measured ones
-        assert 0 < r["warmup_records"] < 200_000 - r["records"] and r["warmup_seconds"] > 0
-        assert r["latency_p50_ms"] is not None and 0 < r["latency_p50_ms"] <= r["latency_p99_ms"]
-        assert r["recovery_s"] is not None and r["recovery_s"] > 0, key
-        assert r["commit_ms"] and r["driver_mb"] > 20, key
-    spark = {r["pipeline"]["key"]: r for r in results}
-    assert spark["eos-redis"]["workers_mb"] > 0 and "addBatch" in spark["eos-redis"]["stages_ms"]
-    assert "sink commit (part of addBatch)" in spark["eos-redis"]["stages_ms"]
+        (figures,) = r["rounds"]
+        # steady records/s is of the second half (the first is start-up and warm-up)
+        assert 0 < figures["records"] <= 100_000 and figures["rate"] > 0, key
+        # the whole run: every record, from the start call on; a Spark pipeline's start-up
+        # and warm-up make it slower than its steady state
+        assert figures["whole_records"] == 200_000 and figures["whole_rate"] > 0, key
+        if r["pipeline"]["engine"] != "quix":
+            assert figures["whole_rate"] < figures["rate"], key
+        lat = figures["latency_p50_ms"], figures["latency_p99_ms"]
+        assert lat[0] is not None and 0 < lat[0] <= lat[1], key
+        assert figures["latency_samples"] >= 6 * 1000 * 0.8, key  # the whole window
+        assert figures["recovery_s"] is not None and figures["recovery_s"] > 0, key
+        assert figures["commit_ms"] and figures["pss_mb"]["driver"] > 20, key
+        assert 0 < figures["pss_mb"]["driver"] <= figures["rss_mb"]["driver"], key
+    by_key = {r["pipeline"]["key"]: r["rounds"][0] for r in results}
+    # output volume: Quix writes a count per input record; the Spark pipelines (complete
+    # mode) every key's count each batch; the raw loop each changed key's
+    assert by_key["quix"]["outputs"] == 200_000
+    assert by_key["eos-redis"]["outputs"] == 1000 * 10  # 1,000 keys, 10 batches
+    assert by_key["spark-kafka"]["outputs"] == 1000 * 10
+    assert 1000 <= by_key["raw"]["outputs"] < 200_000
+    assert by_key["eos-redis"]["pss_mb"]["workers"] > 0
+    assert by_key["spark-kafka"]["pss_mb"]["jvm"] > 100
+    assert "addBatch" in by_key["eos-redis"]["stages_ms"]
+    assert "sink commit (part of addBatch)" in by_key["eos-redis"]["stages_ms"]
 
     text = (tmp_path / "report" / "compare.md").read_text()
-    for heading in ("## Machine", "## Results", "## Targets", "## Where the time goes"):
+    for heading in ("## Machine", "## Targets", "## Throughput", "## Memory", "## Microseconds"):
         assert heading in text
-    assert text.count("| (") >= len(PIPELINES)
+    assert all(f"| {key} |" in text for key in PIPELINES)
     assert "eos bench compare --records 200000 --batch-records 20000" in text
     png = (tmp_path / "report" / "compare.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 10_000

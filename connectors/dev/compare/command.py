@@ -13,7 +13,7 @@ from pathlib import Path
 
 from eos_connectors.core.errors import ConfigError
 from eos_connectors.dev.compare import pipelines as pl
-from eos_connectors.dev.compare import report, runner
+from eos_connectors.dev.compare import report, runner, schedule
 
 QUIX_VERSION = "3.28.1"
 
@@ -22,8 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--records",
         type=int,
-        default=4_000_000,
-        help="throughput phase; records/s is measured over the second half",
+        default=2_000_000,
+        help="throughput phase (default 2000000); steady records/s is of the second half",
     )
     parser.add_argument(
         "--batch-records",
@@ -38,16 +38,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--latency-seconds",
         type=float,
-        default=15.0,
-        help="steady state before the kill of the latency and recovery phase; 0 skips the phase",
+        default=10.0,
+        help="the latency window before the kill of the latency and recovery phase "
+        "(default 10); 0 skips the phase",
     )
     parser.add_argument(
         "--rounds",
         type=int,
         default=3,
-        help="throughput rounds per pipeline, interleaved; medians reported (the first "
-        "pipelines of a run's first minutes ran 10-20%% slower: one round let the order "
-        "decide a ratio)",
+        help="rounds in which every pipeline runs both phases (default 3); a round runs "
+        "the pipelines forwards when odd and backwards when even, each pair side by side",
+    )
+    parser.add_argument(
+        "--max-rounds",
+        type=int,
+        default=8,
+        help="past --rounds, the throughput phase of each pair whose ratio's 95%% "
+        "interval is wider than --precision runs again, up to this many rounds (default 8)",
+    )
+    parser.add_argument(
+        "--precision",
+        type=float,
+        default=0.03,
+        help="a pair's ratio is known well enough when its 95%% interval is within "
+        "+- this share (default 0.03)",
+    )
+    parser.add_argument(
+        "--reference-rounds",
+        type=int,
+        default=2,
+        help="rounds of Quix and the raw loop, shown for reference (default 2)",
     )
     parser.add_argument(
         "--pipelines",
@@ -59,7 +79,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="bench-results",
         help="where compare.md, compare.png and compare.json go (default bench-results)",
     )
-    parser.add_argument("--out", default="bench-results", help="compare.json")
 
 
 def _chosen(names: str) -> list[pl.Pipeline]:
@@ -91,21 +110,50 @@ def ensure_quix() -> None:
 def run_compare(args: argparse.Namespace) -> int:
     from eos_connectors.dev.bench import bench_endpoints, fill_topic
     from eos_connectors.dev.compare.jars import spark_kafka_jars
+    from eos_connectors.ops.spark import ensure_class_archive
 
     report.require_matplotlib()  # the chart comes at the end of a run: fail now, not then
     chosen = _chosen(args.pipelines)
-    if args.rounds < 1 or args.latency_seconds < 0 or args.batch_records < 1:
-        raise ConfigError(
-            f"--rounds and --batch-records must be 1 or more (got {args.rounds}, "
-            f"{args.batch_records}), --latency-seconds 0 or more (got "
-            f"{args.latency_seconds:g})"
-        )
+    settings = _settings(args)
     if any(p.engine == "quix" for p in chosen):
         ensure_quix()
-    if any(p.engine == "spark" for p in chosen):
+    if any(p.spark for p in chosen):
         spark_kafka_jars()
+        ensure_class_archive()  # every Spark pipeline starts with the same JVM settings
     endpoints = bench_endpoints()
-    settings = runner.Settings(
+    topic = f"eos-bench-compare-{uuid.uuid4().hex[:8]}"
+    print(f"Writing {args.records:,} records of ~100 bytes over {args.keys:,} keys to {topic}...")
+    fill_topic(endpoints.kafka_bootstrap, topic, args.records, args.keys)
+    began = time.monotonic()
+    results = schedule.run_all(chosen, topic, endpoints, settings)
+    text = report.markdown(results, settings, report.machine_facts(endpoints), _command(args))
+    out = Path(args.report_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "compare.md").write_text(text)
+    report.chart(results, out / "compare.png")
+    write_json(out / "compare.json", results, settings)
+    print("\n".join(report.targets_table(results, settings)))
+    print("\n".join(report.pairs_table(results, settings)))
+    print(
+        f"{len(results)} pipelines in {time.monotonic() - began:.0f} s; "
+        f"report: {out / 'compare.md'}, chart: {out / 'compare.png'}"
+    )
+    return 1 if any(r.error for r in results) else 0
+
+
+def _settings(args: argparse.Namespace) -> runner.Settings:
+    if not 1 <= args.rounds <= args.max_rounds or args.batch_records < 1:
+        raise ConfigError(
+            f"--rounds must be 1 or more and at most --max-rounds (got {args.rounds}, "
+            f"{args.max_rounds}), --batch-records 1 or more (got {args.batch_records})"
+        )
+    if args.latency_seconds < 0 or not 0 < args.precision < 1 or args.reference_rounds < 1:
+        raise ConfigError(
+            f"--latency-seconds must be 0 or more (got {args.latency_seconds:g}), "
+            f"--precision between 0 and 1 (got {args.precision:g}), --reference-rounds "
+            f"1 or more (got {args.reference_rounds})"
+        )
+    return runner.Settings(
         args.records,
         args.keys,
         args.rate,
@@ -113,26 +161,10 @@ def run_compare(args: argparse.Namespace) -> int:
         runner.work_dir(),
         args.rounds,
         args.batch_records,
+        args.max_rounds,
+        args.reference_rounds,
+        args.precision,
     )
-    topic = f"eos-bench-compare-{uuid.uuid4().hex[:8]}"
-    print(f"Writing {args.records:,} records of ~100 bytes over {args.keys:,} keys to {topic}...")
-    fill_topic(endpoints.kafka_bootstrap, topic, args.records, args.keys)
-    began = time.monotonic()
-    results = runner.run_all(chosen, topic, endpoints, settings)
-    command = _command(args)
-    text = report.markdown(results, settings, report.machine_facts(endpoints), command)
-    out = Path(args.report_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "compare.md").write_text(text)
-    report.chart(results, out / "compare.png")
-    _write_json(Path(args.out) / "compare.json", results, settings)
-    print("\n".join(report.results_table(results)))
-    print("\n".join(report.targets_table(results)))
-    print(
-        f"{len(results)} pipelines in {time.monotonic() - began:.0f} s; "
-        f"report: {out / 'compare.md'}, chart: {out / 'compare.png'}"
-    )
-    return 1 if any(r.error for r in results) else 0
 
 
 def _command(args: argparse.Namespace) -> str:
@@ -161,21 +193,22 @@ def _command_argv(args: argparse.Namespace) -> list[str]:
         args.pipelines,
         "--rounds",
         str(args.rounds),
+        "--max-rounds",
+        str(args.max_rounds),
+        "--precision",
+        f"{args.precision:g}",
+        "--reference-rounds",
+        str(args.reference_rounds),
     ]
 
 
-def _write_json(path: Path, results: list[runner.Result], settings: runner.Settings) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    rows = []
-    for r in results:
-        row = asdict(r) | {
-            "rate": r.rate,
-            "latency_p50_ms": r.latency(0.5),
-            "latency_p99_ms": r.latency(0.99),
-            "commit_p50_ms": r.commit_p50(),
-        }
-        row.pop("latencies_ms")
-        rows.append(row)
+def write_json(path: Path, results: list[runner.Result], settings: runner.Settings) -> None:
+    """Every round of every pipeline, as measured (the report's figures come from these)."""
+    rows = [asdict(r) | {"rounds": [asdict(x) | _derived(x) for x in r.rounds]} for r in results]
     path.write_text(
         json.dumps({"settings": asdict(settings), "results": rows}, indent=2, default=str)
     )
+
+
+def _derived(x: runner.Round) -> dict[str, float | None]:
+    return {"rate": x.rate, "whole_rate": x.whole_rate, "commit_p50_ms": x.commit_p50()}

@@ -41,6 +41,16 @@ class Pipeline:
     def spark(self) -> bool:
         return self.engine in ("eos", "spark")
 
+    @property
+    def cores(self) -> int:
+        """Cores it computes on: Spark's task slots, or one process's one core."""
+        return CORES if self.spark else 1
+
+    @property
+    def reference(self) -> bool:
+        """Shown for reference (no target is judged on it): Quix and the raw loop."""
+        return not self.spark
+
 
 PIPELINES = (
     Pipeline("eos-kafka", "eos_kafka -> count -> eos_kafka", "eos", "kafka", "exactly-once"),
@@ -60,6 +70,29 @@ PIPELINES = (
     Pipeline("raw", "raw confluent-kafka transactional loop", "raw", "kafka", "exactly-once"),
 )
 BY_KEY = {p.key: p for p in PIPELINES}
+#: The order of a round (odd rounds; even rounds run it backwards): the two pipelines of
+#: each pair the targets compare run next to each other, so a drift of the machine over
+#: a round falls on both alike, and backwards the next round, so that what runs second
+#: in one round runs first in the next (ABBA).
+ORDER = (
+    "spark-kafka",
+    "eos-kafka",
+    "eos-kafka-alo",
+    "eos-postgres",
+    "eos-postgres-alo",
+    "eos-redis",
+    "eos-redis-alo",
+    "quix",
+    "raw",
+)
+#: (pipeline, baseline) of every records/s target: the rounds go on until each ratio's
+#: 95% interval is narrow enough.
+PAIRS = (
+    ("eos-kafka", "spark-kafka"),
+    ("eos-kafka", "eos-kafka-alo"),
+    ("eos-postgres", "eos-postgres-alo"),
+    ("eos-redis", "eos-redis-alo"),
+)
 
 
 @dataclass(frozen=True)

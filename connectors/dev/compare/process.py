@@ -19,30 +19,49 @@ import psutil
 from eos_connectors.dev.harness.pipeline import parse_event
 
 SAMPLE_SECONDS = 0.25
+PSS_EVERY = 4  # one PSS reading a second
+
+
+PARTS = ("jvm", "driver", "workers")
 
 
 @dataclass
 class Memory:
-    """Peak resident memory (MB) of the driver (the launched process and its JVM) and
-    of the workers (Spark's Python workers, every other process of the tree)."""
+    """Peak memory (MB) of a pipeline's parts: ``jvm`` (Spark's JVM), ``driver`` (the
+    launched Python process) and ``workers`` (every other process: Spark's Python
+    workers and their daemon), each as resident set (RSS) and as proportional set
+    (PSS: a page that n processes share counts 1/n in each). Spark forks its Python
+    workers from one daemon, so they share much of their memory: their RSS adds the
+    shared pages once per worker, their PSS once in all. PSS is read from
+    ``/proc/PID/smaps_rollup``, every :data:`PSS_EVERY` th sample (it walks the page
+    tables: cheap, not free)."""
 
-    driver_mb: float = 0.0
-    workers_mb: float = 0.0
+    rss_mb: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PARTS, 0.0))
+    pss_mb: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PARTS, 0.0))
+    _samples: int = 0
 
     def sample(self, root: psutil.Process, tree: list[psutil.Process]) -> None:
-        driver = workers = 0
+        with_pss = self._samples % PSS_EVERY == 0
+        self._samples += 1
+        rss = dict.fromkeys(PARTS, 0)
+        pss = dict.fromkeys(PARTS, 0)
         for proc in tree:
             try:
-                rss = proc.memory_info().rss
-                is_driver = proc.pid == root.pid or proc.name() == "java"
-            except psutil.Error:
+                part = _part(root, proc)
+                rss[part] += proc.memory_info().rss
+                if with_pss:
+                    pss[part] += proc.memory_full_info().pss
+            except (psutil.Error, AttributeError):  # gone, or no PSS on this system
                 continue
-            if is_driver:
-                driver += rss
-            else:
-                workers += rss
-        self.driver_mb = max(self.driver_mb, driver / 2**20)
-        self.workers_mb = max(self.workers_mb, workers / 2**20)
+        for part in PARTS:
+            self.rss_mb[part] = max(self.rss_mb[part], rss[part] / 2**20)
+            self.pss_mb[part] = max(self.pss_mb[part], pss[part] / 2**20)
+
+
+def _part(root: psutil.Process, proc: psutil.Process) -> str:
+    if proc.pid == root.pid:
+        return "driver"
+    return "jvm" if proc.name() == "java" else "workers"
 
 
 @dataclass
@@ -131,6 +150,7 @@ class PipelineProcess:
 
     def start(self) -> PipelineProcess:
         self._stderr = self.log.open("ab")
+        self.started_at = time.time()
         self.proc = subprocess.Popen(
             self.command,
             stdout=subprocess.PIPE,

@@ -38,7 +38,12 @@ def timed_commits() -> None:
         commit(self, *args, **kwargs)
         records, Counted.records = Counted.records, 0
         if records:
-            event("batch", records=records, commit_ms=(time.perf_counter() - began) * 1000)
+            event(  # one output record per input record
+                "batch",
+                records=records,
+                outputs=records,
+                commit_ms=(time.perf_counter() - began) * 1000,
+            )
 
     checkpoint.Checkpoint.commit = timed
 

@@ -1,4 +1,5 @@
-"""The floor: a hand-written confluent-kafka transactional consume -> count -> produce loop.
+"""A reference: a hand-written confluent-kafka transactional consume -> count -> produce
+loop, in one process on one core (the report gives its figures per core).
 
 ``python -m eos_connectors.dev.compare.raw_loop BOOTSTRAP INPUT OUTPUT TRANSACTIONAL_ID``.
 Each poll of up to 10,000 records is one transaction: the changed keys' new
@@ -51,7 +52,8 @@ def run(bootstrap: str, source: str, output: str, transactional_id: str) -> None
         if not messages:
             continue
         producer.begin_transaction()
-        for key, added in Counter(m.key() or b"" for m in messages).items():
+        changed = Counter(m.key() or b"" for m in messages)
+        for key, added in changed.items():
             total = counts[key] = counts.get(key, 0) + added
             producer.produce(output, key=key, value=b"%d" % total)
         began = time.perf_counter()
@@ -59,7 +61,12 @@ def run(bootstrap: str, source: str, output: str, transactional_id: str) -> None
             consumer.position(consumer.assignment()), consumer.consumer_group_metadata()
         )
         producer.commit_transaction()
-        print_event("batch", records=len(messages), commit_ms=(time.perf_counter() - began) * 1000)
+        print_event(
+            "batch",
+            records=len(messages),
+            outputs=len(changed),
+            commit_ms=(time.perf_counter() - began) * 1000,
+        )
 
 
 if __name__ == "__main__":

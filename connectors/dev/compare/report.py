@@ -1,164 +1,337 @@
-"""The comparison's report: a markdown table, the targets, a profile, a PNG chart."""
+"""The comparison's report: tables of figures and verdicts, a PNG chart; no prose (what
+each figure means is in docs/bench.md, which the report links)."""
 
 from __future__ import annotations
 
 import os
 import platform
-import statistics
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from eos_connectors.core.errors import ConfigError
-from eos_connectors.dev.compare.pipelines import QUIX_PYTHON
-from eos_connectors.dev.compare.runner import Result, Settings
+from eos_connectors.dev.compare import stats
+from eos_connectors.dev.compare.pipelines import PAIRS, QUIX_PYTHON
+from eos_connectors.dev.compare.runner import Result, Round, Settings
 from eos_connectors.dev.endpoints import Endpoints
+
+#: docs/bench.md from docs/bench/RUN/, where the repository keeps each run's report
+DOCS = "../../bench.md"
+Figure = Callable[[Round], float | None]
+
+
+def _rate(r: Round) -> float | None:
+    return r.rate or None
+
+
+def _p50(r: Round) -> float | None:
+    return r.latency_p50_ms
+
+
+def _recovery(r: Round) -> float | None:
+    return r.recovery_s
+
+
+def _workers(r: Round) -> float | None:
+    return r.pss("workers")
+
+
+def _jvm(r: Round) -> float | None:
+    return r.pss("jvm")
 
 
 @dataclass(frozen=True)
 class Target:
-    """``pipeline`` against ``baseline``: records/s at least ``bound`` times the
-    baseline's (``kind`` "throughput"), p50 latency at most ``bound`` times its
-    ("latency"), or recovery at most ``bound`` seconds longer ("recovery")."""
+    """``pipeline``'s ``figure`` over ``baseline``'s ``baseline_figure``, round by
+    round: at least ``bound`` (``at_least``) or at most."""
 
     label: str
     pipeline: str
     baseline: str
     bound: float
-    kind: str = "throughput"
+    figure: Figure = _rate
+    baseline_figure: Figure | None = None  # the same figure when None
+    at_least: bool = True
+
+    def ratio(self, by_key: dict[str, Result]) -> stats.Ratio | None:
+        mine, other = by_key.get(self.pipeline), by_key.get(self.baseline)
+        if mine is None or other is None:
+            return None
+        a = mine.by_round(self.figure)
+        b = other.by_round(self.baseline_figure or self.figure)
+        common = sorted(a.keys() & b.keys())
+        return stats.paired([a[n] for n in common], [b[n] for n in common])
+
+    def met(self, ratio: stats.Ratio) -> bool:
+        return ratio.estimate >= self.bound if self.at_least else ratio.estimate <= self.bound
 
 
-#: Issue 18's targets (and the JVM connector goal after 0.9x).
+_SINKS = (("Kafka", "kafka"), ("PostgreSQL", "postgres"), ("Redis", "redis"))
 TARGETS = (
-    Target("(1) >= 0.95x (2): Kafka", "eos-kafka", "eos-kafka-alo", 0.95),
-    Target("(1) >= 0.95x (2): PostgreSQL", "eos-postgres", "eos-postgres-alo", 0.95),
-    Target("(1) >= 0.95x (2): Redis", "eos-redis", "eos-redis-alo", 0.95),
-    Target("(1) >= 0.9x (3): Spark's JVM Kafka connector", "eos-kafka", "spark-kafka", 0.9),
-    Target("(1) >= 1.0x (3): the goal after 0.9x", "eos-kafka", "spark-kafka", 1.0),
-    Target("(1) >= 2.5x (4): Quix Streams", "eos-kafka", "quix", 2.5),
-    Target("(1) p50 latency <= 1.3x (3)'s", "eos-kafka", "spark-kafka", 1.3, "latency"),
-    Target("(1) recovery <= (3)'s + 3 s", "eos-kafka", "spark-kafka", 3.0, "recovery"),
+    Target("eos-kafka records/s >= 1.2x Spark's JVM connector's", "eos-kafka", "spark-kafka", 1.2),
+    *(
+        Target(
+            f"{name}: exactly-once records/s >= 0.95x at-least-once's",
+            f"eos-{sink}",
+            f"eos-{sink}-alo",
+            0.95,
+        )
+        for name, sink in _SINKS
+    ),
+    Target(
+        "eos-kafka latency p50 <= Spark's JVM connector's",
+        "eos-kafka",
+        "spark-kafka",
+        1.0,
+        _p50,
+        at_least=False,
+    ),
+    Target(
+        "eos-kafka recovery <= Spark's JVM connector's",
+        "eos-kafka",
+        "spark-kafka",
+        1.0,
+        _recovery,
+        at_least=False,
+    ),
+    *(
+        Target(
+            f"{key}: Python workers' memory (PSS) <= 1.5x the JVM connector's JVM",
+            key,
+            "spark-kafka",
+            1.5,
+            _workers,
+            _jvm,
+            at_least=False,
+        )
+        for key in (
+            "eos-kafka",
+            "eos-kafka-alo",
+            "eos-postgres",
+            "eos-postgres-alo",
+            "eos-redis",
+            "eos-redis-alo",
+        )
+    ),
 )
-GROUPS = {"eos": "(1)", "spark": "(3)", "quix": "(4)", "raw": "(5)"}
-
-
-def _group(result: Result) -> str:
-    p = result.pipeline
-    return "(2)" if p.engine == "eos" and p.guarantee == "at-least-once" else GROUPS[p.engine]
 
 
 def _num(value: float | None, digits: int = 0) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
-def results_table(results: list[Result]) -> list[str]:
-    base = next((r for r in results if r.pipeline.key == "eos-kafka" and r.rate), None)
-    lines = [
-        "| | pipeline | guarantee | records/s | vs eos-kafka | start-up s | latency p50 ms "
-        "| latency p99 ms | commit ms p50 | recovery s | driver MB | workers MB |",
-        "|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
-    ]
+def _spread(result: Result, figure: Figure, digits: int = 0) -> str:
+    """``median (low-high)`` over the rounds that measured it."""
+    found = stats.spread([figure(r) for r in result.rounds])
+    if found is None:
+        return "-"
+    middle, low, high = found
+    if low == high:
+        return _num(middle, digits)
+    return f"{_num(middle, digits)} ({_num(low, digits)}-{_num(high, digits)})"
+
+
+def _row(result: Result, *cells: str) -> str:
+    p = result.pipeline
+    return "| " + " | ".join((p.key, p.guarantee, str(len(result.rounds)), *cells)) + " |"
+
+
+def _table(columns: tuple[str, ...], rows: list[str]) -> list[str]:
+    head = ("pipeline", "guarantee", "rounds", *columns)
+    return ["| " + " | ".join(head) + " |", "|---|---|--:|" + "--:|" * len(columns), *rows]
+
+
+def _failed(results: list[Result]) -> list[str]:
+    return [f"- {r.pipeline.key} failed: {r.error.splitlines()[0]}" for r in results if r.error]
+
+
+def _per_record(result: Result, figure: Figure) -> float | None:
+    return result.median(figure)
+
+
+def throughput_table(results: list[Result]) -> list[str]:
+    rows = []
     for r in results:
-        ratio = f"{r.rate / base.rate:.2f}x" if base and r.rate else "-"
-        if r.error:
-            lines.append(
-                f"| {_group(r)} | {r.pipeline.label} | {r.pipeline.guarantee} | "
-                f"failed: {r.error.splitlines()[0]} |" + " |" * 8
+        cores = r.pipeline.cores
+        rows.append(
+            _row(
+                r,
+                _spread(r, _rate),
+                _spread(r, lambda x: x.whole_rate or None),
+                str(cores),
+                _num((r.median(_rate) or 0) / cores or None),
+                _num(_per_record(r, _records_per_cpu_second)),
+                _num(_per_record(r, _outputs_per_1000)),
+                _spread(r, lambda x: x.startup_s, 1),
             )
+        )
+    columns = (
+        "records/s, steady",
+        "records/s, whole run",
+        "cores",
+        "steady records/s per core",
+        "records per CPU-second",
+        "output records per 1,000 input",
+        "start-up s",
+    )
+    return _table(columns, rows)
+
+
+def _records_per_cpu_second(r: Round) -> float | None:
+    used = r.cpu_us_per_record()
+    return 1e6 / used if used else None
+
+
+def _outputs_per_1000(r: Round) -> float | None:
+    return r.outputs * 1000 / r.whole_records if r.whole_records else None
+
+
+def latency_table(results: list[Result]) -> list[str]:
+    rows = [
+        _row(
+            r,
+            _spread(r, _p50),
+            _spread(r, lambda x: x.latency_p99_ms),
+            _spread(r, lambda x: x.commit_p50()),
+            _spread(r, _recovery, 1),
+        )
+        for r in results
+        if any(x.latency_p50_ms is not None for x in r.rounds)
+    ]
+    return _table(("latency p50 ms", "latency p99 ms", "commit p50 ms", "recovery s"), rows)
+
+
+def memory_table(results: list[Result]) -> list[str]:
+    def part(name: str, pss: bool = True) -> Figure:
+        return lambda x: (x.pss_mb if pss else x.rss_mb).get(name)
+
+    def total(x: Round) -> float | None:
+        return sum(x.pss_mb.values()) or None
+
+    rows = [
+        _row(
+            r,
+            _spread(r, part("jvm")),
+            _spread(r, part("driver")),
+            _spread(r, part("workers")),
+            _spread(r, part("workers", pss=False)),
+            _spread(r, total),
+        )
+        for r in results
+    ]
+    columns = (
+        "JVM PSS MB",
+        "Python driver PSS MB",
+        "Python workers PSS MB",
+        "Python workers RSS MB",
+        "total PSS MB",
+    )
+    return _table(columns, rows)
+
+
+def targets_table(results: list[Result], s: Settings) -> list[str]:
+    by_key = {r.pipeline.key: r for r in results}
+    lines = ["| target | measured, 95% interval | met |", "|---|--:|---|"]
+    for target in TARGETS:
+        ratio = target.ratio(by_key)
+        if ratio is None:
+            lines.append(f"| {target.label} | not measured | - |")
             continue
+        verdict = "yes" if target.met(ratio) else "**no**"
+        if ratio.straddles(target.bound):
+            verdict += " (the interval holds the bound)"
+        if not target.met(ratio) and target.figure is _rate:
+            verdict += f": {_slowest(by_key[target.pipeline])}"
+        lines.append(f"| {target.label} | {_ratio_text(ratio, target.bound)} | {verdict} |")
+    return lines
+
+
+def pairs_table(results: list[Result], s: Settings) -> list[str]:
+    """Each pair's records/s ratio, steady and whole run, with its interval's width."""
+    by_key = {r.pipeline.key: r for r in results}
+    lines = [
+        "| pair | steady, 95% interval | +- | whole run, 95% interval | within +-"
+        f"{s.precision:.0%} |",
+        "|---|--:|--:|--:|---|",
+    ]
+    for mine, other in PAIRS:
+        steady = Target("", mine, other, 1.0).ratio(by_key)
+        whole = Target("", mine, other, 1.0, lambda x: x.whole_rate or None).ratio(by_key)
+        if steady is None:
+            continue
+        width = steady.half_width
+        narrow = "yes" if steady.narrower_than(s.precision) else "**no**"
         lines.append(
-            f"| {_group(r)} | {r.pipeline.label} | {r.pipeline.guarantee} | {r.rate:,.0f} | "
-            f"{ratio} | {r.startup_s:.1f} | {_num(r.latency(0.5))} | {_num(r.latency(0.99))} | "
-            f"{_num(r.commit_p50())} | {_num(r.recovery_s, 1)} | {r.driver_mb:,.0f} | "
-            f"{r.workers_mb:,.0f} |"
+            f"| {mine} / {other} | {steady.text()} | "
+            f"{'-' if width is None else f'{width:.1%}'} | "
+            f"{whole.text() if whole else '-'} | {narrow} |"
         )
     return lines
 
 
-def targets_table(results: list[Result]) -> list[str]:
-    by_key = {r.pipeline.key: r for r in results}
-    lines = ["| target | measured | warm-up half | met |", "|---|--:|--:|---|"]
-    for target in TARGETS:
-        mine, other = by_key.get(target.pipeline), by_key.get(target.baseline)
-        measured = _measure(target, mine, other) if mine and other else None
-        if measured is None:
-            lines.append(f"| {target.label} | not measured | - | - |")
-            continue
-        text, met = measured
-        warm = _warmup_text(mine, other) if mine and other and target.kind == "throughput" else "-"
-        why = _slowest(mine) if mine and target.kind == "throughput" else _LATENCY_WHY
-        lines.append(f"| {target.label} | {text} | {warm} | {'yes' if met else f'**no**: {why}'} |")
-    return lines
-
-
-def _warmup_text(mine: Result, other: Result) -> str:
-    """The same ratio over the warm-up half (not a target: shown so a reader sees how far
-    warming up moves it)."""
-    if not (mine.warmup_rate and other.warmup_rate):
-        return "-"
-    ratio, spread = paired_ratio(mine, other, warmup=True)
-    return f"{ratio:.2f}x{spread}"
-
-
-_LATENCY_WHY = "see the latency phase's profile below"
-
-
-def _measure(target: Target, mine: Result, other: Result) -> tuple[str, bool] | None:
-    """The target's figure as text and whether it is met; None when not measured."""
-    if target.kind == "throughput":
-        if not (mine.rate and other.rate):
-            return None
-        ratio, spread = paired_ratio(mine, other)
-        return f"{_ratio_text(ratio, target.bound)}x{spread}", ratio >= target.bound
-    if target.kind == "latency":
-        ours, theirs = mine.latency(0.5), other.latency(0.5)
-        if ours is None or not theirs:
-            return None
-        ratio = ours / theirs
-        return f"{ratio:.2f}x ({ours:,.0f} vs {theirs:,.0f} ms)", ratio <= target.bound
-    if mine.recovery_s is None or other.recovery_s is None:
-        return None
-    more = mine.recovery_s - other.recovery_s
-    return (
-        f"{more:+.1f} s ({mine.recovery_s:.1f} vs {other.recovery_s:.1f} s)",
-        more <= target.bound,
-    )
-
-
-def _ratio_text(ratio: float, bound: float) -> str:
+def _ratio_text(ratio: stats.Ratio, bound: float) -> str:
     """Two decimals, or three where two would round a miss up to the bound (0.948 is not
     0.95)."""
-    text = f"{ratio:.2f}"
-    return f"{ratio:.3f}" if ratio < bound and float(text) >= bound else text
-
-
-def paired_ratio(mine: Result, other: Result, warmup: bool = False) -> tuple[float, str]:
-    """``mine``'s records/s over ``other``'s (``warmup``: of the warm-up half): with
-    several rounds, the median of the ratios within a round (the two ran minutes apart,
-    not a whole run apart), and the range of those ratios as text."""
-    if warmup:
-        pairs = list(zip(mine.round_warmup_rates, other.round_warmup_rates, strict=False))
-        single = mine.warmup_rate / other.warmup_rate
-    else:
-        pairs = list(zip(mine.round_rates, other.round_rates, strict=False))
-        single = mine.rate / other.rate
-    if len(pairs) < 2:
-        return single, ""
-    ratios = sorted(a / b for a, b in pairs)
-    return statistics.median(ratios), f" ({ratios[0]:.2f}-{ratios[-1]:.2f} in {len(ratios)} rounds)"
+    text = ratio.text()
+    near = f"{ratio.estimate:.2f}" == f"{bound:.2f}" and ratio.estimate != bound
+    return ratio.text(3) if near else text
 
 
 def _slowest(result: Result) -> str:
+    typical = result.typical()
     stages = {
-        k: v for k, v in result.stages_ms.items() if k != "triggerExecution" and "task ms" not in k
+        k: v
+        for k, v in (typical.stages_ms if typical else {}).items()
+        if k != "triggerExecution" and "task ms" not in k
     }
-    if not stages:
-        return "see the profile below"
+    if not typical or not stages:
+        return "see the profile"
     name, ms = max(stages.items(), key=lambda item: item[1])
-    total = result.stages_ms.get("triggerExecution", sum(stages.values()))
-    tasks = [f"{k} {v:,.0f}" for k, v in result.stages_ms.items() if k in STAGES and "task ms" in k]
-    inside = f" ({', '.join(tasks)}, summed over tasks on 2 cores)" if tasks else ""
-    return f"{result.pipeline.key} spends {ms:,.0f} of {total:,.0f} ms a batch in {name}{inside}"
+    total = typical.stages_ms.get("triggerExecution", sum(stages.values()))
+    return f"{ms:,.0f} of {total:,.0f} ms a batch in {name}"
+
+
+def per_record_table(results: list[Result]) -> list[str]:
+    """Microseconds a record, steady state: the cores' time (cores x batch time /
+    records), this package's tasks' parts of it, and the CPU the pipeline used."""
+    rows = []
+    for r in results:
+        typical = r.typical()
+        if typical is None or not typical.records:
+            continue
+        stages = typical.stages_ms
+        per_batch = typical.records / max(1, len(typical.commit_ms))
+
+        def us(ms: float | None, per: float = per_batch) -> float | None:
+            return None if ms is None else ms * 1000 / per
+
+        core_us = r.pipeline.cores * 1e6 / typical.rate if typical.rate else None
+        source = us(stages.get("source read (task ms)"))
+        sink = us(stages.get("sink write (task ms)"))
+        commit = us(stages.get("sink commit (part of addBatch)"))
+        known = [v for v in (source, sink, commit) if v is not None]
+        rest = core_us - sum(known) if core_us is not None and r.pipeline.spark else None
+        rows.append(
+            _row(
+                r,
+                _num(core_us, 1),
+                _num(source, 1),
+                _num(sink, 1),
+                _num(commit, 1),
+                _num(rest, 1),
+                _num(typical.cpu_us_per_record(), 1),
+            )
+        )
+    columns = (
+        "core-us a record",
+        "source read",
+        "sink write",
+        "sink commit",
+        "the rest (Spark)",
+        "CPU us a record",
+    )
+    return _table(columns, rows)
 
 
 STAGES = (
@@ -176,83 +349,41 @@ STAGES = (
 
 
 def profile_table(results: list[Result], paced: bool = False) -> list[str]:
-    """Spark's stages per batch: of the throughput phase, or (``paced``) of the latency
-    phase's steady state, with the time from one batch's commit to the next's first."""
+    """Spark's stages per batch (of the typical round): of the throughput phase, or
+    (``paced``) of the latency phase's steady state, with the batch interval."""
     stages = ("batch interval", *STAGES) if paced else STAGES
-    lines = [
-        "| pipeline | guarantee | " + " | ".join(stages) + " |",
-        "|---|---|" + "--:|" * len(stages),
-    ]
+    rows = []
     for r in results:
-        measured = r.latency_stages_ms if paced else r.stages_ms
+        typical = r.typical()
+        measured = (typical.latency_stages_ms if paced else typical.stages_ms) if typical else {}
         if measured:
-            cells = " | ".join(_num(measured.get(stage)) for stage in stages)
-            lines.append(f"| {r.pipeline.label} | {r.pipeline.guarantee} | {cells} |")
-    return lines
+            rows.append(_row(r, *(_num(measured.get(stage)) for stage in stages)))
+    return _table(stages, rows) if rows else []
 
 
 def steps_table(results: list[Result]) -> list[str]:
-    """Our tasks' steps ("source read: fetch (task ms)"), one column each, in the
-    order the connectors report them; a table only when some run measured them."""
-    steps = list(dict.fromkeys(k for r in results for k in r.stages_ms if ": " in k))
-    if not steps:
-        return []
-    names = [step.removesuffix(" (task ms)") for step in steps]
-    lines = [
-        "| pipeline | guarantee | " + " | ".join(names) + " |",
-        "|---|---|" + "--:|" * len(steps),
-    ]
+    """Our tasks' steps ("source read: fetch (task ms)"), one column each."""
+    typical = {r.pipeline.key: r.typical() for r in results}
+    steps = list(dict.fromkeys(k for t in typical.values() if t for k in t.stages_ms if ": " in k))
+    rows = []
     for r in results:
-        if any(step in r.stages_ms for step in steps):
-            cells = " | ".join(_num(r.stages_ms.get(step)) for step in steps)
-            lines.append(f"| {r.pipeline.label} | {r.pipeline.guarantee} | {cells} |")
-    return [
-        "Inside our tasks, per step (task ms a batch, summed over the batch's tasks): "
-        "client set-up and close, fetch (librdkafka's fetch, decompression and "
-        "messages), to Arrow, the wait while Spark takes a batch or computes the "
-        "next rows, the sink's own writes and its transaction.",
-        "",
-        *lines,
-    ]
+        t = typical[r.pipeline.key]
+        if t and any(step in t.stages_ms for step in steps):
+            rows.append(_row(r, *(_num(t.stages_ms.get(step)) for step in steps)))
+    names = tuple(step.removesuffix(" (task ms)") for step in steps)
+    return _table(names, rows) if rows else []
 
 
 def cpu_table(results: list[Result]) -> list[str]:
-    """CPU milliseconds per 1,000 records of the throughput phase: the pipeline's
-    processes and the local broker's; a table only when some run measured them."""
-    measured = [r for r in results if r.cpu_s]
-    if not measured:
-        return []
-    lines = [
-        "CPU time per 1,000 records of the throughput phase (ms, user and system): "
-        "the pipeline's processes (Python driver, JVM, Python workers) and the Kafka "
-        "broker, which shares the machine's cores with them. A transaction costs the "
-        "broker more than a plain write: its coordinator's log, the markers, the "
-        "offsets commit.",
-        "",
-        "| pipeline | guarantee | pipeline CPU ms | broker CPU ms | together |",
-        "|---|---|--:|--:|--:|",
-    ]
-    for r in measured:
-        mine, broker = r.cpu_ms_per_1k("pipeline"), r.cpu_ms_per_1k("broker")
-        both = None if mine is None or broker is None else mine + broker
-        lines.append(
-            f"| {r.pipeline.label} | {r.pipeline.guarantee} | {_num(mine, 1)} | "
-            f"{_num(broker, 1)} | {_num(both, 1)} |"
-        )
-    return [*lines, ""]
-
-
-def _paced_profile(results: list[Result]) -> list[str]:
-    if not any(r.latency_stages_ms for r in results):
-        return []
-    return [
-        "The same for a batch of the latency phase (steady state before the kill, "
-        "a few thousand records a batch): per-batch costs that do not shrink with "
-        "the batch set the latency.",
-        "",
-        *profile_table(results, paced=True),
-        "",
-    ]
+    """CPU microseconds a steady record: the pipeline's processes and the broker's."""
+    rows = []
+    for r in results:
+        mine = r.median(lambda x: x.cpu_us_per_record("pipeline"))
+        broker = r.median(lambda x: x.cpu_us_per_record("broker"))
+        if mine is not None:
+            both = None if broker is None else mine + broker
+            rows.append(_row(r, _num(mine, 1), _num(broker, 1), _num(both, 1)))
+    return _table(("pipeline CPU us", "broker CPU us", "together"), rows) if rows else []
 
 
 def machine_facts(endpoints: Endpoints) -> list[str]:
@@ -312,105 +443,45 @@ def _quix_version() -> str:
     )
 
 
-def markdown(results: list[Result], settings: Settings, facts: list[str], command: str) -> str:
-    workload = (
-        f"{settings.records:,} records of ~100 bytes over {settings.keys:,} keys in 4 "
-        f"partitions, read {settings.batch_records:,} a batch; every pipeline keeps a "
-        f"running count per key and publishes each changed key's count. Records/s is of "
-        f"the second half of the records, after a warm-up of the first half. Latency: "
-        f"{settings.rate:,} records/s onto 1,000 keys for "
-        f"{settings.latency_seconds:.0f} s of steady state, then a SIGKILL and a restart."
-    )
-    return "\n".join(
-        [
-            "# The keyed count, side by side",
-            "",
-            f"Reproduce with `{command}` (about 30 minutes). {_runs(settings)} the ratios are "
-            "what to compare, the absolute figures depend on the machine.",
-            "",
-            "## Machine",
-            "",
-            *facts,
-            "",
-            "## Workload",
-            "",
-            workload,
-            "",
-            "## Results",
-            "",
-            *results_table(results),
-            "",
-            "(1) this package, exactly-once; (2) the same with `deliveryGuarantee=at-least-once`; "
-            "(3) Spark's JVM Kafka source and sink; (4) Quix Streams, exactly-once; (5) a "
-            "hand-written confluent-kafka transactional loop.",
-            "",
-            "![throughput, latency and recovery](compare.png)",
-            "",
-            "## Targets",
-            "",
-            *targets_table(results),
-            "",
-            "## Where the time goes",
-            "",
-            "Mean milliseconds per batch of the throughput phase: Spark's own progress "
-            "reports (`durationMs`); inside `addBatch`, the time this package's source and "
-            "sink tasks spend (summed over a batch's tasks, which share 2 cores; "
-            "exactly-once sinks only) and the sink's commit, measured in the connectors "
-            "(`EOS_COMMIT_TIMES`). The rest of `addBatch` is Spark: the shuffle, the "
-            "stateful count (RocksDB), moving rows between the JVM and Python workers.",
-            "",
-            *profile_table(results),
-            "",
-            *steps_table(results),
-            "",
-            *cpu_table(results),
-            *_paced_profile(results),
-            _definitions(),
-            "",
-        ]
-    )
+def markdown(results: list[Result], s: Settings, facts: list[str], command: str) -> str:
+    sections: list[tuple[str, list[str]]] = [
+        ("Machine", facts),
+        ("Settings", _settings(s)),
+        ("Targets", targets_table(results, s)),
+        ("Pairs: records/s ratios", pairs_table(results, s)),
+        ("Throughput", throughput_table(results)),
+        ("Latency and recovery", latency_table(results)),
+        ("Memory (peak of the throughput phase)", memory_table(results)),
+        ("Microseconds a record", per_record_table(results)),
+        ("Spark's batch, ms (throughput phase)", profile_table(results)),
+        ("This package's tasks, ms a batch", steps_table(results)),
+        ("CPU microseconds a record, pipeline and broker", cpu_table(results)),
+        ("Spark's batch, ms (latency phase)", profile_table(results, paced=True)),
+        ("Failed", _failed(results)),
+    ]
+    lines = [
+        "# The keyed count, side by side",
+        "",
+        f"`{command}`; what each figure means: [docs/bench.md]({DOCS}).",
+        "",
+        "![throughput, latency and recovery](compare.png)",
+    ]
+    for heading, body in sections:
+        if body:
+            lines += ["", f"## {heading}", "", *body]
+    return "\n".join([*lines, ""])
 
 
-def _runs(settings: Settings) -> str:
-    if settings.rounds == 1:
-        return "One run;"
-    return (
-        f"One run, the throughput phase {settings.rounds} times per pipeline, "
-        "interleaved: records/s is each pipeline's median round, a target's ratio the "
-        "median of the ratios within a round;"
-    )
-
-
-def _definitions() -> str:
-    return "\n".join(
-        [
-            "## What is measured",
-            "",
-            "- records/s: the records of the throughput phase's batches (Quix and the raw "
-            "loop: commits) past its first half, divided by the time from the commit of the "
-            "batch before them to the last one's. The first half is a warm-up: the JVM's JIT, "
-            "the Python workers and the caches make a Spark pipeline's batches twice as fast "
-            "over its first 30-40 batches, and a pipeline runs for much longer than that. "
-            "The targets table shows each ratio of the warm-up half too (from the start-up "
-            "batch's commit to where records/s starts), for comparison with runs before the "
-            "steady state was measured.",
-            "- start-up: from the start call returning to the first batch's commit (JVM, "
-            "Python workers, first plans).",
-            "- latency: a record's produce timestamp to the moment a reader sees its key's "
-            "count include it (Kafka read_committed; PostgreSQL and Redis read every 50 ms).",
-            "- commit: Spark pipelines, the sink's commit (the driver's two-phase commit, or "
-            "the slowest task transaction of the Kafka sink) plus Spark's commit-log write; "
-            "Quix, its checkpoint commit; the raw loop, its transaction commit.",
-            "- recovery: SIGKILL of the whole process group to the restarted pipeline's first "
-            "committed batch.",
-            "- memory: peak resident set of the driver (the Python process and its JVM) and "
-            "of the workers (Spark's Python workers), sampled every 0.25 s.",
-            "- CPU: user and system time of every process of the pipeline, and of the broker "
-            "when it runs on this machine, sampled every 0.25 s and interpolated to the "
-            "throughput phase's measured interval; commit times and the split per batch are "
-            "of the same batches.",
-        ]
-    )
+def _settings(s: Settings) -> list[str]:
+    return [
+        f"- throughput: {s.records:,} records, {s.keys:,} keys, 4 partitions, "
+        f"{s.batch_records:,} a batch; steady state: the second half",
+        f"- latency: {s.rate:,} records/s, 1,000 keys, {s.latency_seconds:g} s window, "
+        "then SIGKILL and restart",
+        f"- rounds: {s.rounds} (both phases), Quix and raw loop {s.reference_rounds}; "
+        f"throughput rounds up to {s.max_rounds} until each pair is within "
+        f"+-{s.precision:.0%}",
+    ]
 
 
 def require_matplotlib() -> None:
@@ -431,21 +502,30 @@ def chart(results: list[Result], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    done = [r for r in results if not r.error]
-    labels = [f"{_group(r)} {r.pipeline.key}" for r in done]
+    done = [r for r in results if r.rounds]
+    labels = [r.pipeline.key for r in done]
     figure, axes = plt.subplots(1, 3, figsize=(15, 5.5))
     panels = [
-        ("records/s (higher is better)", [r.rate for r in done]),
-        ("latency p99, ms (lower is better)", [r.latency(0.99) or 0 for r in done]),
-        ("recovery after SIGKILL, s (lower is better)", [r.recovery_s or 0 for r in done]),
+        ("records/s, steady (higher is better)", _rate),
+        ("latency p99, ms (lower is better)", lambda x: x.latency_p99_ms),
+        ("recovery after SIGKILL, s (lower is better)", _recovery),
     ]
     colors = ["#1f77b4" if r.pipeline.engine == "eos" else "#999999" for r in done]
-    for axis, (title, values) in zip(axes, panels, strict=True):
-        axis.barh(labels, values, color=colors)
+    for axis, (title, figure_of) in zip(axes, panels, strict=True):
+        medians = [r.median(figure_of) or 0 for r in done]
+        lows = [
+            m - (stats.spread([figure_of(x) for x in r.rounds]) or (0, m, m))[1]
+            for m, r in zip(medians, done, strict=True)
+        ]
+        highs = [
+            (stats.spread([figure_of(x) for x in r.rounds]) or (0, m, m))[2] - m
+            for m, r in zip(medians, done, strict=True)
+        ]
+        axis.barh(labels, medians, color=colors, xerr=[lows, highs], capsize=3)
         axis.set_title(title, fontsize=10)
         axis.invert_yaxis()
         axis.tick_params(labelsize=8)
-    figure.suptitle("Kafka -> keyed count -> sink, one run on one machine (blue: this package)")
+    figure.suptitle("Kafka -> keyed count -> sink: median round, bars from lowest to highest")
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110)

@@ -1,30 +1,25 @@
-"""The two phases each pipeline runs through, on the same broker, data and machine.
+"""The two phases each pipeline runs through in every round, on the same broker, data
+and machine; what each round measured. The rounds, their order and when they stop
+are :mod:`schedule`'s.
 
 * **throughput**: ``records`` keyed records (~100 bytes, 10,000 keys) are in the
   input topic before the pipeline starts, and Spark reads ``batch_records`` of them
-  per batch. The first batch (or Quix's and the raw loop's first commit) carries
-  the start-up (JVM, Python workers, first plans) and is reported apart as start-up
-  time. Then every pipeline warms up for dozens of batches (the JVM's JIT, the
-  Python workers, caches: batch times of a Spark pipeline fall by half over its
-  first 30-40 batches), so records/s is measured over the second half of the
-  records only (:data:`WARM_UP`): the records of the batches past the first half,
-  divided by the time from the commit of the batch before them to the last one's.
-  The commit times, the per-batch split and the CPU are of the same batches; the
+  per batch. Records/s is given twice: over the whole run (every record, from the
+  start call to the last commit) and in steady state (the records past the first
+  :data:`WARM_UP` share, from the commit of the batch before them to the last one's:
+  the JVM's JIT, the Python workers and the caches take dozens of batches to warm).
+  The commit times, the per-batch split and the CPU are of the steady batches; the
   peak memory is of the whole phase. At its end every key's count in the sink is
   checked against the input.
 * **latency and recovery**: records are produced at a steady ``rate`` onto 1,000
-  keys, each stamped with its produce time. A watcher reads the sink (Kafka
-  under read_committed, PostgreSQL and Redis by polling) and notes when each
-  key's count grows; a record is visible when its key's count reaches it, and
-  its latency is that moment minus its timestamp. After ``latency_seconds`` the
-  pipeline is SIGKILLed and started again: recovery is the time from the kill to
-  the new process's first committed batch. Production goes on, and the phase
-  ends when every record is counted in the sink. ``latency_seconds`` 0 skips it.
-
-With ``rounds`` above 1 the throughput phase runs that many times, interleaved (every
-pipeline's first round, then every pipeline's second, ...), so a drift of the machine
-falls on every pipeline alike; a pipeline reports its median round, and a ratio of two
-pipelines is the median of their ratios within a round.
+  keys, each stamped with its produce time. A watcher reads the sink (Kafka under
+  read_committed, PostgreSQL and Redis by polling) and notes when each key's count
+  grows; a record is visible when its key's count reaches it, and its latency is
+  that moment minus its timestamp. The records of ``latency_seconds`` of steady
+  state are measured, every one of them to its visibility (production goes on
+  meanwhile); then the pipeline is SIGKILLed and started again: recovery is the
+  time from the kill to the new process's first committed batch. Production goes
+  on, and the phase ends when every record is counted in the sink.
 """
 
 from __future__ import annotations
@@ -37,7 +32,6 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -51,62 +45,91 @@ from eos_connectors.dev.endpoints import Endpoints
 LATENCY_KEYS = 1_000
 LATENCY_MAX_OFFSETS = 1_000_000  # no cap: each batch takes what arrived meanwhile
 WARM_UP_SECONDS = 5.0  # after the sink first shows a count: steady state from here
-#: Share of the throughput phase's records read before records/s is measured. A first
-#: run of 40 batches of 100,000 records (this machine, 2 cores) showed every Spark
-#: pipeline's batch times still falling at batch 10, where the phase used to end:
-#: Spark's Kafka connector from 1,163 to ~400 ms, this package's from ~800 to ~450.
+#: Share of the throughput phase's records read before steady-state records/s is
+#: measured. A run of 40 batches of 100,000 records (2 cores) showed every Spark
+#: pipeline's batch times still falling at batch 10: Spark's Kafka connector from
+#: 1,163 to ~400 ms, this package's from ~800 to ~450.
 WARM_UP = 0.5
 BATCH_RECORDS = 100_000  # the throughput phase's batch (Spark's maxOffsetsPerTrigger)
 AFTER_KILL_SECONDS = 8.0
 START_TIMEOUT = 180.0
+#: How long the records of the latency window may take to become visible before the
+#: kill; a pipeline slower than that has no steady state at this rate.
+VISIBLE_TIMEOUT = 60.0
 
 
 @dataclass
-class Result:
-    pipeline: pl.Pipeline
-    records: int = 0
+class Round:
+    """What one round measured of one pipeline (the latency figures stay None in a
+    round that ran only the throughput phase)."""
+
+    number: int
+    records: int = 0  # steady state: records and seconds
     seconds: float = 0.0
+    whole_records: int = 0  # the whole run: every record, start call to last commit
+    whole_seconds: float = 0.0
     startup_s: float = 0.0
+    outputs: int = 0  # records written to the sink over the whole phase
     commit_ms: list[float] = field(default_factory=list)
-    latencies_ms: list[float] = field(default_factory=list)
-    recovery_s: float | None = None
-    driver_mb: float = 0.0
-    workers_mb: float = 0.0
     stages_ms: dict[str, float] = field(default_factory=dict)  # Spark's per-batch split
-    latency_stages_ms: dict[str, float] = field(default_factory=dict)  # the paced phase's
-    round_rates: list[float] = field(default_factory=list)  # records/s of each round
-    #: The warm-up half's records and seconds (after the start-up batch, up to where
-    #: records/s starts), so a report can show how far a ratio moves once warm
-    warmup_records: int = 0
-    warmup_seconds: float = 0.0
-    round_warmup_rates: list[float] = field(default_factory=list)
-    #: CPU seconds of the throughput phase's measured interval: "pipeline", "broker"
+    #: CPU seconds of the steady interval: "pipeline", "broker"
     cpu_s: dict[str, float] = field(default_factory=dict)
-    error: str | None = None
+    rss_mb: dict[str, float] = field(default_factory=dict)  # peak: jvm, driver, workers
+    pss_mb: dict[str, float] = field(default_factory=dict)
+    latency_p50_ms: float | None = None
+    latency_p99_ms: float | None = None
+    latency_samples: int = 0
+    recovery_s: float | None = None
+    latency_stages_ms: dict[str, float] = field(default_factory=dict)  # the paced phase's
 
     @property
     def rate(self) -> float:
         return self.records / self.seconds if self.seconds else 0.0
 
     @property
-    def warmup_rate(self) -> float:
-        return self.warmup_records / self.warmup_seconds if self.warmup_seconds else 0.0
-
-    def latency(self, quantile: float) -> float | None:
-        if len(self.latencies_ms) < 2:
-            return None
-        return statistics.quantiles(self.latencies_ms, n=100, method="inclusive")[
-            round(quantile * 100) - 1
-        ]
+    def whole_rate(self) -> float:
+        return self.whole_records / self.whole_seconds if self.whole_seconds else 0.0
 
     def commit_p50(self) -> float | None:
         return statistics.median(self.commit_ms) if self.commit_ms else None
 
-    def cpu_ms_per_1k(self, who: str) -> float | None:
-        """CPU milliseconds ``who`` ("pipeline", "broker") spent per 1,000 records."""
+    def cpu_us_per_record(self, who: str = "pipeline") -> float | None:
+        """CPU microseconds ``who`` ("pipeline", "broker") spent per steady record."""
         if who not in self.cpu_s or not self.records:
             return None
         return self.cpu_s[who] * 1e6 / self.records
+
+    def pss(self, part: str) -> float | None:
+        return self.pss_mb.get(part) or None
+
+
+@dataclass
+class Result:
+    """A pipeline's rounds; ``error`` when one of them failed (it ran no further)."""
+
+    pipeline: pl.Pipeline
+    rounds: list[Round] = field(default_factory=list)
+    error: str | None = None
+
+    def by_round(self, figure: Callable[[Round], float | None]) -> dict[int, float | None]:
+        return {r.number: figure(r) for r in self.rounds}
+
+    def median(self, figure: Callable[[Round], float | None]) -> float | None:
+        values = [v for v in map(figure, self.rounds) if v is not None]
+        return statistics.median(values) if values else None
+
+    @property
+    def rate(self) -> float:
+        """The median round's steady records/s (0 before any round)."""
+        return self.median(lambda r: r.rate) or 0.0
+
+    def typical(self) -> Round | None:
+        """The round of the median steady records/s (the lower of the two middle ones):
+        its profile stands for the pipeline's."""
+        if not self.rounds:
+            return None
+        middle = statistics.median_low([r.rate for r in self.rounds])
+        return next(r for r in self.rounds if r.rate == middle)
 
 
 @dataclass(frozen=True)
@@ -116,8 +139,11 @@ class Settings:
     rate: int
     latency_seconds: float
     work_dir: Path
-    rounds: int = 1
+    rounds: int = 3  # every pipeline, both phases
     batch_records: int = BATCH_RECORDS
+    max_rounds: int = 8  # throughput only, for the pairs still too uncertain
+    reference_rounds: int = 2  # Quix and the raw loop
+    precision: float = 0.03  # a pair's 95% interval, +- this share of its ratio
 
 
 def start(target: pl.Target, endpoints: Endpoints, max_offsets: int) -> PipelineProcess:
@@ -131,7 +157,7 @@ def start(target: pl.Target, endpoints: Endpoints, max_offsets: int) -> Pipeline
 
 
 def throughput(
-    pipeline: pl.Pipeline, topic: str, endpoints: Endpoints, s: Settings, result: Result
+    pipeline: pl.Pipeline, topic: str, endpoints: Endpoints, s: Settings, figures: Round
 ) -> None:
     target = pl.new_target(pipeline, topic, endpoints, s.work_dir)
     process = start(target, endpoints, s.batch_records)
@@ -144,19 +170,28 @@ def throughput(
         )
     finally:
         process.kill()
-    first, *batches = process.batches()
-    result.startup_s = first["t"] - (process.ready_at() or first["t"])
+    every = process.batches()
+    first, *batches = every
+    figures.startup_s = first["t"] - (process.ready_at() or first["t"])
+    figures.whole_records = sum(int(b["records"]) for b in every)
+    figures.whole_seconds = every[-1]["t"] - process.started_at
+    figures.outputs = sum(_outputs(b) for b in every)
     clock, *measured = warmed_up(batches, pipeline.key)
-    result.records = sum(int(b["records"]) for b in measured)
-    result.seconds = measured[-1]["t"] - clock["t"]
-    result.warmup_records = sum(int(b["records"]) for b in batches) - result.records
-    result.warmup_seconds = clock["t"] - first["t"]
-    result.commit_ms = _commit_times(measured, target)
-    result.stages_ms = _stages(measured, target) if pipeline.spark else {}
-    result.driver_mb, result.workers_mb = process.memory.driver_mb, process.memory.workers_mb
-    result.cpu_s = _cpu_used(process.cpu, clock["t"], measured[-1]["t"])
+    figures.records = sum(int(b["records"]) for b in measured)
+    figures.seconds = measured[-1]["t"] - clock["t"]
+    figures.commit_ms = _commit_times(measured, target)
+    figures.stages_ms = _stages(measured, target) if pipeline.spark else {}
+    figures.rss_mb, figures.pss_mb = dict(process.memory.rss_mb), dict(process.memory.pss_mb)
+    figures.cpu_s = _cpu_used(process.cpu, clock["t"], measured[-1]["t"])
     _check_counts(target, endpoints, s.records)
     pl.clean_up(target, endpoints)
+
+
+def _outputs(batch: dict[str, Any]) -> int:
+    """Records a batch wrote to its sink: as the sink reported them, else (this package's
+    sinks and Spark's report none; the query is in complete mode) the rows of the state."""
+    written = batch.get("outputs")
+    return int(written if written is not None else batch.get("state_rows") or 0)
 
 
 def warmed_up(batches: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
@@ -264,6 +299,10 @@ class Visibility:
     def total(self) -> int:
         return sum(self.latest.values())
 
+    def reached(self, counts: dict[str, int]) -> bool:
+        """Whether every key's count has been seen at ``counts``' or beyond."""
+        return all(self.latest.get(key, 0) >= count for key, count in counts.items())
+
 
 def _watch(watcher: Any, visibility: Visibility, stop: threading.Event) -> None:
     while not stop.is_set():
@@ -305,7 +344,7 @@ class PacedInput:
 
 
 def latency_and_recovery(
-    pipeline: pl.Pipeline, endpoints: Endpoints, s: Settings, result: Result
+    pipeline: pl.Pipeline, endpoints: Endpoints, s: Settings, figures: Round
 ) -> None:
     topic = f"eos-bench-paced-{pipeline.key}-{int(time.time())}"
     create_topic(endpoints.kafka_bootstrap, topic, pl.PARTITIONS)
@@ -322,14 +361,23 @@ def latency_and_recovery(
         paced.run_while(lambda: visibility.total() == 0 and process.alive())
         since = time.time() + WARM_UP_SECONDS
         paced.run_while(lambda: time.time() < since + s.latency_seconds)
+        until = time.time()
+        window = {key: len(stamps) for key, stamps in paced.stamps.items()}
+        deadline = until + VISIBLE_TIMEOUT
+        paced.run_while(lambda: not visibility.reached(window) and time.time() < deadline)
+        if not visibility.reached(window):
+            raise TimeoutError(
+                f"the records of the latency window were not all visible within "
+                f"{VISIBLE_TIMEOUT:.0f} s: no steady state at {s.rate:,} records/s"
+            )
         steady = [b for b in process.batches() if b["t"] >= since]
         killed_at = process.kill()
         if steady and pipeline.spark:
-            steady_stages = _stages(steady, target)
-            steady_stages["batch interval"] = (
-                (steady[-1]["t"] - steady[0]["t"]) / max(1, len(steady) - 1) * 1000
-            )
-            result.latency_stages_ms = steady_stages
+            figures.latency_stages_ms = _stages(steady, target) | {
+                "batch interval": (steady[-1]["t"] - steady[0]["t"])
+                / max(1, len(steady) - 1)
+                * 1000
+            }
         process = start(target, endpoints, LATENCY_MAX_OFFSETS)
         resume_until = time.time() + AFTER_KILL_SECONDS
         producing = threading.Thread(
@@ -339,7 +387,7 @@ def latency_and_recovery(
         process.wait_for(
             "a batch after the restart", lambda: bool(process.batches()), START_TIMEOUT
         )
-        result.recovery_s = process.batches()[0]["t"] - killed_at
+        figures.recovery_s = process.batches()[0]["t"] - killed_at
         producing.join()
         process.wait_for(
             "every record in the sink", lambda: visibility.total() >= paced.produced, START_TIMEOUT
@@ -352,72 +400,33 @@ def latency_and_recovery(
             f"{pipeline.key}: {visibility.total():,} counted in the sink, "
             f"{paced.produced:,} produced"
         )
-    result.latencies_ms = _latencies(paced.stamps, visibility, since, killed_at)
+    latencies = _latencies(paced.stamps, visibility, since, until)
+    figures.latency_samples = len(latencies)
+    figures.latency_p50_ms = quantile(latencies, 0.5)
+    figures.latency_p99_ms = quantile(latencies, 0.99)
     pl.clean_up(target, endpoints)
+
+
+def quantile(values: list[float], q: float) -> float | None:
+    if len(values) < 2:
+        return None
+    return statistics.quantiles(values, n=100, method="inclusive")[round(q * 100) - 1]
 
 
 def _latencies(
     stamps: dict[str, list[float]], visibility: Visibility, since: float, until: float
 ) -> list[float]:
-    """Each record produced in [since, until) and visible before ``until``: visible - stamp."""
+    """Each record produced in [since, until): the moment it was visible - its stamp."""
     latencies = []
     for key, seen in visibility.seen.items():
         produced = stamps[key]
         shown = 0
         for count, at in seen:
-            if at >= until:
-                break
             for stamp in produced[shown:count]:
-                if stamp >= since:
+                if since <= stamp < until:
                     latencies.append((at - stamp) * 1000)
             shown = count
     return latencies
-
-
-def run_all(
-    chosen: list[pl.Pipeline], topic: str, endpoints: Endpoints, s: Settings
-) -> list[Result]:
-    """Every pipeline through both phases (the throughput phase ``s.rounds`` times,
-    interleaved); a pipeline that fails is reported with its error, not hidden, and
-    runs no further round."""
-    rounds: dict[str, list[Result]] = {p.key: [] for p in chosen}
-    failed: dict[str, Result] = {}
-    for number in range(1, s.rounds + 1):
-        of = f" (round {number} of {s.rounds})" if s.rounds > 1 else ""
-        for pipeline in (p for p in chosen if p.key not in failed):
-            result = Result(pipeline)
-            print(f"  {pipeline.key}: throughput{of}...", flush=True)
-            if _phase(result, partial(throughput, pipeline, topic, endpoints, s, result)):
-                print(f"  {pipeline.key}: {result.rate:,.0f} records/s", flush=True)
-                rounds[pipeline.key].append(result)
-            else:
-                failed[pipeline.key] = result
-    results = [failed.get(p.key) or median_round(rounds[p.key]) for p in chosen]
-    for result in results:
-        if not result.error and s.latency_seconds > 0:
-            print(f"  {result.pipeline.key}: latency, recovery...", flush=True)
-            _phase(result, partial(latency_and_recovery, result.pipeline, endpoints, s, result))
-    return results
-
-
-def _phase(result: Result, phase: Callable[[], None]) -> bool:
-    try:
-        phase()
-        return True
-    except (RuntimeError, TimeoutError, AssertionError) as exc:
-        print(f"  {result.pipeline.key}: FAILED: {exc}", flush=True)
-        result.error = str(exc)
-        return False
-
-
-def median_round(rounds: list[Result]) -> Result:
-    """The round with the median records/s (the lower of the two middle ones), carrying
-    every round's records/s, measured and of the warm-up."""
-    rates = [r.rate for r in rounds]
-    median = next(r for r in rounds if r.rate == statistics.median_low(rates))
-    median.round_rates = rates
-    median.round_warmup_rates = [r.warmup_rate for r in rounds]
-    return median
 
 
 def work_dir() -> Path:

@@ -274,6 +274,8 @@ def _batch_events() -> Any:
                 query=progress.name,
                 batch=progress.batchId,
                 records=progress.numInputRows,
+                outputs=_outputs(progress),
+                state_rows=_state_rows(progress),
                 durations=dict(progress.durationMs),
             )
 
@@ -284,6 +286,18 @@ def _batch_events() -> Any:
             pass
 
     return BatchEvents()
+
+
+def _outputs(progress: Any) -> int | None:
+    """Rows the batch wrote to its sink as the sink reports them; None for a sink that
+    reports none (-1, as Python sinks do)."""
+    written = int(progress.sink.numOutputRows) if progress.sink is not None else -1
+    return written if written >= 0 else None
+
+
+def _state_rows(progress: Any) -> int:
+    """Rows in the query's state after the batch (what a complete-mode query writes)."""
+    return sum(int(op.numRowsTotal) for op in progress.stateOperators or ())
 
 
 def register_sources(spark: SparkSession, references: tuple[str, ...]) -> None:
