@@ -130,54 +130,72 @@ class BrokerView:
                 raise self._unavailable("describe topics", exc) from None
         return found
 
-    def initial(self) -> Offsets:
-        """Resolve ``startingOffsets`` / ``startingOffsetsByTimestamp`` into real offsets."""
-        tps = self.partitions()
+    def initial(
+        self, tps: list[TopicPartitionKey] | None = None, default: str = "latest"
+    ) -> Offsets:
+        """Resolve ``startingOffsets`` / ``startingOffsetsByTimestamp`` into real offsets
+        (``default`` when neither is given: a stream's "latest", a batch's "earliest")."""
+        tps = self.partitions() if tps is None else tps
         if self.options.starting_timestamps is not None:
-            return self._initial_by_time(tps)
-        spec = self.options.starting_offsets
+            return self._by_time(
+                tps, self.options.starting_timestamps, "startingOffsetsByTimestamp"
+            )
+        return self._specific(tps, self.options.starting_offsets or default, "startingOffsets")
+
+    def ending(self, tps: list[TopicPartitionKey]) -> Offsets:
+        """Resolve ``endingOffsets`` / ``endingOffsetsByTimestamp`` (a batch read's end;
+        "latest" when neither is given). A partition with no record at or after its
+        ending timestamp ends at its latest offset, as in Spark."""
+        stamps = self.options.ending_timestamps
+        if stamps is not None:
+            return self._by_time(tps, stamps, "endingOffsetsByTimestamp", ending=True)
+        return self._specific(tps, self.options.ending_offsets or "latest", "endingOffsets")
+
+    def _specific(
+        self,
+        tps: list[TopicPartitionKey],
+        spec: str | Mapping[str, Mapping[int, int]],
+        option: str,
+    ) -> Offsets:
         if spec == "earliest":
             return self.earliest(tps)
         if spec == "latest":
             return self.latest(tps)
-        assert isinstance(spec, dict)
-        return self._initial_specific(tps, spec)
-
-    def _initial_specific(
-        self, tps: list[TopicPartitionKey], spec: Mapping[str, Mapping[int, int]]
-    ) -> Offsets:
+        assert isinstance(spec, Mapping)
         given = {(t, p): o for t, parts in spec.items() for p, o in parts.items()}
         missing = sorted(set(tps) - set(given))
         if missing:
             raise ConfigError(
-                "Option 'startingOffsets' must give an offset for every partition of the "
+                f"Option '{option}' must give an offset for every partition of the "
                 f"subscription; missing: {_names(missing)} (use -2 for earliest, -1 for latest)."
             )
         unknown = sorted(set(given) - set(tps))
         if unknown:
-            raise ConfigError(
-                f"Option 'startingOffsets' names unknown partitions: {_names(unknown)}."
-            )
+            raise ConfigError(f"Option '{option}' names unknown partitions: {_names(unknown)}.")
         earliest = self.earliest(tp for tp, o in given.items() if o == EARLIEST)
         latest = self.latest(tp for tp, o in given.items() if o == LATEST)
         return {tp: earliest.get(tp, latest.get(tp, o)) for tp, o in given.items()}
 
-    def _initial_by_time(self, tps: list[TopicPartitionKey]) -> Offsets:
-        stamps = self.options.starting_timestamps
+    def _by_time(
+        self,
+        tps: list[TopicPartitionKey],
+        stamps: Mapping[str, Mapping[int, int]] | int,
+        option: str,
+        ending: bool = False,
+    ) -> Offsets:
         if isinstance(stamps, int):
             times = dict.fromkeys(tps, stamps)
         else:
-            assert stamps is not None
             times = {(t, p): ts for t, parts in stamps.items() for p, ts in parts.items()}
             missing = sorted(set(tps) - set(times))
             if missing:
                 raise ConfigError(
-                    "Option 'startingOffsetsByTimestamp' must give a timestamp for every "
-                    f"partition of the subscription; missing: {_names(missing)}."
+                    f"Option '{option}' must give a timestamp for every partition of the "
+                    f"subscription; missing: {_names(missing)}."
                 )
         found = self.for_times(times)
         absent = sorted(tp for tp, offset in found.items() if offset < 0)
-        if absent and self.options.timestamp_strategy == "error":
+        if absent and not ending and self.options.timestamp_strategy == "error":
             raise ConfigError(
                 f"No record at or after the starting timestamp in {_names(absent)}; set "
                 "startingOffsetsByTimestampStrategy=latest to start those at the end."

@@ -43,14 +43,11 @@ _KNOWN = {
     "maxrecordsperpartition",
     "fetchoffset.numretries",
     "fetchoffset.retryintervalms",
+    "endingoffsets",
+    "endingoffsetsbytimestamp",
+    "endingtimestamp",
 }
 
-# Spark options with no meaning here: say so instead of silently ignoring them.
-_UNSUPPORTED = {
-    "endingoffsets": "it applies to batch queries; eos_kafka is a streaming source",
-    "endingoffsetsbytimestamp": "it applies to batch queries; eos_kafka is a streaming source",
-    "endingtimestamp": "it applies to batch queries; eos_kafka is a streaming source",
-}
 
 # Consumer settings the source owns: a user value would break replay or offsets.
 _OWNED_KAFKA = {
@@ -71,8 +68,12 @@ class KafkaSourceOptions:
     topics: tuple[str, ...] = ()
     pattern: str | None = None
     assigned: tuple[tuple[str, int], ...] = ()
-    starting_offsets: str | dict[str, dict[int, int]] = "latest"
+    #: None when not given: a stream starts at "latest", a batch read at "earliest"
+    starting_offsets: str | dict[str, dict[int, int]] | None = None
     starting_timestamps: dict[str, dict[int, int]] | int | None = None
+    #: batch reads only: where they end (None: "latest", unless ending_timestamps)
+    ending_offsets: str | dict[str, dict[int, int]] | None = None
+    ending_timestamps: dict[str, dict[int, int]] | int | None = None
     timestamp_strategy: Literal["error", "latest"] = "error"
     max_offsets_per_trigger: int | None = None
     min_partitions: int | None = None
@@ -150,8 +151,10 @@ def parse_options(raw: Mapping[str, str]) -> KafkaSourceOptions:
         topics=topics,
         pattern=pattern,
         assigned=assigned,
-        starting_offsets=_starting_offsets(options.get("startingoffsets", "latest")),
-        starting_timestamps=_starting_timestamps(options),
+        starting_offsets=_offsets_spec(options, "startingOffsets"),
+        starting_timestamps=_timestamps(options, "startingTimestamp", "startingOffsetsByTimestamp"),
+        ending_offsets=_offsets_spec(options, "endingOffsets"),
+        ending_timestamps=_timestamps(options, "endingTimestamp", "endingOffsetsByTimestamp"),
         timestamp_strategy=opt.choice(
             options, "startingOffsetsByTimestampStrategy", ("error", "latest"), "error"
         ),  # type: ignore[arg-type]
@@ -181,8 +184,6 @@ def parse_options(raw: Mapping[str, str]) -> KafkaSourceOptions:
 
 def _reject_unknown(options: Mapping[str, str]) -> None:
     for key in options:
-        if key in _UNSUPPORTED:
-            raise ConfigError(f"Option '{key}' is not supported by eos_kafka: {_UNSUPPORTED[key]}.")
         if not key.startswith("kafka.") and key not in _KNOWN:
             known = ", ".join(sorted(_KNOWN))
             raise ConfigError(
@@ -243,27 +244,87 @@ def _assignment(value: str) -> tuple[tuple[str, int], ...]:
     return tuple(sorted(set(pairs)))
 
 
-def _starting_offsets(value: str) -> str | dict[str, dict[int, int]]:
+def _offsets_spec(options: Mapping[str, str], name: str) -> str | dict[str, dict[int, int]] | None:
+    """``startingOffsets`` / ``endingOffsets``: earliest, latest or per-partition JSON (-2
+    earliest, -1 latest); None when not given."""
+    value = options.get(name.lower())
+    if value is None:
+        return None
     lowered = value.strip().lower()
     if lowered in ("earliest", "latest"):
         return lowered
-    parsed = _json(value, "startingOffsets", 'earliest, latest, or {"topic": {"0": 23}}')
-    return _per_partition(parsed, "startingOffsets", minimum=-2)
+    parsed = _json(value, name, 'earliest, latest, or {"topic": {"0": 23}}')
+    return _per_partition(parsed, name, minimum=-2)
 
 
-def _starting_timestamps(options: Mapping[str, str]) -> dict[str, dict[int, int]] | int | None:
-    by_partition = options.get("startingoffsetsbytimestamp")
-    single = options.get("startingtimestamp")
-    if by_partition and single:
-        raise ConfigError("Set only one of 'startingOffsetsByTimestamp' and 'startingTimestamp'.")
-    if single:
-        return _int(single, "startingTimestamp", minimum=0)
-    if by_partition:
-        parsed = _json(
-            by_partition, "startingOffsetsByTimestamp", '{"topic": {"0": 1700000000000}}'
-        )
-        return _per_partition(parsed, "startingOffsetsByTimestamp", minimum=0)
+def _timestamps(
+    options: Mapping[str, str], single: str, by_partition: str
+) -> dict[str, dict[int, int]] | int | None:
+    """``startingTimestamp`` / ``startingOffsetsByTimestamp`` (or the ending pair): one
+    timestamp for every partition, or one per partition; None when neither is given."""
+    per = options.get(by_partition.lower())
+    one = options.get(single.lower())
+    if per and one:
+        raise ConfigError(f"Set only one of '{by_partition}' and '{single}'.")
+    if one:
+        return _int(one, single, minimum=0)
+    if per:
+        parsed = _json(per, by_partition, '{"topic": {"0": 1700000000000}}')
+        return _per_partition(parsed, by_partition, minimum=0)
     return None
+
+
+def check_for_stream(options: KafkaSourceOptions) -> None:
+    """Driver: options only a batch read takes are refused in a stream, as Spark does."""
+    if options.ending_offsets is not None or options.ending_timestamps is not None:
+        raise ConfigError(
+            "Options 'endingOffsets', 'endingOffsetsByTimestamp' and 'endingTimestamp' apply "
+            "to batch reads (spark.read.format('eos_kafka')); a stream reads on. Drop them, "
+            "or read the range as a batch."
+        )
+
+
+def check_for_batch(options: KafkaSourceOptions) -> None:
+    """Driver: a batch read cannot start at "latest" nor end at "earliest" (Spark refuses
+    both); its JSON bounds must name the same partitions and not cross."""
+    start, end = options.starting_offsets, options.ending_offsets
+    if start == "latest" or (isinstance(start, dict) and _any(start, LATEST)):
+        raise ConfigError(
+            "Option 'startingOffsets' cannot be latest (or -1) in a batch read: it would read "
+            "nothing. Use earliest, offsets, or startingTimestamp."
+        )
+    if end == "earliest" or (isinstance(end, dict) and _any(end, EARLIEST)):
+        raise ConfigError(
+            "Option 'endingOffsets' cannot be earliest (or -2) in a batch read: it would read "
+            "nothing. Use latest, offsets, or endingTimestamp."
+        )
+    if isinstance(start, dict) and isinstance(end, dict):
+        _check_same_partitions(start, end)
+        for topic, partitions in start.items():
+            for partition, first in partitions.items():
+                last = end[topic][partition]
+                if first >= 0 and last >= 0 and first > last:
+                    raise ConfigError(
+                        f"Options 'startingOffsets' and 'endingOffsets': {topic}-{partition} "
+                        f"starts at {first}, after its end {last}."
+                    )
+
+
+def _any(spec: Mapping[str, Mapping[int, int]], offset: int) -> bool:
+    return any(o == offset for parts in spec.values() for o in parts.values())
+
+
+def _check_same_partitions(
+    start: Mapping[str, Mapping[int, int]], end: Mapping[str, Mapping[int, int]]
+) -> None:
+    first = {(t, p) for t, parts in start.items() for p in parts}
+    last = {(t, p) for t, parts in end.items() for p in parts}
+    if first != last:
+        differ = ", ".join(f"{t}-{p}" for t, p in sorted(first ^ last))
+        raise ConfigError(
+            f"Options 'startingOffsets' and 'endingOffsets' must name the same partitions; "
+            f"{differ} differ."
+        )
 
 
 def _per_partition(parsed: Any, option: str, minimum: int) -> dict[str, dict[int, int]]:

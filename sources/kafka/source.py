@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -14,7 +14,12 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from eos_connectors.sources.kafka.options import KafkaSourceOptions, parse_options
+from eos_connectors.sources.kafka.batch import KafkaBatchReader
+from eos_connectors.sources.kafka.options import (
+    KafkaSourceOptions,
+    check_for_stream,
+    parse_options,
+)
 from eos_connectors.sources.kafka.reader import KafkaStreamReader
 
 
@@ -43,7 +48,8 @@ class KafkaSourceFormat(DataSource):
 
     Guarantee: with a checkpoint location, every record in the subscribed partitions
     (only committed ones under the default read_committed) is delivered to exactly
-    one micro-batch, and a replayed batch reads exactly the same records.
+    one micro-batch, and a replayed batch reads exactly the same records. A batch read
+    returns each record between its starting and ending offsets once.
     """
 
     def __init__(self, options: dict[str, str]) -> None:
@@ -63,4 +69,10 @@ class KafkaSourceFormat(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """Driver: the stream's reader (its ``read`` runs in tasks)."""
+        check_for_stream(self.config)
         return KafkaStreamReader(self.config)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        """Driver: a batch read's reader, ``spark.read.format("eos_kafka")`` (its ``read``
+        runs in tasks)."""
+        return KafkaBatchReader(self.config)

@@ -5,7 +5,7 @@ import pytest
 from eos_connectors.core.errors import ConfigError
 from eos_connectors.sources.kafka import read
 from eos_connectors.sources.kafka.offsets import KafkaRange
-from eos_connectors.sources.kafka.options import parse_options
+from eos_connectors.sources.kafka.options import check_for_batch, check_for_stream, parse_options
 
 BASE = {"kafka.bootstrap.servers": "h:9092", "subscribe": "a,b"}
 
@@ -13,7 +13,8 @@ BASE = {"kafka.bootstrap.servers": "h:9092", "subscribe": "a,b"}
 def test_defaults_match_sparks_kafka_source() -> None:
     options = parse_options(BASE)
     assert options.topics == ("a", "b")
-    assert options.starting_offsets == "latest"
+    assert options.starting_offsets is None  # a stream starts at latest, a batch at earliest
+    assert options.ending_offsets is None and options.ending_timestamps is None
     assert options.fail_on_data_loss is True
     assert options.include_headers is False
     assert options.max_offsets_per_trigger is None
@@ -59,7 +60,9 @@ def test_assign_and_json_offsets() -> None:
         ({"maxOffsetsPerTrigger": "0"}, "'maxOffsetsPerTrigger' must be >= 1"),
         ({"maxOffsetsPerTrigger": "lots"}, "'maxOffsetsPerTrigger' must be an integer"),
         ({"failOnDataLoss": "maybe"}, "'failOnDataLoss' must be true or false"),
-        ({"endingOffsets": "latest"}, "'endingoffsets' is not supported"),
+        ({"endingOffsets": "{nope"}, "'endingOffsets' is not valid JSON"),
+        ({"endingTimestamp": "1", "endingOffsetsByTimestamp": "{}"}, "only one of"),
+        ({"endingTimestamp": "-5"}, "'endingTimestamp' must be >= 0"),
         ({"minOffsetsPerTrigger": "0"}, "'minOffsetsPerTrigger' must be >= 1"),
         ({"maxTriggerDelay": "soon"}, "'maxTriggerDelay' must be a duration"),
         ({"maxRecordsPerPartition": "0"}, "'maxRecordsPerPartition' must be >= 1"),
@@ -139,3 +142,39 @@ def test_max_records_per_partition_splits_ranges_and_is_recorded_with_the_batch(
     assert sizes == [833, 833, 834, 300]
     offset = SourceOffset(end, split=Split(None, None, 1000))
     assert SourceOffset.from_spark(offset.to_spark()).split == Split(None, None, 1000)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"startingOffsets": "latest"}, "'startingOffsets' cannot be latest"),
+        ({"startingOffsets": '{"a": {"0": -1}}'}, "'startingOffsets' cannot be latest"),
+        ({"endingOffsets": "earliest"}, "'endingOffsets' cannot be earliest"),
+        ({"endingOffsets": '{"a": {"0": -2}}'}, "'endingOffsets' cannot be earliest"),
+        (
+            {"startingOffsets": '{"a": {"0": 5}}', "endingOffsets": '{"a": {"1": 9}}'},
+            "must name the same partitions; a-0, a-1 differ",
+        ),
+        (
+            {"startingOffsets": '{"a": {"0": 9}}', "endingOffsets": '{"a": {"0": 5}}'},
+            "a-0 starts at 9, after its end 5",
+        ),
+    ],
+)
+def test_a_batch_read_refuses_what_spark_refuses(extra: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        check_for_batch(parse_options({**BASE, **extra}))
+
+
+def test_a_batch_read_takes_its_bounds_and_a_stream_refuses_them() -> None:
+    options = parse_options(
+        {**BASE, "startingOffsets": '{"a": {"0": -2}}', "endingOffsets": '{"a": {"0": 40}}'}
+    )
+    check_for_batch(options)
+    assert options.ending_offsets == {"a": {0: 40}}
+    stamped = parse_options({**BASE, "endingTimestamp": "1700000000000"})
+    assert stamped.ending_timestamps == 1_700_000_000_000
+    check_for_batch(stamped)
+    with pytest.raises(ConfigError, match="apply to batch reads"):
+        check_for_stream(stamped)
+    check_for_stream(parse_options(BASE))
