@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Set
 
 from eos_connectors.core.errors import ConfigError
+from eos_connectors.core.java_security import translate
 
 DELIVERY_GUARANTEES = ("exactly-once", "at-least-once")
 
@@ -30,8 +31,9 @@ def lowered(raw: Mapping[str, str], known: Set[str], connector: str) -> dict[str
 
 
 def kafka_settings(raw: Mapping[str, str], owned: Mapping[str, str]) -> dict[str, str]:
-    """``kafka.*`` options for librdkafka, prefix removed; a key in ``owned`` is refused
-    with the reason ``owned`` gives."""
+    """``kafka.*`` options for librdkafka, prefix removed, Java's security settings
+    translated (:mod:`java_security`); a key in ``owned`` is refused with the reason
+    ``owned`` gives."""
     settings: dict[str, str] = {}
     for key, value in raw.items():
         name = key.lower()
@@ -40,7 +42,7 @@ def kafka_settings(raw: Mapping[str, str], owned: Mapping[str, str]) -> dict[str
         if name in owned:
             raise ConfigError(f"Option '{key}' cannot be set: {owned[name]}.")
         settings[name.removeprefix("kafka.")] = value
-    return settings
+    return translate(settings)
 
 
 def required(options: Mapping[str, str], name: str, what: str) -> str:

@@ -1,0 +1,201 @@
+"""A Java job's security settings in librdkafka's terms: JAAS logins, PKCS#12 and PEM
+stores (a real keytool makes them), JKS refused with the command that converts it, and
+no password in any error."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from eos_connectors.core.errors import ConfigError
+from eos_connectors.core.java_security import translate
+from eos_connectors.sources.kafka.options import parse_options
+
+SECRET = "s3cr3t-pa55"
+PLAIN = (
+    'org.apache.kafka.common.security.plain.PlainLoginModule required username="app" password="{}";'
+)
+SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule required username=app password={};"
+
+
+def test_a_plain_login_becomes_librdkafkas_username_and_password() -> None:
+    out = translate({"security.protocol": "SASL_SSL", "sasl.jaas.config": PLAIN.format(SECRET)})
+    assert out == {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": "app",
+        "sasl.password": SECRET,
+    }
+    quoted = PLAIN.replace('"app"', r'"a\"pp"').format(SECRET)
+    assert translate({"sasl.jaas.config": quoted})["sasl.username"] == 'a"pp'
+
+
+def test_a_scram_login_needs_the_mechanism_the_brokers_expect() -> None:
+    out = translate({"sasl.mechanism": "SCRAM-SHA-512", "sasl.jaas.config": SCRAM.format(SECRET)})
+    assert (out["sasl.username"], out["sasl.password"]) == ("app", SECRET)
+    with pytest.raises(ConfigError, match="SCRAM-SHA-256 or SCRAM-SHA-512") as caught:
+        translate({"sasl.jaas.config": SCRAM.format(SECRET)})
+    assert SECRET not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("jaas", "message"),
+    [
+        (
+            "com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true;",
+            "kafka.sasl.kerberos.keytab",
+        ),
+        (
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;",
+            "kafka.sasl.oauthbearer.method=oidc",
+        ),
+        ("com.example.Custom required password=" + SECRET + ";", "is not one librdkafka"),
+        ("org.apache.kafka.common.security.plain.PlainLoginModule required password=x;", "needs"),
+        ("", "is not a JAAS login line"),
+    ],
+)
+def test_logins_librdkafka_cannot_take_are_refused_with_what_to_set(
+    jaas: str, message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message) as caught:
+        translate({"sasl.jaas.config": jaas})
+    assert SECRET not in str(caught.value)
+
+
+def test_a_jaas_login_that_disagrees_with_sasl_username_is_refused() -> None:
+    with pytest.raises(ConfigError, match="disagree"):
+        translate({"sasl.jaas.config": PLAIN.format(SECRET), "sasl.username": "other"})
+    with pytest.raises(ConfigError, match="set it to PLAIN"):
+        translate({"sasl.jaas.config": PLAIN.format(SECRET), "sasl.mechanism": "SCRAM-SHA-256"})
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A CA and its truststores as Java's keytool writes them: PKCS#12, JKS, and PEM."""
+    keytool = shutil.which("keytool")
+    if keytool is None:
+        pytest.skip("keytool (a JDK) is not installed")
+    where = tmp_path_factory.mktemp("stores")
+
+    def run(*args: str) -> None:
+        subprocess.run([keytool, *args], check=True, capture_output=True, timeout=120)
+
+    run(
+        "-genkeypair",
+        "-alias",
+        "ca",
+        "-keyalg",
+        "RSA",
+        "-keysize",
+        "2048",
+        "-dname",
+        "CN=eos-test-ca",
+        "-ext",
+        "bc:c",
+        "-validity",
+        "2",
+        "-keystore",
+        str(where / "ca.p12"),
+        "-storetype",
+        "PKCS12",
+        "-storepass",
+        SECRET,
+    )
+    run(
+        "-exportcert",
+        "-alias",
+        "ca",
+        "-keystore",
+        str(where / "ca.p12"),
+        "-storepass",
+        SECRET,
+        "-rfc",
+        "-file",
+        str(where / "ca.pem"),
+    )
+    for kind, name in (("PKCS12", "trust.p12"), ("JKS", "trust.jks")):
+        run(
+            "-importcert",
+            "-noprompt",
+            "-alias",
+            "ca",
+            "-file",
+            str(where / "ca.pem"),
+            "-keystore",
+            str(where / name),
+            "-storetype",
+            kind,
+            "-storepass",
+            SECRET,
+        )
+    return where
+
+
+def test_a_pkcs12_truststore_becomes_the_ca_pem(stores: Path) -> None:
+    out = translate(
+        {
+            "ssl.truststore.location": str(stores / "trust.p12"),
+            "ssl.truststore.password": SECRET,
+            "ssl.truststore.type": "PKCS12",
+        }
+    )
+    assert out == {"ssl.ca.pem": (stores / "ca.pem").read_text().replace("\r", "")}
+    # the store's type left unsaid (Java's default is JKS): read from the file itself
+    unsaid = translate(
+        {"ssl.truststore.location": str(stores / "trust.p12"), "ssl.truststore.password": SECRET}
+    )
+    assert unsaid == out
+    pem = translate(
+        {"ssl.truststore.location": str(stores / "ca.pem"), "ssl.truststore.type": "PEM"}
+    )
+    assert pem == {"ssl.ca.location": str(stores / "ca.pem")}
+
+
+def test_a_wrong_password_or_a_jks_store_is_a_clear_error_without_the_password(
+    stores: Path,
+) -> None:
+    with pytest.raises(ConfigError, match="does not open as PKCS#12") as caught:
+        translate(
+            {"ssl.truststore.location": str(stores / "trust.p12"), "ssl.truststore.password": "no"}
+        )
+    jks = str(stores / "trust.jks")
+    with pytest.raises(ConfigError, match="a JKS store") as converted:
+        translate({"ssl.truststore.location": jks, "ssl.truststore.password": SECRET})
+    assert f"keytool -importkeystore -srckeystore {jks} -srcstoretype JKS" in str(converted.value)
+    with pytest.raises(ConfigError, match="cannot read"):
+        translate({"ssl.truststore.location": str(stores / "missing.p12")})
+    for error in (caught.value, converted.value):
+        assert SECRET not in str(error)
+
+
+def test_a_pkcs12_keystore_goes_to_librdkafka_as_it_is(stores: Path) -> None:
+    keystore = {"ssl.keystore.location": str(stores / "ca.p12"), "ssl.keystore.password": SECRET}
+    out = translate({**keystore, "ssl.keystore.type": "PKCS12", "ssl.key.password": SECRET})
+    assert out == keystore
+    with pytest.raises(ConfigError, match="one password") as caught:
+        translate({**keystore, "ssl.key.password": "other"})
+    assert SECRET not in str(caught.value)
+
+
+def test_java_settings_reach_the_sources_and_sinks_clients(stores: Path) -> None:
+    options = parse_options(
+        {
+            "kafka.bootstrap.servers": "h:9093",
+            "subscribe": "t",
+            "kafka.security.protocol": "SASL_SSL",
+            "kafka.sasl.mechanism": "SCRAM-SHA-512",
+            "kafka.sasl.jaas.config": SCRAM.format(SECRET),
+            "kafka.ssl.truststore.location": str(stores / "trust.p12"),
+            "kafka.ssl.truststore.password": SECRET,
+            "kafka.ssl.endpoint.identification.algorithm": "",
+        }
+    )
+    config = options.client_config()
+    assert config["sasl.username"] == "app" and config["sasl.password"] == SECRET
+    assert config["ssl.ca.pem"].startswith("-----BEGIN CERTIFICATE-----")
+    assert config["ssl.endpoint.identification.algorithm"] == "none"
+    assert not any(key.startswith(("ssl.truststore", "sasl.jaas")) for key in config)
+    assert SECRET not in repr(options)
