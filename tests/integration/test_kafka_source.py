@@ -572,3 +572,45 @@ def test_min_offsets_per_trigger_waits_for_more_up_to_max_trigger_delay(
     now = KafkaStreamReader(parse_options(raw))
     now.prepareForTriggerAvailableNow()
     assert now.latestOffset(start, ReadAllAvailable()) != start, "AvailableNow reads what is there"
+
+
+def test_offsets_behind_latest_as_sparks_source_reports_them(
+    spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path
+) -> None:
+    """PySpark's Python sources cannot report metrics; the listener computes Spark's three
+    lag metrics from each progress: 1,000 records in two partitions read 300 a batch
+    leave 350 behind in each after the first batch, none after the last."""
+    from eos_connectors.sources.kafka.metrics import OffsetsBehindLatest, offsets_behind_latest
+
+    topic = f"src-lag-{unique}"
+    create_topic(endpoints.kafka_bootstrap, topic, partitions=2)
+    for p in (0, 1):
+        produce_plain(
+            endpoints.kafka_bootstrap, topic, [f"p{p}-{i}".encode() for i in range(500)], p
+        )
+    reported: list[tuple[str, dict[str, float]]] = []
+    listener = OffsetsBehindLatest(lambda query, metrics: reported.append((query, metrics)))
+    spark.streams.addListener(listener)
+    try:
+        df = _stream(
+            spark,
+            endpoints,
+            subscribe=topic,
+            startingOffsets="earliest",
+            maxOffsetsPerTrigger="300",
+        )
+        rows, progress = _run_available_now(df, tmp_path / "ck")
+        found = [offsets_behind_latest(p["sources"][0]) for p in progress]
+        every = [m for m in found if m is not None]
+        _wait_for(lambda: len(reported) >= len(every), "a report of every batch")
+    finally:
+        spark.streams.removeListener(listener)
+    assert len(rows) == 1000
+    lags = [m for m, p in zip(found, progress, strict=True) if p["numInputRows"]]
+    assert lags[0] == {
+        "minOffsetsBehindLatest": 350.0,
+        "maxOffsetsBehindLatest": 350.0,
+        "avgOffsetsBehindLatest": 350.0,
+    }
+    assert lags[-1] == dict.fromkeys(lags[0], 0.0)
+    assert [m for _, m in reported] == every

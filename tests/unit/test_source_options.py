@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from eos_connectors.core.errors import ConfigError
@@ -178,3 +180,19 @@ def test_a_batch_read_takes_its_bounds_and_a_stream_refuses_them() -> None:
     with pytest.raises(ConfigError, match="apply to batch reads"):
         check_for_stream(stamped)
     check_for_stream(parse_options(BASE))
+
+
+def test_offsets_behind_latest_are_computed_from_a_progress_as_spark_reports_them() -> None:
+    from eos_connectors.sources.kafka.metrics import offsets_behind_latest
+
+    source = {
+        "endOffset": json.dumps({"t": {"0": 90, "1": 40}, "@split": {"minPartitions": None}}),
+        "latestOffset": {"t": {"0": 100, "1": 40}, "u": {"0": 7}},  # u: not in the batch
+    }
+    assert offsets_behind_latest(source) == {
+        "minOffsetsBehindLatest": 0.0,
+        "maxOffsetsBehindLatest": 10.0,
+        "avgOffsetsBehindLatest": 5.0,
+    }
+    assert offsets_behind_latest({"endOffset": "12", "latestOffset": None}) is None  # rate
+    assert offsets_behind_latest({"endOffset": None}) is None
