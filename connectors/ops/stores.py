@@ -85,7 +85,10 @@ def all_records(names: BookkeepingNames = BookkeepingNames()) -> list[SinkRecord
 
 
 def kafka_client_config() -> dict[str, str]:
-    """``EOS_KAFKA_BOOTSTRAP`` with the settings of the file ``EOS_KAFKA_CONFIG`` names."""
+    """``EOS_KAFKA_BOOTSTRAP`` with the settings of the file ``EOS_KAFKA_CONFIG`` names (a
+    Java client's properties file as it is: its security settings are translated)."""
+    from eos_connectors.core.java_security import translate
+
     config: dict[str, str] = {}
     path = os.environ.get("EOS_KAFKA_CONFIG")
     if path:
@@ -104,7 +107,7 @@ def kafka_client_config() -> dict[str, str]:
                 raise ConfigError(f"{path} line {number}: expected key=value.")
             config[key.strip().removeprefix("kafka.")] = value.strip()
     config["bootstrap.servers"] = os.environ["EOS_KAFKA_BOOTSTRAP"]
-    return config
+    return translate(config)
 
 
 def store_admin(entry: SinkEntry) -> SinkAdmin:
