@@ -12,16 +12,27 @@ from eos_connectors.core.secrets import redact
 
 ENV_NAMES = ("EOS_KAFKA_BOOTSTRAP", "EOS_POSTGRES_DSN", "EOS_REDIS_URL")
 SASL_ENV_NAMES = ("EOS_KAFKA_SASL_BOOTSTRAP", "EOS_KAFKA_SASL_USERNAME", "EOS_KAFKA_SASL_PASSWORD")
+#: The SASL_SSL listener (optional): where, and the PKCS#12 truststore of its CA
+TLS_ENV_NAMES = (
+    "EOS_KAFKA_SASL_SSL_BOOTSTRAP",
+    "EOS_KAFKA_TRUSTSTORE",
+    "EOS_KAFKA_TRUSTSTORE_PASSWORD",
+)
 SASL_MECHANISM = "SCRAM-SHA-512"
 
 
 @dataclass(frozen=True)
 class KafkaSasl:
-    """A SASL_PLAINTEXT listener of the same broker, and the user to sign in as."""
+    """A SASL_PLAINTEXT listener of the same broker, and the user to sign in as; and,
+    where the broker has one, its SASL_SSL listener with the PKCS#12 truststore that
+    holds the CA of its certificate."""
 
     bootstrap: str
     username: str
     password: str = field(repr=False)
+    ssl_bootstrap: str = ""
+    truststore: str = ""
+    truststore_password: str = field(default="", repr=False)
     mechanism: str = SASL_MECHANISM
 
     def options(self) -> dict[str, str]:
@@ -38,16 +49,39 @@ class KafkaSasl:
             "sasl.password": self.password,
         }
 
+    def java_options(self) -> dict[str, str]:
+        """The SASL_SSL listener as a Java job's ``kafka.*`` options name it: a JAAS login
+        and a PKCS#12 truststore (empty when the broker has no such listener)."""
+        if not self.ssl_bootstrap:
+            return {}
+        login = (
+            "org.apache.kafka.common.security.scram.ScramLoginModule required "
+            f'username="{self.username}" password="{self.password}";'
+        )
+        return {
+            "kafka.bootstrap.servers": self.ssl_bootstrap,
+            "kafka.security.protocol": "SASL_SSL",
+            "kafka.sasl.mechanism": self.mechanism,
+            "kafka.sasl.jaas.config": login,
+            "kafka.ssl.truststore.location": self.truststore,
+            "kafka.ssl.truststore.password": self.truststore_password,
+            "kafka.ssl.truststore.type": "PKCS12",
+        }
+
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> KafkaSasl | None:
         values = [env.get(name, "") for name in SASL_ENV_NAMES]
         if not all(values):
             return None
-        return cls(*values)
+        return cls(*values, *(env.get(name, "") for name in TLS_ENV_NAMES))
 
     def as_env(self) -> dict[str, str]:
         values = (self.bootstrap, self.username, self.password)
-        return dict(zip(SASL_ENV_NAMES, values, strict=True))
+        tls = (self.ssl_bootstrap, self.truststore, self.truststore_password)
+        return {
+            **dict(zip(SASL_ENV_NAMES, values, strict=True)),
+            **(dict(zip(TLS_ENV_NAMES, tls, strict=True)) if self.ssl_bootstrap else {}),
+        }
 
 
 @dataclass(frozen=True)

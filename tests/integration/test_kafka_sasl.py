@@ -161,3 +161,51 @@ def test_eos_sinks_reaches_a_sasl_cluster_with_the_settings_of_eos_kafka_config(
     line = next(row for row in listed.out.splitlines() if sink_id in row)
     assert line.split()[:4] == ["kafka", sink_id, "sasl-query", "3"], line
     assert sasl.password not in listed.out + listed.err
+
+
+@pytest.fixture
+def sasl_ssl(sasl: KafkaSasl) -> KafkaSasl:
+    if not sasl.ssl_bootstrap:
+        pytest.skip("this broker has no SASL_SSL listener; `eos stack up` starts one")
+    return sasl
+
+
+@pytest.mark.spark
+def test_a_java_jobs_security_settings_run_a_pipeline_over_sasl_ssl(
+    spark: SparkSession, endpoints: Endpoints, sasl_ssl: KafkaSasl, unique: str, tmp_path: Path
+) -> None:
+    """The settings a Java Spark job carries (a SCRAM JAAS login, a PKCS#12 truststore
+    with its password) taken unchanged: a stream and a batch read, and the exactly-once
+    sink with its markers, over TLS with the broker's host name checked."""
+    source, out = f"tls-in-{unique}", f"tls-out-{unique}"
+    create_topic(endpoints.kafka_bootstrap, source, 2)
+    create_topic(endpoints.kafka_bootstrap, out, 2)
+    values = [f"v{i}".encode() for i in range(100)]
+    produce_plain(endpoints.kafka_bootstrap, source, values)
+    java = sasl_ssl.java_options()
+    rows = (
+        spark.readStream.format("eos_kafka")
+        .options(**java)
+        .option("subscribe", source)
+        .option("startingOffsets", "earliest")
+        .load()
+    )
+    query = (
+        rows.select("key", "value")
+        .writeStream.format("eos_kafka")
+        .options(**java)
+        .option("topic", out)
+        .option("sinkId", f"tls-{unique}")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(300)
+    assert query.exception() is None, query.exception()
+    assert _values(endpoints, out) == sorted(values)
+    batch = spark.read.format("eos_kafka").options(**java).option("subscribe", out).load()
+    assert sorted(bytes(r["value"]) for r in batch.collect()) == sorted(values)
+    # a truststore that is not there: a clear error naming the option, on the driver
+    untrusted = {**java, "kafka.ssl.truststore.location": str(tmp_path / "none.p12")}
+    with pytest.raises(Exception, match="cannot read"):
+        spark.read.format("eos_kafka").options(**untrusted).option("subscribe", out).load()

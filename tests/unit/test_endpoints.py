@@ -38,3 +38,17 @@ def test_describe_hides_passwords() -> None:
 )
 def test_redact(dsn: str, expected: str) -> None:
     assert redact(dsn) == expected
+
+
+def test_the_sasl_ssl_listener_travels_through_the_environment_and_hides_its_passwords() -> None:
+    sasl = KafkaSasl("h:9094", "eos", "s3cret", "h:9095", "/stack/truststore.p12", "tru5t")
+    env = {"EOS_KAFKA_BOOTSTRAP": "h:9092", "EOS_POSTGRES_DSN": "x", "EOS_REDIS_URL": "y"}
+    again = Endpoints.from_env({**env, **sasl.as_env()})
+    assert again is not None and again.kafka_sasl == sasl
+    java = sasl.java_options()
+    assert java["kafka.security.protocol"] == "SASL_SSL"
+    assert 'username="eos" password="s3cret";' in java["kafka.sasl.jaas.config"]
+    assert java["kafka.ssl.truststore.password"] == "tru5t"
+    assert "s3cret" not in repr(sasl) and "tru5t" not in repr(sasl)
+    plain_only = KafkaSasl("h:9094", "eos", "s3cret")
+    assert plain_only.java_options() == {} and "EOS_KAFKA_TRUSTSTORE" not in plain_only.as_env()

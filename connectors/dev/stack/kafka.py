@@ -6,7 +6,9 @@ import base64
 import json
 import os
 import secrets
+import subprocess
 import uuid
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from eos_connectors.core.errors import StackError
@@ -157,6 +159,124 @@ def _cluster_id() -> str:
             return cluster_id
 
 
+@dataclass(frozen=True)
+class TlsMaterial:
+    """The local broker's TLS: a CA, the broker's key and certificate signed by it (for
+    127.0.0.1 and localhost) in ``keystore``, the CA alone in ``truststore`` (what a
+    client trusts), all PKCS#12 under one generated ``password``."""
+
+    keystore: Path
+    truststore: Path
+    password: str
+
+
+def tls_material(where: Path) -> TlsMaterial:
+    """Made once per stack directory with the JDK's keytool (passwords through the
+    environment, never on a command line); the same files afterwards."""
+    keystore, truststore = where / "broker.p12", where / "truststore.p12"
+    secret = where / "password"
+    if not truststore.exists():
+        where.mkdir(parents=True, exist_ok=True, mode=0o700)
+        secret.write_text(secrets.token_hex(16))
+        secret.chmod(0o600)
+        _make_stores(where, secret.read_text())
+    return TlsMaterial(keystore, truststore, secret.read_text())
+
+
+def _make_stores(where: Path, password: str) -> None:
+    keytool = require_binary("keytool", INSTALL_HINT)
+    env = {**os.environ, "EOS_STORE_PASSWORD": password}
+    store = ("-storetype", "PKCS12", "-storepass:env", "EOS_STORE_PASSWORD")
+    names = "SAN=ip:127.0.0.1,dns:localhost"
+    steps = [
+        (
+            "-genkeypair",
+            "-alias",
+            "ca",
+            "-keyalg",
+            "RSA",
+            "-keysize",
+            "2048",
+            "-validity",
+            "3650",
+            "-dname",
+            "CN=eos-connectors local CA",
+            "-ext",
+            "bc:c",
+            "-keystore",
+            "ca.p12",
+        ),
+        ("-exportcert", "-alias", "ca", "-rfc", "-file", "ca.pem", "-keystore", "ca.p12"),
+        (
+            "-genkeypair",
+            "-alias",
+            "broker",
+            "-keyalg",
+            "RSA",
+            "-keysize",
+            "2048",
+            "-validity",
+            "3650",
+            "-dname",
+            "CN=127.0.0.1",
+            "-ext",
+            names,
+            "-keystore",
+            "broker.p12",
+        ),
+        ("-certreq", "-alias", "broker", "-file", "broker.csr", "-keystore", "broker.p12"),
+        (
+            "-gencert",
+            "-alias",
+            "ca",
+            "-infile",
+            "broker.csr",
+            "-outfile",
+            "broker.crt",
+            "-ext",
+            names,
+            "-validity",
+            "3650",
+            "-rfc",
+            "-keystore",
+            "ca.p12",
+        ),
+        ("-importcert", "-noprompt", "-alias", "ca", "-file", "ca.pem", "-keystore", "broker.p12"),
+        (
+            "-importcert",
+            "-noprompt",
+            "-alias",
+            "broker",
+            "-file",
+            "broker.crt",
+            "-keystore",
+            "broker.p12",
+        ),
+        (
+            "-importcert",
+            "-noprompt",
+            "-alias",
+            "ca",
+            "-file",
+            "ca.pem",
+            "-keystore",
+            "truststore.p12",
+        ),
+    ]
+    for step in steps:
+        done = subprocess.run(
+            [keytool, *step, *store],
+            cwd=where,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise StackError(f"keytool {step[0]} failed: {(done.stdout + done.stderr).strip()}")
+
+
 class KafkaService(Service):
     name = "kafka"
 
@@ -188,15 +308,16 @@ class KafkaService(Service):
         return record
 
     @staticmethod
-    def _ports(old: tuple[int, ...]) -> tuple[int, int, int]:
-        """The plain, controller and SASL ports: the previous ones where still free."""
+    def _ports(old: tuple[int, ...]) -> tuple[int, int, int, int]:
+        """The plain, controller, SASL and SASL_SSL ports: the previous ones where still
+        free."""
         chosen: list[int] = []
-        for i in range(3):
+        for i in range(4):
             port = free_port(old[i] if i < len(old) else None)
             while port in chosen:
                 port = free_port()
             chosen.append(port)
-        return chosen[0], chosen[1], chosen[2]
+        return chosen[0], chosen[1], chosen[2], chosen[3]
 
     def sasl_user(self) -> tuple[str, str]:
         """The SASL listener's user and its password, made once per stack directory."""
@@ -210,11 +331,21 @@ class KafkaService(Service):
         return user["username"], user["password"]
 
     def sasl(self, record: ServiceRecord) -> KafkaSasl | None:
-        """The SASL listener of a running broker (None for one started before it had one)."""
+        """The SASL listeners of a running broker (None for one started before it had one;
+        no SASL_SSL one for a broker started before it had that)."""
         if len(record.ports) < 3:
             return None
         username, password = self.sasl_user()
-        return KafkaSasl(f"{LOOPBACK}:{record.ports[2]}", username, password)
+        sasl = KafkaSasl(f"{LOOPBACK}:{record.ports[2]}", username, password)
+        if len(record.ports) < 4:
+            return sasl
+        tls = tls_material(self.dir / "tls")
+        return replace(
+            sasl,
+            ssl_bootstrap=f"{LOOPBACK}:{record.ports[3]}",
+            truststore=str(tls.truststore),
+            truststore_password=tls.password,
+        )
 
     def answers(self, record: ServiceRecord) -> bool:
         return kafka_answers(record.endpoint)
@@ -234,27 +365,38 @@ class KafkaService(Service):
             *args,
         ]
 
-    def _write_config(self, port: int, controller_port: int, sasl_port: int) -> None:
+    def _write_config(self, port: int, controller_port: int, sasl_port: int, tls_port: int) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
-        plain, sasl = f"PLAINTEXT://{LOOPBACK}:{port}", f"SASL_PLAINTEXT://{LOOPBACK}:{sasl_port}"
+        tls = tls_material(self.dir / "tls")
+        listeners = (
+            f"PLAINTEXT://{LOOPBACK}:{port}",
+            f"SASL_PLAINTEXT://{LOOPBACK}:{sasl_port}",
+            f"SASL_SSL://{LOOPBACK}:{tls_port}",
+        )
+        scram = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
         settings = {
             **KAFKA_SETTINGS,
             "controller.quorum.voters": f"1@{LOOPBACK}:{controller_port}",
-            "listeners": f"{plain},{sasl},CONTROLLER://{LOOPBACK}:{controller_port}",
-            "advertised.listeners": f"{plain},{sasl}",
+            "listeners": ",".join((*listeners, f"CONTROLLER://{LOOPBACK}:{controller_port}")),
+            "advertised.listeners": ",".join(listeners),
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
             "listener.security.protocol.map": (
-                "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT"
+                "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL,"
+                "CONTROLLER:PLAINTEXT"
             ),
             "sasl.enabled.mechanisms": SASL_MECHANISM,
             # The broker's side of SCRAM needs a login module; users live in the metadata log.
-            f"listener.name.sasl_plaintext.{SASL_MECHANISM.lower()}.sasl.jaas.config": (
-                "org.apache.kafka.common.security.scram.ScramLoginModule required;"
-            ),
+            f"listener.name.sasl_plaintext.{SASL_MECHANISM.lower()}.sasl.jaas.config": scram,
+            f"listener.name.sasl_ssl.{SASL_MECHANISM.lower()}.sasl.jaas.config": scram,
+            "listener.name.sasl_ssl.ssl.keystore.location": str(tls.keystore),
+            "listener.name.sasl_ssl.ssl.keystore.password": tls.password,
+            "listener.name.sasl_ssl.ssl.keystore.type": "PKCS12",
             "log.dirs": str(self.dir / "data"),
         }
-        self.marker.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+        fd = os.open(self.marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:  # it holds the keystore's password
+            out.write("".join(f"{k}={v}\n" for k, v in settings.items()))
         (self.dir / "log4j2.yaml").write_text(_LOG4J2)
 
     def _format_storage(self, classpath: str) -> None:
