@@ -92,12 +92,14 @@ def produce_rows(producer: Producer, batches: Iterator[list[Row]]) -> int:
     count = 0
     produce = producer.produce
     for batch in batches:
-        for topic, value, key, partition, headers in batch:
+        for topic, value, key, partition, headers, timestamp in batch:
             kwargs: dict[str, Any] = {}
             if partition is not None:
                 kwargs["partition"] = partition
             if headers:
                 kwargs["headers"] = headers
+            if timestamp is not None:
+                kwargs["timestamp"] = timestamp
             while True:
                 try:
                     produce(topic, value, key, **kwargs)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -12,6 +13,7 @@ from pyspark.sql.types import (
     IntegerType,
     StringType,
     StructType,
+    TimestampType,
 )
 
 from eos_connectors.core.errors import ConfigError, EosError
@@ -25,7 +27,7 @@ class BadRecordError(EosError):
 
 def check_schema(schema: StructType, has_topic_option: bool) -> None:
     """value (binary|string) required, null for a tombstone; key, topic, partition,
-    headers optional and typed."""
+    headers, timestamp optional and typed."""
     fields = {f.name: f.dataType for f in schema.fields}
     if "value" not in fields:
         raise ConfigError(
@@ -35,6 +37,7 @@ def check_schema(schema: StructType, has_topic_option: bool) -> None:
     _expect(fields, "key", _BYTES, "binary or string")
     _expect(fields, "topic", (StringType,), "string")
     _expect(fields, "partition", (IntegerType,), "int")
+    _expect(fields, "timestamp", (TimestampType,), "timestamp")
     if "headers" in fields and not _is_headers(fields["headers"]):
         raise ConfigError(
             "Column 'headers' must be array<struct<key: string, value: binary>>, "
@@ -59,21 +62,33 @@ def _is_headers(data_type: DataType) -> bool:
     return isinstance(inner.get("key"), StringType) and isinstance(inner.get("value"), BinaryType)
 
 
+#: The columns the sink reads as Python values; any other column (a source's offset,
+#: say) is never converted, and the timestamp goes through Arrow's arithmetic.
+_LISTED = ("value", "topic", "key", "partition", "headers")
+
 Row = tuple[
-    str, "bytes | str | None", "bytes | str | None", "int | None", "list[tuple[str, bytes]] | None"
+    str,
+    "bytes | str | None",
+    "bytes | str | None",
+    "int | None",
+    "list[tuple[str, bytes]] | None",
+    "int | None",
 ]
 
 
 def rows(batches: Iterator[pa.RecordBatch], default_topic: str | None) -> Iterator[list[Row]]:
-    """Each Arrow batch as (topic, value, key, partition, headers) tuples, built column-wise.
+    """Each Arrow batch as (topic, value, key, partition, headers, timestamp ms) tuples,
+    built column-wise.
 
     As Spark's Kafka sink: the ``topic`` option, when set, wins over a ``topic`` column;
-    a null value is written as a tombstone (a compacted topic then forgets the key). A
-    null topic with no ``topic`` option is a BadRecordError: the transaction is aborted,
-    nothing lost.
+    a null value is written as a tombstone (a compacted topic then forgets the key); a
+    ``timestamp`` column sets the record's timestamp (milliseconds; null or no column:
+    the producer's clock). A null topic with no ``topic`` option is a BadRecordError:
+    the transaction is aborted, nothing lost.
     """
     for batch in batches:
-        columns = {name: batch.column(i).to_pylist() for i, name in enumerate(batch.schema.names)}
+        names = batch.schema.names
+        columns = {name: batch.column(name).to_pylist() for name in _LISTED if name in names}
         count = batch.num_rows
         values = columns["value"]
         topics = [default_topic] * count if default_topic else columns["topic"]
@@ -84,7 +99,15 @@ def rows(batches: Iterator[pa.RecordBatch], default_topic: str | None) -> Iterat
         headers = (
             [_headers(h) for h in columns["headers"]] if "headers" in columns else [None] * count
         )
-        yield list(zip(topics, values, keys, partitions, headers, strict=True))
+        stamps = _millis(batch.column("timestamp")) if "timestamp" in names else [None] * count
+        yield list(zip(topics, values, keys, partitions, headers, stamps, strict=True))
+
+
+def _millis(column: pa.Array) -> list[int | None]:
+    """A timestamp column in milliseconds since the epoch: Spark's microseconds divided
+    by 1,000 toward zero, as Spark's sink divides them."""
+    micros = pc.cast(column, pa.timestamp("us", tz="UTC")).cast(pa.int64())
+    return pc.divide(micros, 1000).to_pylist()  # type: ignore[no-any-return]
 
 
 def _headers(value: list[dict[str, object]] | None) -> list[tuple[str, bytes]] | None:

@@ -134,7 +134,7 @@ def test_a_zombie_attempt_cannot_commit(
 
     begin(retry, marker, task)
     log_marker(retry, marker, task)
-    records: Iterator[list[Row]] = iter([[(out, b"retry", b"k", None, None)]])
+    records: Iterator[list[Row]] = iter([[(out, b"retry", b"k", None, None, None)]])
     finish(retry, task, records, name, TaskSteps("sink write", 7, rest="produce"))
     assert marker.read() == (8, "kafka-query"), "the marker names the query that wrote it"
     marker.close()
@@ -515,10 +515,16 @@ def test_the_sink_writes_as_sparks_own_kafka_sink_does(
 ) -> None:
     """A source DataFrame written straight to the sink, as Spark's Kafka sink takes it:
     the ``topic`` option wins over its ``topic`` column (the input topic), a null value
-    is a tombstone, and keys land on the partitions a Java producer's default
-    partitioner puts them on (murmur2), here checked against a real Java producer."""
+    is a tombstone, a ``timestamp`` column sets each record's timestamp, and keys land on
+    the partitions a Java producer's default partitioner puts them on (murmur2), here
+    checked against a real Java producer."""
     source, out = _source(endpoints, unique)
-    select = ["key", "CASE WHEN offset % 7 = 3 THEN NULL ELSE value END AS value", "topic"]
+    select = [
+        "key",
+        "CASE WHEN offset % 7 = 3 THEN NULL ELSE value END AS value",
+        "topic",
+        "timestamp - INTERVAL 1 DAY AS timestamp",
+    ]
     _write(spark, endpoints, source, tmp_path, select, topic=out)
     written = read_to_end(endpoints.kafka_bootstrap, out)
     assert len(written) == 500, "every record went to the option's topic"
@@ -526,6 +532,8 @@ def test_the_sink_writes_as_sparks_own_kafka_sink_does(
     tombstones = sum(1 for r in written if r.value == b"")
     source_rows = read_to_end(endpoints.kafka_bootstrap, source)
     assert tombstones == sum(1 for r in source_rows if r.offset % 7 == 3) > 0
+    day = 86_400_000
+    assert sorted(r.timestamp for r in written) == sorted(r.timestamp - day for r in source_rows)
     ours = {r.key: r.partition for r in written}
     assert len({(r.key, r.partition) for r in written}) == len(ours), "a key on two partitions"
     assert ours == _java_partitions(endpoints, sorted(k for k in ours if k), unique)

@@ -79,3 +79,37 @@ def test_keys_are_partitioned_as_java_producers_do_unless_told_otherwise() -> No
         with pytest.raises(ConfigError, match=r"'kafka\.partitioner\.class'.*'partition' column"):
             parse_options({**base, "kafka.partitioner.class": refused})
     assert parse_options({**base, "includeHeaders": "true"}).topic == "t"  # Spark ignores it
+
+
+def test_a_timestamp_column_sets_each_records_timestamp_in_milliseconds() -> None:
+    import datetime as dt
+
+    import pyarrow as pa
+
+    from eos_connectors.sinks.kafka.records import rows
+
+    when = dt.datetime(2026, 11, 25, 12, 0, 0, 123456, tzinfo=dt.UTC)
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "value": [b"a", b"b"],
+            "timestamp": pa.array([when, None], pa.timestamp("us", tz="UTC")),
+            "offset": [7, 8],  # a source's column the sink leaves alone
+        }
+    )
+    (written,) = rows(iter([batch]), "out")
+    millis = int(when.timestamp() * 1000)
+    assert written == [
+        ("out", b"a", None, None, None, millis),
+        ("out", b"b", None, None, None, None),
+    ]
+
+
+def test_a_timestamp_column_of_another_type_is_refused_at_start() -> None:
+    from pyspark.sql.types import BinaryType, LongType, StructField, StructType
+
+    from eos_connectors.core.errors import ConfigError
+    from eos_connectors.sinks.kafka.records import check_schema
+
+    schema = StructType([StructField("value", BinaryType()), StructField("timestamp", LongType())])
+    with pytest.raises(ConfigError, match="Column 'timestamp' must be timestamp"):
+        check_schema(schema, has_topic_option=True)
