@@ -59,16 +59,14 @@ def main() -> None:
     batch = spark.read.format(args.format).options(**common).option("subscribe", args.read_topic)
     _save(batch.load().collect(), out / "batch.jsonl")
 
+    def stream(topic: str) -> Any:
+        reader = spark.readStream.format(args.format).options(**common)
+        return reader.option("subscribe", topic).option("startingOffsets", "earliest").load()
+
     streamed: list[Any] = []
-    stream = (
-        spark.readStream.format(args.format)
-        .options(**common)
-        .option("subscribe", args.read_topic)
-        .option("startingOffsets", "earliest")
-        .load()
-    )
     query = (
-        stream.writeStream.foreachBatch(lambda rows, _id: streamed.extend(rows.collect()))
+        stream(args.read_topic)
+        .writeStream.foreachBatch(lambda rows, _id: streamed.extend(rows.collect()))
         .option("checkpointLocation", str(out / "read-checkpoint"))
         .trigger(availableNow=True)
         .start()
@@ -76,18 +74,12 @@ def main() -> None:
     query.awaitTermination(300)
     _save(streamed, out / "stream.jsonl")
 
-    source = (
-        spark.readStream.format(args.format)
-        .options(**common)
-        .option("subscribe", args.write_input)
-        .option("startingOffsets", "earliest")
-        .load()
-    )
     sink = {"kafka.bootstrap.servers": args.bootstrap, "topic": args.write_topic}
     if args.format == "eos_kafka":
         sink["sinkId"] = f"parity-{args.write_topic}"
     query = (
-        source.select("key", "value", "headers")
+        stream(args.write_input)
+        .select("key", "value", "headers")
         .writeStream.format(args.format)
         .options(**sink)
         .option("checkpointLocation", str(out / "write-checkpoint"))

@@ -5,7 +5,6 @@ no password in any error."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -74,70 +73,34 @@ def test_a_jaas_login_that_disagrees_with_sasl_username_is_refused() -> None:
 
 @pytest.fixture(scope="module")
 def stores(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A CA and its truststores as Java's keytool writes them: PKCS#12, JKS, and PEM."""
-    keytool = shutil.which("keytool")
-    if keytool is None:
+    """The local stack's CA and stores as Java's keytool writes them (PKCS#12 and PEM,
+    all under the password :data:`SECRET`), and the truststore as JKS too."""
+    from eos_connectors.dev.stack.kafka import _make_stores, keytool
+
+    if shutil.which("keytool") is None:
         pytest.skip("keytool (a JDK) is not installed")
     where = tmp_path_factory.mktemp("stores")
-
-    def run(*args: str) -> None:
-        subprocess.run([keytool, *args], check=True, capture_output=True, timeout=120)
-
-    run(
-        "-genkeypair",
+    _make_stores(where, SECRET)
+    keytool(
+        where,
+        SECRET,
+        "-importcert",
+        "-noprompt",
         "-alias",
         "ca",
-        "-keyalg",
-        "RSA",
-        "-keysize",
-        "2048",
-        "-dname",
-        "CN=eos-test-ca",
-        "-ext",
-        "bc:c",
-        "-validity",
-        "2",
-        "-keystore",
-        str(where / "ca.p12"),
-        "-storetype",
-        "PKCS12",
-        "-storepass",
-        SECRET,
-    )
-    run(
-        "-exportcert",
-        "-alias",
-        "ca",
-        "-keystore",
-        str(where / "ca.p12"),
-        "-storepass",
-        SECRET,
-        "-rfc",
         "-file",
-        str(where / "ca.pem"),
+        "ca.pem",
+        "-keystore",
+        "truststore.jks",
+        store_type="JKS",
     )
-    for kind, name in (("PKCS12", "trust.p12"), ("JKS", "trust.jks")):
-        run(
-            "-importcert",
-            "-noprompt",
-            "-alias",
-            "ca",
-            "-file",
-            str(where / "ca.pem"),
-            "-keystore",
-            str(where / name),
-            "-storetype",
-            kind,
-            "-storepass",
-            SECRET,
-        )
     return where
 
 
 def test_a_pkcs12_truststore_becomes_the_ca_pem(stores: Path) -> None:
     out = translate(
         {
-            "ssl.truststore.location": str(stores / "trust.p12"),
+            "ssl.truststore.location": str(stores / "truststore.p12"),
             "ssl.truststore.password": SECRET,
             "ssl.truststore.type": "PKCS12",
         }
@@ -145,7 +108,10 @@ def test_a_pkcs12_truststore_becomes_the_ca_pem(stores: Path) -> None:
     assert out == {"ssl.ca.pem": (stores / "ca.pem").read_text().replace("\r", "")}
     # the store's type left unsaid (Java's default is JKS): read from the file itself
     unsaid = translate(
-        {"ssl.truststore.location": str(stores / "trust.p12"), "ssl.truststore.password": SECRET}
+        {
+            "ssl.truststore.location": str(stores / "truststore.p12"),
+            "ssl.truststore.password": SECRET,
+        }
     )
     assert unsaid == out
     pem = translate(
@@ -159,9 +125,12 @@ def test_a_wrong_password_or_a_jks_store_is_a_clear_error_without_the_password(
 ) -> None:
     with pytest.raises(ConfigError, match="does not open as PKCS#12") as caught:
         translate(
-            {"ssl.truststore.location": str(stores / "trust.p12"), "ssl.truststore.password": "no"}
+            {
+                "ssl.truststore.location": str(stores / "truststore.p12"),
+                "ssl.truststore.password": "no",
+            }
         )
-    jks = str(stores / "trust.jks")
+    jks = str(stores / "truststore.jks")
     with pytest.raises(ConfigError, match="a JKS store") as converted:
         translate({"ssl.truststore.location": jks, "ssl.truststore.password": SECRET})
     assert f"keytool -importkeystore -srckeystore {jks} -srcstoretype JKS" in str(converted.value)
@@ -188,7 +157,7 @@ def test_java_settings_reach_the_sources_and_sinks_clients(stores: Path) -> None
             "kafka.security.protocol": "SASL_SSL",
             "kafka.sasl.mechanism": "SCRAM-SHA-512",
             "kafka.sasl.jaas.config": SCRAM.format(SECRET),
-            "kafka.ssl.truststore.location": str(stores / "trust.p12"),
+            "kafka.ssl.truststore.location": str(stores / "truststore.p12"),
             "kafka.ssl.truststore.password": SECRET,
             "kafka.ssl.endpoint.identification.algorithm": "",
         }

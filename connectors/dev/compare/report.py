@@ -12,7 +12,7 @@ from pathlib import Path
 
 from eos_connectors.core.errors import ConfigError
 from eos_connectors.dev.compare import stats
-from eos_connectors.dev.compare.pipelines import PAIRS, QUIX_PYTHON
+from eos_connectors.dev.compare.pipelines import PAIRS, PIPELINES, QUIX_PYTHON
 from eos_connectors.dev.compare.runner import Result, Round, Settings
 from eos_connectors.dev.endpoints import Endpoints
 
@@ -105,14 +105,7 @@ TARGETS = (
             _jvm,
             at_least=False,
         )
-        for key in (
-            "eos-kafka",
-            "eos-kafka-alo",
-            "eos-postgres",
-            "eos-postgres-alo",
-            "eos-redis",
-            "eos-redis-alo",
-        )
+        for key in (p.key for p in PIPELINES if p.engine == "eos")
     ),
 )
 

@@ -184,97 +184,46 @@ def tls_material(where: Path) -> TlsMaterial:
 
 
 def _make_stores(where: Path, password: str) -> None:
-    keytool = require_binary("keytool", INSTALL_HINT)
-    env = {**os.environ, "EOS_STORE_PASSWORD": password}
-    store = ("-storetype", "PKCS12", "-storepass:env", "EOS_STORE_PASSWORD")
     names = "SAN=ip:127.0.0.1,dns:localhost"
     steps = [
-        (
-            "-genkeypair",
-            "-alias",
-            "ca",
-            "-keyalg",
-            "RSA",
-            "-keysize",
-            "2048",
-            "-validity",
-            "3650",
-            "-dname",
-            "CN=eos-connectors local CA",
-            "-ext",
-            "bc:c",
-            "-keystore",
-            "ca.p12",
-        ),
+        (*_new_key("ca", "CN=eos-connectors local CA", "bc:c"), "-keystore", "ca.p12"),
         ("-exportcert", "-alias", "ca", "-rfc", "-file", "ca.pem", "-keystore", "ca.p12"),
-        (
-            "-genkeypair",
-            "-alias",
-            "broker",
-            "-keyalg",
-            "RSA",
-            "-keysize",
-            "2048",
-            "-validity",
-            "3650",
-            "-dname",
-            "CN=127.0.0.1",
-            "-ext",
-            names,
-            "-keystore",
-            "broker.p12",
-        ),
+        (*_new_key("broker", "CN=127.0.0.1", names), "-keystore", "broker.p12"),
         ("-certreq", "-alias", "broker", "-file", "broker.csr", "-keystore", "broker.p12"),
-        (
-            "-gencert",
-            "-alias",
-            "ca",
-            "-infile",
-            "broker.csr",
-            "-outfile",
-            "broker.crt",
-            "-ext",
-            names,
-            "-validity",
-            "3650",
-            "-rfc",
-            "-keystore",
-            "ca.p12",
-        ),
-        ("-importcert", "-noprompt", "-alias", "ca", "-file", "ca.pem", "-keystore", "broker.p12"),
-        (
-            "-importcert",
-            "-noprompt",
-            "-alias",
-            "broker",
-            "-file",
-            "broker.crt",
-            "-keystore",
-            "broker.p12",
-        ),
-        (
-            "-importcert",
-            "-noprompt",
-            "-alias",
-            "ca",
-            "-file",
-            "ca.pem",
-            "-keystore",
-            "truststore.p12",
-        ),
+        _sign("broker.csr", "broker.crt", names),
+        _import("ca", "ca.pem", "broker.p12"),
+        _import("broker", "broker.crt", "broker.p12"),
+        _import("ca", "ca.pem", "truststore.p12"),
     ]
     for step in steps:
-        done = subprocess.run(
-            [keytool, *step, *store],
-            cwd=where,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        if done.returncode != 0:
-            raise StackError(f"keytool {step[0]} failed: {(done.stdout + done.stderr).strip()}")
+        keytool(where, password, *step)
+
+
+def _new_key(alias: str, name: str, extension: str) -> tuple[str, ...]:
+    key = ("-genkeypair", "-alias", alias, "-keyalg", "RSA", "-keysize", "2048")
+    return (*key, "-validity", "3650", "-dname", name, "-ext", extension)
+
+
+def _sign(request: str, certificate: str, extension: str) -> tuple[str, ...]:
+    """The CA signs ``request`` into ``certificate``."""
+    sign = ("-gencert", "-alias", "ca", "-infile", request, "-outfile", certificate)
+    return (*sign, "-ext", extension, "-validity", "3650", "-rfc", "-keystore", "ca.p12")
+
+
+def _import(alias: str, certificate: str, store: str) -> tuple[str, ...]:
+    return ("-importcert", "-noprompt", "-alias", alias, "-file", certificate, "-keystore", store)
+
+
+def keytool(where: Path, password: str, *args: str, store_type: str = "PKCS12") -> None:
+    """The JDK's keytool in ``where``, the store's password through the environment."""
+    argv = [require_binary("keytool", INSTALL_HINT), *args, "-storetype", store_type]
+    argv += ["-storepass:env", "EOS_STORE_PASSWORD"]
+    env = {**os.environ, "EOS_STORE_PASSWORD": password}
+    done = subprocess.run(
+        argv, cwd=where, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    if done.returncode != 0:
+        raise StackError(f"keytool {args[0]} failed: {(done.stdout + done.stderr).strip()}")
 
 
 class KafkaService(Service):
