@@ -206,9 +206,10 @@ def test_the_throughput_table_gives_per_core_figures_and_output_volume() -> None
         figures.outputs = 500  # one changed key's count per 20 input records
     rows = report.throughput_table([eos, raw])
     assert rows[2] == (
-        "| eos-kafka | exactly-once | 2 | 1,100 (1,000-1,200) | 500 | 2 | 550 | 2,000 | 50 | 0.0 |"
+        "| eos-kafka | exactly-once | 2 | 1,100 (1,000-1,200) | 500 | 2 | 550 | 2,000 | 50 | - "
+        "| 0.0 |"
     )
-    assert rows[3] == "| raw | exactly-once | 2 | 3,000 | 500 | 1 | 3,000 | 2,000 | 0 | 0.0 |"
+    assert rows[3] == "| raw | exactly-once | 2 | 3,000 | 500 | 1 | 3,000 | 2,000 | 0 | - | 0.0 |"
 
 
 def test_latency_quantiles() -> None:
@@ -373,3 +374,19 @@ def test_memory_is_split_into_the_jvm_the_driver_and_the_workers_as_rss_and_pss(
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_report_is_computed_again_from_its_json_alone(tmp_path: Path) -> None:
+    from eos_connectors.dev.compare.command import read_json, write_json
+
+    eos, jvm = _result("eos-kafka", 1300, 1250, addBatch=800.0), _result("spark-kafka", 1000, 1000)
+    eos.rounds[0].latency_p50_ms, eos.rounds[0].pss_mb = 600.0, {"workers": 700.0}
+    jvm.error = "the pipeline exited (1) before start"
+    settings = _settings()
+    write_json(tmp_path / "compare.json", [eos, jvm], settings, ["- CPU: test"], "make bench")
+    results, again, facts, command = read_json(tmp_path / "compare.json")
+    assert (facts, command) == (["- CPU: test"], "make bench")
+    assert results == [eos, jvm] and again == replace(settings, work_dir=Path())
+    assert report.markdown(results, again, facts, command) == report.markdown(
+        [eos, jvm], settings, facts, command
+    )

@@ -8,7 +8,7 @@ import shlex
 import sys
 import time
 import uuid
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 
 from eos_connectors.core.errors import ConfigError
@@ -79,6 +79,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="bench-results",
         help="where compare.md, compare.png and compare.json go (default bench-results)",
     )
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="run nothing: compute compare.md and compare.png again from --report-dir's "
+        "compare.json",
+    )
 
 
 def _chosen(names: str) -> list[pl.Pipeline]:
@@ -113,6 +119,8 @@ def run_compare(args: argparse.Namespace) -> int:
     from eos_connectors.ops.spark import ensure_class_archive
 
     report.require_matplotlib()  # the chart comes at the end of a run: fail now, not then
+    if args.report_only:
+        return report_only(args)
     chosen = _chosen(args.pipelines)
     settings = _settings(args)
     if any(p.engine == "quix" for p in chosen):
@@ -126,12 +134,12 @@ def run_compare(args: argparse.Namespace) -> int:
     fill_topic(endpoints.kafka_bootstrap, topic, args.records, args.keys)
     began = time.monotonic()
     results = schedule.run_all(chosen, topic, endpoints, settings)
-    text = report.markdown(results, settings, report.machine_facts(endpoints), _command(args))
+    facts, command = report.machine_facts(endpoints), _command(args)
     out = Path(args.report_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "compare.md").write_text(text)
+    (out / "compare.md").write_text(report.markdown(results, settings, facts, command))
     report.chart(results, out / "compare.png")
-    write_json(out / "compare.json", results, settings)
+    write_json(out / "compare.json", results, settings, facts, command)
     print("\n".join(report.targets_table(results, settings)))
     print("\n".join(report.pairs_table(results, settings)))
     print(
@@ -202,12 +210,52 @@ def _command_argv(args: argparse.Namespace) -> list[str]:
     ]
 
 
-def write_json(path: Path, results: list[runner.Result], settings: runner.Settings) -> None:
-    """Every round of every pipeline, as measured (the report's figures come from these)."""
+def write_json(
+    path: Path,
+    results: list[runner.Result],
+    settings: runner.Settings,
+    facts: list[str],
+    command: str,
+) -> None:
+    """Every round of every pipeline, as measured, with the machine and the command: the
+    report is computed from these alone (``--report-only``)."""
     rows = [asdict(r) | {"rounds": [asdict(x) | _derived(x) for x in r.rounds]} for r in results]
-    path.write_text(
-        json.dumps({"settings": asdict(settings), "results": rows}, indent=2, default=str)
-    )
+    document = {"command": command, "machine": facts, "settings": asdict(settings)}
+    path.write_text(json.dumps(document | {"results": rows}, indent=2, default=str))
+
+
+def read_json(
+    path: Path,
+) -> tuple[list[runner.Result], runner.Settings, list[str] | None, str | None]:
+    """What :func:`write_json` wrote: results, settings, the machine and the command (None
+    for a file written before they were kept)."""
+    document = json.loads(path.read_text())
+    names = {f.name for f in fields(runner.Round)}
+    results = [
+        runner.Result(
+            pl.BY_KEY[row["pipeline"]["key"]],
+            [runner.Round(**{k: v for k, v in x.items() if k in names}) for x in row["rounds"]],
+            row["error"],
+        )
+        for row in document["results"]
+    ]
+    settings = runner.Settings(**document["settings"] | {"work_dir": Path()})
+    return results, settings, document.get("machine"), document.get("command")
+
+
+def report_only(args: argparse.Namespace) -> int:
+    """Driver: the report and chart of ``--report-dir``'s compare.json, computed again."""
+    out = Path(args.report_dir)
+    results, settings, facts, command = read_json(out / "compare.json")
+    if facts is None:  # a file of an earlier version: this machine's facts, said so
+        from eos_connectors.dev.bench import bench_endpoints
+
+        facts = [*report.machine_facts(bench_endpoints()), "- (read when the report was redone)"]
+    text = report.markdown(results, settings, facts, command or _command(args))
+    (out / "compare.md").write_text(text)
+    report.chart(results, out / "compare.png")
+    print(f"report: {out / 'compare.md'}, chart: {out / 'compare.png'}")
+    return 0
 
 
 def _derived(x: runner.Round) -> dict[str, float | None]:

@@ -125,9 +125,12 @@ def _spread(result: Result, figure: Figure, digits: int = 0) -> str:
     return f"{_num(middle, digits)} ({_num(low, digits)}-{_num(high, digits)})"
 
 
-def _row(result: Result, *cells: str) -> str:
+def _row(result: Result, *cells: str, rounds: int | None = None) -> str:
+    """A table row: the pipeline, its guarantee, the rounds its figures come from (all
+    its rounds unless ``rounds`` says), then ``cells``."""
     p = result.pipeline
-    return "| " + " | ".join((p.key, p.guarantee, str(len(result.rounds)), *cells)) + " |"
+    counted = len(result.rounds) if rounds is None else rounds
+    return "| " + " | ".join((p.key, p.guarantee, str(counted), *cells)) + " |"
 
 
 def _table(columns: tuple[str, ...], rows: list[str]) -> list[str]:
@@ -156,6 +159,7 @@ def throughput_table(results: list[Result]) -> list[str]:
                 _num((r.median(_rate) or 0) / cores or None),
                 _num(_per_record(r, _records_per_cpu_second)),
                 _num(_per_record(r, _outputs_per_1000)),
+                _spread(r, lambda x: x.commit_p50()),
                 _spread(r, lambda x: x.startup_s, 1),
             )
         )
@@ -166,6 +170,7 @@ def throughput_table(results: list[Result]) -> list[str]:
         "steady records/s per core",
         "records per CPU-second",
         "output records per 1,000 input",
+        "commit p50 ms",
         "start-up s",
     )
     return _table(columns, rows)
@@ -181,18 +186,13 @@ def _outputs_per_1000(r: Round) -> float | None:
 
 
 def latency_table(results: list[Result]) -> list[str]:
-    rows = [
-        _row(
-            r,
-            _spread(r, _p50),
-            _spread(r, lambda x: x.latency_p99_ms),
-            _spread(r, lambda x: x.commit_p50()),
-            _spread(r, _recovery, 1),
-        )
-        for r in results
-        if any(x.latency_p50_ms is not None for x in r.rounds)
-    ]
-    return _table(("latency p50 ms", "latency p99 ms", "commit p50 ms", "recovery s"), rows)
+    rows = []
+    for r in results:
+        measured = sum(1 for x in r.rounds if x.latency_p50_ms is not None)
+        if measured:
+            p99 = _spread(r, lambda x: x.latency_p99_ms)
+            rows.append(_row(r, _spread(r, _p50), p99, _spread(r, _recovery, 1), rounds=measured))
+    return _table(("latency p50 ms", "latency p99 ms", "recovery s"), rows)
 
 
 def memory_table(results: list[Result]) -> list[str]:
@@ -303,8 +303,11 @@ def per_record_table(results: list[Result]) -> list[str]:
         source = us(stages.get("source read (task ms)"))
         sink = us(stages.get("sink write (task ms)"))
         commit = us(stages.get("sink commit (part of addBatch)"))
-        known = [v for v in (source, sink, commit) if v is not None]
-        rest = core_us - sum(known) if core_us is not None and r.pipeline.spark else None
+        # Spark's rest only where this package measured both its tasks (an at-least-once
+        # sink's writes are not timed, and would count as Spark's)
+        rest = core_us if r.pipeline.engine == "spark" else None  # all of it Spark's
+        if core_us is not None and source is not None and sink is not None:
+            rest = core_us - source - sink - (commit or 0.0)
         rows.append(
             _row(
                 r,
@@ -445,9 +448,9 @@ def markdown(results: list[Result], s: Settings, facts: list[str], command: str)
         ("Throughput", throughput_table(results)),
         ("Latency and recovery", latency_table(results)),
         ("Memory (peak of the throughput phase)", memory_table(results)),
-        ("Microseconds a record", per_record_table(results)),
-        ("Spark's batch, ms (throughput phase)", profile_table(results)),
-        ("This package's tasks, ms a batch", steps_table(results)),
+        ("Microseconds a record (the round of the median records/s)", per_record_table(results)),
+        ("Spark's batch, ms (the same round)", profile_table(results)),
+        ("This package's tasks, ms a batch (the same round)", steps_table(results)),
         ("CPU microseconds a record, pipeline and broker", cpu_table(results)),
         ("Spark's batch, ms (latency phase)", profile_table(results, paced=True)),
         ("Failed", _failed(results)),
