@@ -385,7 +385,7 @@ def test_a_report_is_computed_again_from_its_json_alone(tmp_path: Path) -> None:
     settings = _settings()
     write_json(tmp_path / "compare.json", [eos, jvm], settings, ["- CPU: test"], "make bench")
     results, again, facts, command = read_json(tmp_path / "compare.json")
-    assert (facts, command) == (["- CPU: test"], "make bench")
+    assert facts == ["- CPU: test"] and command == "make bench"
     assert results == [eos, jvm] and again == replace(settings, work_dir=Path())
     assert report.markdown(results, again, facts, command) == report.markdown(
         [eos, jvm], settings, facts, command
