@@ -49,7 +49,8 @@ def test_compare_runs_every_kind_of_pipeline_and_writes_the_report(
     assert main(argv) == 0
 
     results = json.loads((tmp_path / "report" / "compare.json").read_text())["results"]
-    assert [r["pipeline"]["key"] for r in results] == list(PIPELINES)
+    # in a round's order (pipelines.ORDER), whatever order --pipelines named them in
+    assert [r["pipeline"]["key"] for r in results] == ["spark-kafka", "eos-redis", "quix", "raw"]
     for r in results:
         key = r["pipeline"]["key"]
         assert r["error"] is None, key
@@ -65,7 +66,8 @@ def test_compare_runs_every_kind_of_pipeline_and_writes_the_report(
         assert lat[0] is not None and 0 < lat[0] <= lat[1], key
         assert figures["latency_samples"] >= 6 * 1000 * 0.8, key  # the whole window
         assert figures["recovery_s"] is not None and figures["recovery_s"] > 0, key
-        assert figures["commit_ms"] and figures["pss_mb"]["driver"] > 20, key
+        # RSS every sample, PSS every fourth: the raw loop's phase may end before a second
+        assert figures["commit_ms"] and figures["rss_mb"]["driver"] > 20, key
         assert 0 < figures["pss_mb"]["driver"] <= figures["rss_mb"]["driver"], key
     by_key = {r["pipeline"]["key"]: r["rounds"][0] for r in results}
     # output volume: Quix writes a count per input record; the Spark pipelines (complete
