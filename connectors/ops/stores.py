@@ -19,6 +19,7 @@ from pathlib import Path
 
 from eos_connectors.core.checkpoint_sinks import SinkEntry
 from eos_connectors.core.errors import ConfigError
+from eos_connectors.core.java_security import translate
 from eos_connectors.core.sinks_admin import (
     ResetGuard,
     SinkAdmin,
@@ -87,8 +88,6 @@ def all_records(names: BookkeepingNames = BookkeepingNames()) -> list[SinkRecord
 def kafka_client_config() -> dict[str, str]:
     """``EOS_KAFKA_BOOTSTRAP`` with the settings of the file ``EOS_KAFKA_CONFIG`` names (a
     Java client's properties file as it is: its security settings are translated)."""
-    from eos_connectors.core.java_security import translate
-
     config: dict[str, str] = {}
     path = os.environ.get("EOS_KAFKA_CONFIG")
     if path:

@@ -13,16 +13,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
-from itertools import chain
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from eos_connectors.core.errors import ConfigError
 from eos_connectors.sources.kafka.broker import BrokerView
-from eos_connectors.sources.kafka.offsets import KafkaRange, KafkaRanges, pack_ranges, plan_ranges
+from eos_connectors.sources.kafka.offsets import pack_ranges, plan_ranges
 from eos_connectors.sources.kafka.options import KafkaSourceOptions, check_for_batch
-from eos_connectors.sources.kafka.read import read_range
+from eos_connectors.sources.kafka.read import read_partition
 
 log = logging.getLogger(__name__)
 
@@ -59,10 +58,5 @@ class KafkaBatchReader(DataSourceReader):
         return pack_ranges(ranges, options.max_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Task: the range's records, or each packed range's in turn (``maxPartitions``);
-        nothing for the placeholder Spark plans when a read has no range at all."""
-        if isinstance(partition, KafkaRanges):
-            return chain.from_iterable(read_range(self.options, r) for r in partition.ranges)
-        if isinstance(partition, KafkaRange):
-            return read_range(self.options, partition)
-        return iter(())
+        """Task: the partition's records (:func:`read_partition`)."""
+        return read_partition(self.options, partition)

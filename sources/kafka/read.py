@@ -24,7 +24,7 @@ from eos_connectors.core.context import current_batch
 from eos_connectors.core.errors import DataLossError, ServiceUnavailableError
 from eos_connectors.core.kafka_errors import QUIET_IDLE_CLOSE
 from eos_connectors.core.secrets import settings_digest
-from eos_connectors.sources.kafka.offsets import KafkaRange
+from eos_connectors.sources.kafka.offsets import KafkaRange, KafkaRanges
 from eos_connectors.sources.kafka.options import KafkaSourceOptions
 
 log = logging.getLogger(__name__)
@@ -52,6 +52,17 @@ def arrow_schema(include_headers: bool) -> pa.Schema:
     if include_headers:
         fields.append(pa.field("headers", HEADER_TYPE))
     return pa.schema(fields)
+
+
+def read_partition(options: KafkaSourceOptions, partition: object) -> Iterator[pa.RecordBatch]:
+    """Task: a planned partition's records: its range, or each packed range's in turn
+    (``maxPartitions``); nothing for the placeholder Spark plans when a batch read has
+    no range at all."""
+    if isinstance(partition, KafkaRanges):
+        return chain.from_iterable(read_range(options, r) for r in partition.ranges)
+    if isinstance(partition, KafkaRange):
+        return read_range(options, partition)
+    return iter(())
 
 
 def read_range(

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator, Sequence
-from itertools import chain
 from typing import Any
 
 import pyarrow as pa
@@ -24,8 +23,6 @@ from pyspark.sql.streaming.datasource import (
 
 from eos_connectors.sources.kafka.broker import BrokerView
 from eos_connectors.sources.kafka.offsets import (
-    KafkaRange,
-    KafkaRanges,
     Offsets,
     SourceOffset,
     Split,
@@ -37,7 +34,7 @@ from eos_connectors.sources.kafka.offsets import (
     to_spark,
 )
 from eos_connectors.sources.kafka.options import KafkaSourceOptions
-from eos_connectors.sources.kafka.read import read_range, report_data_loss
+from eos_connectors.sources.kafka.read import read_partition, report_data_loss
 
 log = logging.getLogger(__name__)
 
@@ -147,11 +144,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._split()
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Task: the range's records, or each packed range's in turn (``maxPartitions``)."""
-        if isinstance(partition, KafkaRanges):
-            return chain.from_iterable(read_range(self.options, r) for r in partition.ranges)
-        assert isinstance(partition, KafkaRange)
-        return read_range(self.options, partition)
+        """Task: the partition's records (:func:`read_partition`)."""
+        return read_partition(self.options, partition)
 
     def commit(self, end: dict[str, Any]) -> None:
         self._publish(from_spark(end))

@@ -58,10 +58,7 @@ class Target:
         mine, other = by_key.get(self.pipeline), by_key.get(self.baseline)
         if mine is None or other is None:
             return None
-        a = mine.by_round(self.figure)
-        b = other.by_round(self.baseline_figure or self.figure)
-        common = sorted(a.keys() & b.keys())
-        return stats.paired([a[n] for n in common], [b[n] for n in common])
+        return mine.ratio_to(other, self.figure, self.baseline_figure)
 
     def met(self, ratio: stats.Ratio) -> bool:
         return ratio.estimate >= self.bound if self.at_least else ratio.estimate <= self.bound
@@ -142,10 +139,6 @@ def _failed(results: list[Result]) -> list[str]:
     return [f"- {r.pipeline.key} failed: {r.error.splitlines()[0]}" for r in results if r.error]
 
 
-def _per_record(result: Result, figure: Figure) -> float | None:
-    return result.median(figure)
-
-
 def throughput_table(results: list[Result]) -> list[str]:
     rows = []
     for r in results:
@@ -157,8 +150,8 @@ def throughput_table(results: list[Result]) -> list[str]:
                 _spread(r, lambda x: x.whole_rate or None),
                 str(cores),
                 _num((r.median(_rate) or 0) / cores or None),
-                _num(_per_record(r, _records_per_cpu_second)),
-                _num(_per_record(r, _outputs_per_1000)),
+                _num(r.median(_records_per_cpu_second)),
+                _num(r.median(_outputs_per_1000)),
                 _spread(r, lambda x: x.commit_p50()),
                 _spread(r, lambda x: x.startup_s, 1),
             )

@@ -39,6 +39,7 @@ from confluent_kafka import Producer
 
 from eos_connectors.core.topics import create_topic
 from eos_connectors.dev.compare import pipelines as pl
+from eos_connectors.dev.compare import stats
 from eos_connectors.dev.compare.process import CpuClock, PipelineProcess, local_broker
 from eos_connectors.dev.endpoints import Endpoints
 
@@ -111,8 +112,17 @@ class Result:
     rounds: list[Round] = field(default_factory=list)
     error: str | None = None
 
-    def by_round(self, figure: Callable[[Round], float | None]) -> dict[int, float | None]:
-        return {r.number: figure(r) for r in self.rounds}
+    def ratio_to(
+        self,
+        other: Result,
+        figure: Callable[[Round], float | None],
+        other_figure: Callable[[Round], float | None] | None = None,
+    ) -> stats.Ratio | None:
+        """This pipeline's ``figure`` over ``other``'s (``other_figure``, else the same),
+        paired by round: the rounds both ran."""
+        theirs = {r.number: (other_figure or figure)(r) for r in other.rounds}
+        both = [r for r in self.rounds if r.number in theirs]
+        return stats.paired([figure(r) for r in both], [theirs[r.number] for r in both])
 
     def median(self, figure: Callable[[Round], float | None]) -> float | None:
         values = [v for v in map(figure, self.rounds) if v is not None]

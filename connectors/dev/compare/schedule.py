@@ -38,10 +38,7 @@ def pair_ratio(results: dict[str, Result], mine: str, other: str) -> stats.Ratio
     """``mine``'s steady records/s over ``other``'s, round by round."""
     if mine not in results or other not in results:
         return None
-    a = results[mine].by_round(lambda r: r.rate)
-    b = results[other].by_round(lambda r: r.rate)
-    common = sorted(a.keys() & b.keys())
-    return stats.paired([a[n] for n in common], [b[n] for n in common])
+    return results[mine].ratio_to(results[other], lambda r: r.rate)
 
 
 def uncertain_pairs(results: dict[str, Result], precision: float) -> list[tuple[str, str]]:
