@@ -14,12 +14,12 @@ bootstrap: ## install OS packages, the .venv and the package (idempotent)
 	@bash scripts/bootstrap.sh
 
 demo: bootstrap ## the main job: word count into Kafka, PostgreSQL, Redis; crashed at every point of every sink; counted
-	$(BIN)/eos demo
+	$(BIN)/eos demo $(DEMO_ARGS)
 
 verify: bootstrap ## the harness: every fault point, random kills, all three sinks (eos verify)
 	$(BIN)/eos verify
 
-SOAK_ARGS ?= --records 1000000 --cells running-count,aggregate,event-time,records --fault-rounds 3 \
+SOAK_ARGS ?= --records 1000000 --cells running-count,aggregate,event-time,records,changelog --fault-rounds 3 \
 	--full-crashes all --kills 3 --restart kafka --restart postgres --restart redis
 SOAK_CLUSTER_ARGS ?= --records 100000 --cells running-count,records --fault-rounds 3 --kills 2
 soak: bootstrap ## the depth CI leaves out: soak tests, 1M records through every cell (every point a full crash), then 3 rounds on a 2-worker cluster

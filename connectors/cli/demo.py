@@ -13,6 +13,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "at a random moment, restart it until the input is processed, and count."
     )
     parser.add_argument("--records", type=int, default=10_000, help="input records (default 10000)")
+    parser.add_argument(
+        "--cells",
+        default="running-count",
+        help="conformance cells, comma-separated (default running-count; changelog: a change "
+        "stream with deletes into the three sinks)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

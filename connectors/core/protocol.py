@@ -195,6 +195,11 @@ class PreparedUnit(WriterCommitMessage):
     skipped_decided: bool = False
     query_name: str | None = None
 
+    @property
+    def skipped(self) -> bool:
+        """Whether the task wrote nothing because its batch was decided or applied."""
+        return self.skipped_decided
+
 
 @dataclass(frozen=True)
 class Decision:
@@ -315,6 +320,10 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter, UnitStore):
     def write(self, iterator: Iterator[Any]) -> PreparedUnit:
         """Task: Spark's entry point; see :meth:`prepare_task`."""
         return self.prepare_task(TaskIdentity.current(), iterator)
+
+    def write_as(self, task: TaskIdentity, iterator: Iterator[Any]) -> PreparedUnit:
+        """Task: a batch job's entry point (:mod:`eos_connectors.core.batch_job`)."""
+        return self.prepare_task(task, iterator)
 
     def prepare_task(self, task: TaskIdentity, rows: Iterator[Any]) -> PreparedUnit:
         """Task: 1. skip a decided or applied batch; 2. release what strays of earlier

@@ -73,6 +73,15 @@ class MemorySink(TwoPhaseCommitWriter):
     def find_decision(self, sink_id: str, batch_id: int) -> Decision | None:
         return self.server.decisions.get((sink_id, batch_id))
 
+    def applied_watermark(self, sink_id: str, query_id: str) -> int:
+        """The query's highest decided batch (decisions are never pruned here)."""
+        decided = [
+            b
+            for (s, b), d in self.server.decisions.items()
+            if s == sink_id and d.query_id == query_id
+        ]
+        return max(decided, default=-1)
+
     def prepare(self, unit: UnitId, rows: Iterator[pa.RecordBatch]) -> int:
         staged = [
             (str(word), int(n))

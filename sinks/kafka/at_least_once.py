@@ -43,7 +43,12 @@ class KafkaAtLeastOnceWriter(DataSourceStreamArrowWriter):
         steps.add("client set-up", steps.began)
         try:
             produce_rows(
-                producer, rows(steps.pulled("waiting for rows", iterator), self.options.topic)
+                producer,
+                rows(
+                    steps.pulled("waiting for rows", iterator),
+                    self.options.topic,
+                    self.options.changes,
+                ),
             )
             since = time.perf_counter()
             remaining = producer.flush(CALL_TIMEOUT)

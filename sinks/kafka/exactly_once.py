@@ -102,6 +102,10 @@ class KafkaExactlyOnceWriter(DataSourceStreamArrowWriter):
         """Task: Spark's entry point; see :meth:`write_task`."""
         return self.write_task(TaskIdentity.current(), iterator)
 
+    def write_as(self, task: TaskIdentity, iterator: Iterator[pa.RecordBatch]) -> TaskReport:
+        """Task: a batch job's entry point (:mod:`eos_connectors.core.batch_job`)."""
+        return self.write_task(task, iterator)
+
     def write_task(
         self, task: TaskIdentity, iterator: Iterator[pa.RecordBatch], pool: ClientPool | None = None
     ) -> TaskReport:
@@ -226,7 +230,7 @@ class KafkaExactlyOnceWriter(DataSourceStreamArrowWriter):
             steps.add("begin and marker", since)
             log_marker(producer, marker, task)
             faults.point("before-prepare", task.batch_id, role="worker", query=task.query_name)
-            batches = rows(rows_in.all(), self.options.topic)
+            batches = rows(rows_in.all(), self.options.topic, self.options.changes)
             count = finish(producer, task, batches, sid, steps)
             marker.known = (task.batch_id + 1, task.query_id)
         except Exception as exc:  # a crash (or a simulated one) leaves it open, for fencing

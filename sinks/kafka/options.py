@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from eos_connectors.core import options as opt
+from eos_connectors.core.changes import CHANGE_OPTIONS, ChangeRules, parse_changes
 from eos_connectors.core.errors import ConfigError
 from eos_connectors.core.kafka_errors import QUIET_IDLE_CLOSE
 from eos_connectors.core.protocol import derive_sink_id
@@ -16,9 +17,11 @@ _KNOWN = {
     "includeHeaders",  # a source option Spark's sink ignores: the headers column is written
     "transactionalIdPrefix",
     "sinkId",
+    "txnVersion",
     "deliveryGuarantee",
     "progressTopic",
     "markerLogTopic",
+    *CHANGE_OPTIONS,
 }
 _OWNED = {
     "kafka.transactional.id": "it is derived per task; set transactionalIdPrefix instead",
@@ -53,6 +56,7 @@ class KafkaSinkOptions:
     exactly_once: bool
     marker_log: str = DEFAULT_MARKER_LOG
     kafka: dict[str, str] = field(default_factory=dict, repr=False)  # may hold sasl.password
+    changes: ChangeRules = field(default_factory=ChangeRules)  # deletes written as tombstones
 
     @property
     def transaction_timeout_ms(self) -> int:
@@ -132,7 +136,21 @@ def parse_options(raw: Mapping[str, str]) -> KafkaSinkOptions:
         exactly_once=guarantee == "exactly-once",
         marker_log=options.get("markerlogtopic", "").strip() or DEFAULT_MARKER_LOG,
         kafka=kafka,
+        changes=_changes(options),
     )
+
+
+def _changes(options: Mapping[str, str]) -> ChangeRules:
+    """deleteColumn / deleteValue: the rows written as tombstones. The sink keeps its rows'
+    order and a null value is a tombstone already, so nothing else applies here."""
+    changes = parse_changes(options, "the eos_kafka sink")
+    if changes.order_columns or changes.delete_when_values_null:
+        raise ConfigError(
+            "The eos_kafka sink writes rows in their order and a null value as a tombstone "
+            "already: options orderColumns and deleteWhenValuesNull do not apply to it. "
+            "Use deleteColumn (and deleteValue) to write deletes as tombstones."
+        )
+    return changes
 
 
 def _partitioner(java_class: str) -> str:

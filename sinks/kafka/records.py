@@ -16,6 +16,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from eos_connectors.core.changes import ChangeRules, delete_mask
 from eos_connectors.core.errors import ConfigError, EosError
 
 _BYTES = (BinaryType, StringType)
@@ -76,7 +77,11 @@ Row = tuple[
 ]
 
 
-def rows(batches: Iterator[pa.RecordBatch], default_topic: str | None) -> Iterator[list[Row]]:
+def rows(
+    batches: Iterator[pa.RecordBatch],
+    default_topic: str | None,
+    changes: ChangeRules | None = None,
+) -> Iterator[list[Row]]:
     """Each Arrow batch as (topic, value, key, partition, headers, timestamp ms) tuples,
     built column-wise.
 
@@ -84,9 +89,12 @@ def rows(batches: Iterator[pa.RecordBatch], default_topic: str | None) -> Iterat
     a null value is written as a tombstone (a compacted topic then forgets the key); a
     ``timestamp`` column sets the record's timestamp (milliseconds; null or no column:
     the producer's clock). A null topic with no ``topic`` option is a BadRecordError:
-    the transaction is aborted, nothing lost.
+    the transaction is aborted, nothing lost. ``changes``: the rows its delete condition
+    marks are written as tombstones, and must have a key.
     """
     for batch in batches:
+        if changes is not None and changes.deletes:
+            batch = _tombstones(batch, changes)
         names = batch.schema.names
         columns = {name: batch.column(name).to_pylist() for name in _LISTED if name in names}
         count = batch.num_rows
@@ -101,6 +109,27 @@ def rows(batches: Iterator[pa.RecordBatch], default_topic: str | None) -> Iterat
         )
         stamps = _millis(batch.column("timestamp")) if "timestamp" in names else [None] * count
         yield list(zip(topics, values, keys, partitions, headers, stamps, strict=True))
+
+
+def _tombstones(batch: pa.RecordBatch, changes: ChangeRules) -> pa.RecordBatch:
+    """``batch`` with a null value in each row ``changes`` marks as a delete; a delete
+    without a key is a BadRecordError (a tombstone without a key deletes nothing)."""
+    deletes = delete_mask(changes, batch, ("value",))
+    if "key" not in batch.schema.names:
+        keyless = deletes
+    else:
+        keyless = pc.and_(deletes, pc.is_null(batch.column("key")))
+    if pc.any(keyless).as_py():
+        at = pc.index(keyless, True).as_py()
+        raise BadRecordError(
+            f"Row {at} of this task's input is a delete ({changes.delete_column}) without a "
+            "key: a tombstone needs the key it deletes. Give deletes a key or filter them; "
+            "nothing of this task's transaction is committed."
+        )
+    index = batch.schema.get_field_index("value")
+    value = batch.column(index)
+    cleared = pc.if_else(deletes, pa.scalar(None, value.type), value)
+    return batch.set_column(index, batch.schema.field(index), cleared)
 
 
 def _millis(column: pa.Array) -> list[int | None]:

@@ -3,19 +3,32 @@ is :class:`eos_connectors.formats.KafkaDataSource`)."""
 
 from __future__ import annotations
 
-from pyspark.sql.datasource import DataSource, DataSourceStreamWriter
+from typing import TYPE_CHECKING
+
 from pyspark.sql.types import StructType
 
+from eos_connectors.core import batch_job
+from eos_connectors.core.changes import check_schema as check_changes
 from eos_connectors.core.startup import once_per_driver, start_key
 
+if TYPE_CHECKING:
+    from eos_connectors.sinks.kafka import KafkaAtLeastOnceWriter, KafkaExactlyOnceWriter
 
-class KafkaSinkFormat(DataSource):
+NAME = "the eos_kafka sink"
+
+
+class KafkaSinkFormat(batch_job.SinkFormat):
     """``eos_kafka``'s writing half: Spark's Kafka sink columns and options, written in one
     fenced, marked transaction per task (see :mod:`eos_connectors.sinks.kafka.exactly_once`)."""
 
-    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        """Driver: check the columns and options, run the start checks once per driver,
-        and return the writer (its ``write`` runs in tasks)."""
+    connector = NAME
+    instead_of_overwrite = (
+        "a Kafka topic is appended to, never rewritten (Spark's sink refuses it too)"
+    )
+
+    def _writer(
+        self, schema: StructType, overwrite: bool
+    ) -> KafkaExactlyOnceWriter | KafkaAtLeastOnceWriter:
         from eos_connectors.sinks.kafka import KafkaAtLeastOnceWriter, KafkaExactlyOnceWriter
         from eos_connectors.sinks.kafka import parse_options as parse_sink_options
         from eos_connectors.sinks.kafka.checks import start_checks
@@ -23,6 +36,7 @@ class KafkaSinkFormat(DataSource):
 
         options = parse_sink_options(self.options)
         check_schema(schema, has_topic_option=options.topic is not None)
+        check_changes(options.changes, schema, ("key",), NAME)
         once_per_driver(
             start_key("eos_kafka", self.options, schema),
             lambda: start_checks(options, self.options),

@@ -99,14 +99,14 @@ def upsert(
             cols=cols,
             keys=key_cols,
             stage=stage,
-            action=_conflict_action([c for c in columns if c not in keys]),
+            action=conflict_action([c for c in columns if c not in keys]),
         )
     )
     cur.execute(sql.SQL("DROP TABLE {}").format(stage))
     return rows
 
 
-def _conflict_action(values: Sequence[str]) -> sql.Composable:
+def conflict_action(values: Sequence[str]) -> sql.Composable:
     if not values:
         return sql.SQL("DO NOTHING")
     return sql.SQL("DO UPDATE SET {}").format(

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from eos_connectors.core import options as opt
+from eos_connectors.core.changes import CHANGE_OPTIONS, ChangeRules, parse_changes
 from eos_connectors.core.errors import ConfigError
 from eos_connectors.core.protocol import derive_sink_id
 from eos_connectors.core.secrets import redact
@@ -22,20 +23,24 @@ _KNOWN = {
     "createTable",
     "bookkeepingSchema",
     "sinkId",
+    "txnVersion",
     "deliveryGuarantee",
+    *CHANGE_OPTIONS,
 }
+MODES = ("append", "upsert", "update")
 
 
 @dataclass(frozen=True)
 class PostgresSinkOptions:
     dsn: str
     table: tuple[str, ...]  # (name,) or (schema, name)
-    mode: Literal["append", "upsert"]
+    mode: Literal["append", "upsert", "update"]
     key_columns: tuple[str, ...]
     create_table: bool
     bookkeeping_schema: str
     sink_id: str | None
     exactly_once: bool
+    changes: ChangeRules = field(default_factory=ChangeRules)
 
     def __repr__(self) -> str:  # the DSN's password never reaches a log line
         return (
@@ -57,12 +62,18 @@ def parse_options(raw: Mapping[str, str]) -> PostgresSinkOptions:
     dsn = opt.required(options, "dsn", "a libpq connection string or postgresql:// URL")
     _check_dsn(dsn)
     table = _table(opt.required(options, "table", "the target table, as name or schema.name"))
-    mode = opt.choice(options, "mode", ("append", "upsert"), "append")
+    mode = opt.choice(options, "mode", MODES, "append")
     keys = opt.names(options, "keyColumns")
-    if mode == "upsert" and not keys:
-        raise ConfigError("Option 'keyColumns' is required with mode=upsert (e.g. 'id' or 'a,b').")
+    if mode != "append" and not keys:
+        raise ConfigError(f"Option 'keyColumns' is required with mode={mode} (e.g. 'id' or 'a,b').")
     if mode == "append" and keys:
-        raise ConfigError("Option 'keyColumns' applies only to mode=upsert.")
+        raise ConfigError("Option 'keyColumns' applies only to mode=upsert and mode=update.")
+    changes = parse_changes(options, "eos_postgres")
+    if mode == "append" and changes.applies_changes:
+        raise ConfigError(
+            "Options deleteColumn, deleteWhenValuesNull and orderColumns apply a change stream "
+            "by key: use mode=upsert (or mode=update) with keyColumns."
+        )
     guarantee = opt.choice(options, "deliveryGuarantee", opt.DELIVERY_GUARANTEES, "exactly-once")
     return PostgresSinkOptions(
         dsn=dsn,
@@ -73,6 +84,7 @@ def parse_options(raw: Mapping[str, str]) -> PostgresSinkOptions:
         bookkeeping_schema=options.get("bookkeepingschema", "eos").strip() or "eos",
         sink_id=_sink_id(options.get("sinkid")),
         exactly_once=guarantee == "exactly-once",
+        changes=changes,
     )
 
 

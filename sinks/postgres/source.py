@@ -6,9 +6,10 @@ import logging
 from collections.abc import Mapping
 
 from psycopg import sql
-from pyspark.sql.datasource import DataSource, DataSourceStreamWriter
 from pyspark.sql.types import StructType
 
+from eos_connectors.core import batch_job
+from eos_connectors.core.changes import check_schema as check_changes
 from eos_connectors.core.checkpoint_sinks import SinkEntry, postgres_endpoint, record_at_start
 from eos_connectors.core.errors import ConfigError
 from eos_connectors.core.sinks_admin import ORPHAN_AGE_SECONDS, SinkRecord
@@ -26,9 +27,10 @@ from eos_connectors.sinks.postgres.writer import (
 log = logging.getLogger(__name__)
 
 MIN_PREPARED_TRANSACTIONS = 1
+NAME = "eos_postgres"
 
 
-class PostgresDataSource(DataSource):
+class PostgresDataSource(batch_job.SinkFormat):
     """Streaming sink into a PostgreSQL table, exactly once through two-phase commit.
 
     See :class:`sinks.postgres.writer.PostgresExactlyOnceWriter` for the guarantee.
@@ -42,7 +44,12 @@ class PostgresDataSource(DataSource):
     def config(self) -> PostgresSinkOptions:
         return parse_options(self.options)
 
-    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+    connector = NAME
+    instead_of_overwrite = "empty the table first, or write with mode=upsert and keyColumns"
+
+    def _writer(
+        self, schema: StructType, overwrite: bool
+    ) -> PostgresExactlyOnceWriter | PostgresAtLeastOnceWriter:
         options = self.config
         if overwrite and options.mode == "append":
             raise ConfigError(
@@ -53,14 +60,20 @@ class PostgresDataSource(DataSource):
         missing = [k for k in options.key_columns if k not in schema.fieldNames()]
         if missing:
             raise ConfigError(f"Option 'keyColumns' names columns not in the stream: {missing}.")
+        check_changes(options.changes, schema, options.key_columns, NAME)
         once_per_driver(
             start_key("eos_postgres", self.options, schema),
             lambda: start_checks(options, schema, self.options),
         )
         columns = tuple(schema.fieldNames())
+        control = tuple(
+            (f.name, pg_schema.pg_type(f.name, f.dataType))
+            for f in schema.fields
+            if f.name in options.changes.control_columns
+        )
         if options.exactly_once:
-            return PostgresExactlyOnceWriter(options, columns)
-        return PostgresAtLeastOnceWriter(options, columns)
+            return PostgresExactlyOnceWriter(options, columns, control)
+        return PostgresAtLeastOnceWriter(options, columns, control)
 
 
 def start_checks(
@@ -143,6 +156,10 @@ def ensure_bookkeeping(conn: Connection, bookkeeping_schema: str) -> None:
 
 
 def ensure_table(conn: Connection, options: PostgresSinkOptions, schema: StructType) -> None:
+    """The table exists (or is created) with a column for each written column (a change
+    stream's control columns are not written)."""
+    control = options.changes.control_columns
+    schema = StructType([f for f in schema.fields if f.name not in control])
     columns = pg_schema.table_columns(conn, options.table)
     if columns is None:
         if not options.create_table:

@@ -29,7 +29,7 @@ from eos_connectors.core.protocol import (
     UnitMissingError,
 )
 from eos_connectors.core.secrets import redact, secret_values, settings_digest
-from eos_connectors.sinks.postgres import copy
+from eos_connectors.sinks.postgres import changes, copy
 from eos_connectors.sinks.postgres.options import PostgresSinkOptions
 
 log = logging.getLogger(__name__)
@@ -106,17 +106,26 @@ def _first_line(exc: Exception, options: PostgresSinkOptions) -> str:
     return redact(text.splitlines()[0], secret_values({"dsn": options.dsn}))
 
 
-class _Rows:
-    """Writing one task's rows in the sink's mode; shared by both delivery guarantees."""
+ControlTypes = tuple[tuple[str, str], ...]
 
-    def __init__(self, options: PostgresSinkOptions, columns: tuple[str, ...]) -> None:
+
+class _Rows:
+    """Writing one task's rows in the sink's mode; shared by both delivery guarantees.
+    ``control_types``: the PostgreSQL types of a change stream's control columns."""
+
+    def __init__(
+        self, options: PostgresSinkOptions, columns: tuple[str, ...], control_types: ControlTypes
+    ) -> None:
         self.options = options
         self.columns = columns
+        self.control_types = control_types
 
     def write(self, cur: psycopg.Cursor[Any], name: str, batches: Iterator[pa.RecordBatch]) -> int:
         cur.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(LOCK_TIMEOUT)))
         if self.options.mode == "append":
             return copy.append(cur, self.options.table, self.columns, batches)
+        if self.options.mode == "update" or self.options.changes.applies_changes:
+            return changes.apply(cur, self._target(), name, batches)
         return copy.upsert(
             cur,
             self.options.table,
@@ -125,6 +134,17 @@ class _Rows:
             self.columns,
             self.options.key_columns,
             batches,
+        )
+
+    def _target(self) -> changes.Target:
+        return changes.Target(
+            table=self.options.table,
+            stage_schema=self.options.bookkeeping_schema,
+            columns=self.columns,
+            keys=self.options.key_columns,
+            rules=self.options.changes,
+            control_types=self.control_types,
+            update_only=self.options.mode == "update",
         )
 
 
@@ -146,9 +166,14 @@ class PostgresExactlyOnceWriter(TwoPhaseCommitWriter):
     #: attempt's unit instead of rolling it back (its row locks would block this one's).
     siblings = Siblings.ADOPT
 
-    def __init__(self, options: PostgresSinkOptions, columns: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        options: PostgresSinkOptions,
+        columns: tuple[str, ...],
+        control_types: ControlTypes = (),
+    ) -> None:
         self.options = options
-        self.rows = _Rows(options, columns)
+        self.rows = _Rows(options, columns, control_types)
         self._conn: Connection | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -222,6 +247,17 @@ class PostgresExactlyOnceWriter(TwoPhaseCommitWriter):
             return None
         units = tuple(u for u in map(UnitId.parse, row[1]) if u is not None)
         return Decision(sink_id, batch_id, str(row[0]), units)
+
+    def applied_watermark(self, sink_id: str, query_id: str) -> int:
+        """The query's highest decided batch: pruning forgets old decisions, never the newest,
+        so a batch below it (a job's ``txnVersion`` used again) still writes nothing."""
+        row = self.conn.execute(
+            sql.SQL("SELECT max(batch_id) FROM {} WHERE sink_id = %s AND query_id = %s").format(
+                self._table("decisions")
+            ),
+            (sink_id, query_id),
+        ).fetchone()
+        return -1 if row is None or row[0] is None else int(row[0])
 
     def prepare(self, unit: UnitId, rows: Iterator[pa.RecordBatch]) -> int:
         """Task: the rows and the unit's commit record in one transaction, then PREPARE
@@ -381,9 +417,14 @@ class PostgresAtLeastOnceWriter(DataSourceStreamArrowWriter):
     mode=append it duplicates them. For benchmarks and stores that tolerate it.
     """
 
-    def __init__(self, options: PostgresSinkOptions, columns: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        options: PostgresSinkOptions,
+        columns: tuple[str, ...],
+        control_types: ControlTypes = (),
+    ) -> None:
         self.options = options
-        self.rows = _Rows(options, columns)
+        self.rows = _Rows(options, columns, control_types)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         from pyspark import TaskContext

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from redis.connection import parse_url
 
 from eos_connectors.core import options as opt
+from eos_connectors.core.changes import CHANGE_OPTIONS, ChangeRules, parse_changes
 from eos_connectors.core.errors import ConfigError
 from eos_connectors.core.protocol import derive_sink_id
 from eos_connectors.core.secrets import redact
@@ -21,8 +22,10 @@ _KNOWN = {
     "mode",
     "ttlSeconds",
     "sinkId",
+    "txnVersion",
     "bookkeepingPrefix",
     "deliveryGuarantee",
+    *CHANGE_OPTIONS,
 }
 MAX_SINK_ID = 64
 
@@ -38,6 +41,7 @@ class RedisSinkOptions:
     sink_id: str | None
     bookkeeping_prefix: str
     exactly_once: bool
+    changes: ChangeRules = field(default_factory=ChangeRules)
 
     def sink_id_for(self, query_id: str) -> str:
         """The ``sinkId`` option, else one derived from the query id and the target."""
@@ -86,6 +90,7 @@ def parse_options(raw: Mapping[str, str]) -> RedisSinkOptions:
         sink_id=_sink_id(options.get("sinkid")),
         bookkeeping_prefix=options.get("bookkeepingprefix", "eos").strip() or "eos",
         exactly_once=guarantee == "exactly-once",
+        changes=parse_changes(options, "eos_redis"),
     )
 
 

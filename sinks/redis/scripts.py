@@ -16,6 +16,9 @@ only while the batch has no decision.
 ``APPLY_ENTRIES`` (at-least-once, in tasks): the same writes from the script's
 arguments, with no stage and no bookkeeping.
 
+In mode ``changes`` (upsert with deletes) each entry starts with an op: ``d``
+deletes the key (a string, or the whole hash), ``u`` writes it as upsert does.
+
 A write Redis refuses (``INCRBY`` on a key holding text, ``HSET`` on a string)
 must not stop the script half-way, because Redis does not roll back a script's
 earlier writes: it is recorded in the sink's ``rejected`` list (unit, key, error)
@@ -30,7 +33,9 @@ local nfields = tonumber(ARGV[4])
 local fields = {}
 for f = 1, nfields do fields[f] = ARGV[4 + f] end
 local first_entry = 5 + nfields
-local stride = 1 + math.max(1, nfields)
+local changes = mode == 'changes'
+local lead = changes and 1 or 0
+local stride = 1 + lead + math.max(1, nfields)
 local increment = mode == 'increment'
 local incr = number == 'float' and 'INCRBYFLOAT' or 'INCRBY'
 local hincr = number == 'float' and 'HINCRBYFLOAT' or 'HINCRBY'
@@ -41,6 +46,10 @@ local function failed_write(result)
 end
 
 local function write_one(items, i)
+  if changes then
+    if items[i] == 'd' then return redis.pcall('DEL', items[i + 1]) end
+    i = i + 1
+  end
   local key = items[i]
   if nfields == 0 then
     if increment then return redis.pcall(incr, key, items[i + 1]) end
@@ -66,14 +75,18 @@ end
 local function write_all(items, from, rejected, unit)
   for i = from, #items, stride do
     local result = write_one(items, i)
+    local key = items[i + lead]
     if failed_write(result) then
       failed = failed + 1
       if rejected then
-        redis.call('RPUSH', rejected, unit .. ' ' .. items[i] .. ' ' .. result.err)
+        redis.call('RPUSH', rejected, unit .. ' ' .. key .. ' ' .. result.err)
       end
     else
       applied = applied + 1
-      if ttl > 0 and (increment or nfields > 0) then redis.call('EXPIRE', items[i], ttl) end
+      local deleted = changes and items[i] == 'd'
+      if ttl > 0 and not deleted and (increment or nfields > 0) then
+        redis.call('EXPIRE', key, ttl)
+      end
     end
   end
 end

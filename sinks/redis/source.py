@@ -7,9 +7,9 @@ import warnings
 from collections.abc import Mapping
 
 import redis
-from pyspark.sql.datasource import DataSource, DataSourceStreamWriter
 from pyspark.sql.types import StructType
 
+from eos_connectors.core import batch_job
 from eos_connectors.core.checkpoint_sinks import SinkEntry, record_at_start, redis_endpoint
 from eos_connectors.core.errors import ConfigError
 from eos_connectors.core.sinks_admin import ORPHAN_AGE_SECONDS, SinkRecord
@@ -25,8 +25,10 @@ from eos_connectors.sinks.redis.writer import (
 
 log = logging.getLogger(__name__)
 
+NAME = "eos_redis"
 
-class RedisDataSource(DataSource):
+
+class RedisDataSource(batch_job.SinkFormat):
     """Streaming sink into Redis keys, exactly once through staged, atomically applied units.
 
     See :class:`sinks.redis.writer.RedisExactlyOnceWriter` for the guarantee.
@@ -40,7 +42,12 @@ class RedisDataSource(DataSource):
     def config(self) -> RedisSinkOptions:
         return parse_options(self.options)
 
-    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+    connector = NAME
+    instead_of_overwrite = "delete the keys first, then append"
+
+    def _writer(
+        self, schema: StructType, overwrite: bool
+    ) -> RedisExactlyOnceWriter | RedisAtLeastOnceWriter:
         options = self.config
         spec = values.layout(options, schema)
         if overwrite and options.mode == "increment":

@@ -5,13 +5,18 @@ field for a hash target. Entries travel as one flat list so a whole task's write
 go out in a few large commands. Conversion is columnar (Arrow compute); in
 ``increment`` mode a task first sums its rows per key, so a key is written once
 per task however many rows name it.
+
+A change stream (``deleteColumn`` / ``deleteWhenValuesNull``, see
+:mod:`eos_connectors.core.changes`) makes each entry ``op, key, v1, ..., vF`` with
+``op`` ``u`` (write) or ``d`` (delete the key); a task keeps each key's last change
+in ``orderColumns`` order, so one key is written or deleted once per task.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import pyarrow as pa
@@ -27,10 +32,13 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from eos_connectors.core.changes import ChangeRules, delete_mask
+from eos_connectors.core.changes import check_schema as check_changes
 from eos_connectors.core.errors import ConfigError, EosError
 from eos_connectors.sinks.redis.options import RedisSinkOptions
 
 _KEY = "__eos_key"
+WRITE, DELETE = "u", "d"
 
 
 class BadRecordError(EosError):
@@ -48,17 +56,30 @@ class Layout:
     mode: Literal["upsert", "increment"]
     number: Literal["int", "float"] | None  # increment mode's arithmetic
     reserved: str | None = None  # the bookkeeping keys' prefix, when a data key can start so
+    changes: ChangeRules = field(default_factory=ChangeRules)
+    deletes: bool = False  # entries carry an op (a change stream with deletes)
 
     @property
     def stride(self) -> int:
-        return 1 + max(1, len(self.fields))
+        return (2 if self.deletes else 1) + max(1, len(self.fields))
+
+    @property
+    def script_mode(self) -> str:
+        """The scripts' mode: ``changes`` is upsert with an op before each entry."""
+        return "changes" if self.deletes else self.mode
 
 
 def dump_writes(spec: Layout, ttl: int | None) -> str:
     """How a sink applies its stages (mode, arithmetic, hash fields, TTL), as JSON: kept
     with the sink id's owner so ``eos sinks settle`` can apply them without the query."""
     return json.dumps(
-        {"mode": spec.mode, "number": spec.number, "fields": list(spec.fields), "ttl": ttl}
+        {
+            "mode": spec.mode,
+            "number": spec.number,
+            "fields": list(spec.fields),
+            "ttl": ttl,
+            "deletes": spec.deletes,
+        }
     )
 
 
@@ -66,7 +87,15 @@ def load_writes(text: str) -> tuple[Layout, int | None]:
     """The :class:`Layout` (only what applying a stage needs) and TTL from dump_writes."""
     saved = json.loads(text)
     fields = tuple(saved["fields"])
-    spec = Layout("-", "", fields or ("-",), fields, saved["mode"], saved["number"])
+    spec = Layout(
+        "-",
+        "",
+        fields or ("-",),
+        fields,
+        saved["mode"],
+        saved["number"],
+        deletes=bool(saved.get("deletes", False)),
+    )
     return spec, saved["ttl"]
 
 
@@ -96,6 +125,7 @@ def layout(options: RedisSinkOptions, schema: StructType) -> Layout:
             "another keyPrefix, or another bookkeepingPrefix."
         )
     can_collide = reserved.startswith(options.key_prefix)
+    _check_changes(options, schema)
     return Layout(
         options.key_column,
         options.key_prefix,
@@ -104,7 +134,26 @@ def layout(options: RedisSinkOptions, schema: StructType) -> Layout:
         options.mode,
         number,
         reserved if can_collide else None,
+        options.changes,
+        options.changes.deletes,
     )
+
+
+def _check_changes(options: RedisSinkOptions, schema: StructType) -> None:
+    """A change stream's control columns; deletes are refused in increment mode."""
+    changes = options.changes
+    if options.mode == "increment" and changes.applies_changes:
+        raise ConfigError(
+            "mode=increment adds to counters and cannot apply a change stream (a delete would "
+            "lose the counts of other batches): remove deleteColumn, deleteWhenValuesNull and "
+            "orderColumns, or use mode=upsert."
+        )
+    if set(changes.control_columns) & set(options.value_columns):
+        raise ConfigError(
+            "A delete or order column cannot also be one of valueColumns: it is read, never "
+            "written."
+        )
+    check_changes(changes, schema, (options.key_column,), "eos_redis")
 
 
 def _column(types: dict[str, DataType], name: str, option: str) -> DataType:
@@ -134,11 +183,61 @@ def entries(spec: Layout, batches: Iterator[pa.RecordBatch]) -> tuple[list[bytes
         return [], 0
     table = pa.Table.from_batches(received).flatten()  # a struct value: ``struct.field``
     rows = table.num_rows
+    if spec.changes.applies_changes:
+        table = _last_changes(spec, table)
     keys = _keys(spec, table.column(spec.key_column))
+    if spec.deletes:
+        return _change_entries(spec, table, keys), rows
     values = [_values(table.column(name), name, keys) for name in spec.value_columns]
     if spec.mode == "increment":
         keys, values = _sum_per_key(keys, values, spec.number == "int")
     return _interleave(keys, [as_text(v) for v in values]), rows
+
+
+def _last_changes(spec: Layout, table: pa.Table) -> pa.Table:
+    """Each key's last change in ``orderColumns`` order; two changes of one key with no
+    order to tell them apart are refused."""
+    _keys(spec, table.column(spec.key_column))  # a null key is refused first, naming it
+    order = spec.changes.order_columns
+    by = [spec.key_column, *order]
+    ordered = table.sort_by([(c, "ascending") for c in by])
+    if ordered.num_rows < 2:
+        return ordered
+    head, tail = ordered.slice(0, ordered.num_rows - 1), ordered.slice(1)
+    same_key = pc.equal(head.column(spec.key_column), tail.column(spec.key_column))
+    if order:
+        tie = same_key
+        for name in order:
+            tie = pc.and_kleene(tie, pc.fill_null(pc.equal(head[name], tail[name]), True))
+    else:
+        tie = same_key
+    if pc.any(tie).as_py():
+        at = pc.index(tie, True).as_py()
+        key = ordered.column(spec.key_column)[at].as_py()
+        what = f"the same (or a null) {', '.join(order)}" if order else "no orderColumns"
+        raise BadRecordError(
+            f"Several changes of key {key!r} in this task with {what}, so which applies last "
+            "is unknown. Set orderColumns to columns distinct per key (e.g. partition,offset). "
+            "Nothing of this task was written."
+        )
+    last = pc.invert(same_key)
+    return ordered.filter(pa.concat_arrays([last.combine_chunks(), pa.array([True])]))
+
+
+def _change_entries(spec: Layout, table: pa.Table, keys: pa.ChunkedArray) -> list[bytes | str]:
+    """``op, key, values...`` per key: deletes carry empty values, writes must have them."""
+    deletes = delete_mask(spec.changes, table, spec.value_columns)
+    ops = pc.if_else(deletes, DELETE, WRITE)
+    columns = []
+    for name in spec.value_columns:
+        column = table.column(name)
+        written = pc.filter(column, pc.invert(deletes))
+        _values(written, name, pc.filter(keys, pc.invert(deletes)))
+        text = as_text(column)
+        columns.append(
+            pc.fill_null(text, pa.scalar(b"" if _is_bytes(text.type) else "", text.type))
+        )
+    return _interleave(ops, [keys, *columns])
 
 
 def _keys(spec: Layout, column: pa.ChunkedArray) -> pa.ChunkedArray:

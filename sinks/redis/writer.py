@@ -111,7 +111,7 @@ class SinkKeys:
 
 def _script_args(spec: values.Layout, ttl: int | None) -> list[str]:
     """The leading ARGV both scripts take: mode, number kind, ttl, fields."""
-    return [spec.mode, spec.number or "", str(ttl or 0), str(len(spec.fields)), *spec.fields]
+    return [spec.script_mode, spec.number or "", str(ttl or 0), str(len(spec.fields)), *spec.fields]
 
 
 class RedisExactlyOnceWriter(TwoPhaseCommitWriter):

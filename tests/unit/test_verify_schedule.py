@@ -30,7 +30,7 @@ def _entries(
 def test_every_point_of_every_query_is_planned_once_per_round_in_its_own_query() -> None:
     entries, queries = _entries("mixed", rounds=2)
     chosen = {t.name: t for t in targets(tuple(CELLS), FAMILIES, "tag", (CUSTOM,))}
-    assert len(queries) == 11 and "rc-custom" in queries
+    assert len(queries) == 14 and "rc-custom" in queries
     for name, target in chosen.items():
         mine = [e for e in entries if e.query == name and e.point != "source-read"]
         assert sorted(e.point for e in mine) == sorted(target.points * 2)

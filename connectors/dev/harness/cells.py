@@ -13,7 +13,12 @@ A *cell* is one kind of stateful pipeline crossed with every sink that fits it:
   shuffle, so the source's split of a batch into tasks is the sink's task partitions,
   and ``minPartitions`` changes on every start of the query: a batch replayed after
   a crash between two tasks' commits must be split as it first was (the split is in
-  its offset), or a task partition's marker speaks of other records.
+  its offset), or a task partition's marker speaks of other records;
+* ``changelog`` (e): a change stream (inserts, updates, deletes, re-inserts, many
+  changes of one key in one batch; see ``data.produce_changes``) kept in step in
+  ``eos_postgres`` upsert with deletes, ``eos_redis`` upsert with deletes and
+  ``eos_kafka`` with tombstones (read to its final state), each ordered by
+  ``partition, offset``: the final state follows from the committed input alone.
 
 Each (cell, sink) pair is one streaming query of one pipeline process, named
 ``<cell short name>-<sink>`` (``rc-kafka``): fault points are addressed to it by
@@ -50,8 +55,12 @@ CLUSTER_KAFKA_POINTS = ("before-prepare", *KAFKA_POINTS)
 class Cell:
     name: str
     short: str
-    timed: bool  # event-time input
+    input: str  # "words", "timed" (event-time words) or "changes" (a change stream)
     sinks: tuple[tuple[str, str], ...]  # (sink kind, stage)
+
+    @property
+    def timed(self) -> bool:
+        return self.input == "timed"
 
 
 CELLS = {
@@ -60,22 +69,32 @@ CELLS = {
         Cell(
             "running-count",
             "rc",
-            False,
+            "words",
             (("kafka", "processor"), ("postgres", "processor"), ("redis-increment", "processor")),
         ),
         Cell(
             "aggregate",
             "ag",
-            False,
+            "words",
             (("postgres", "count"), ("redis", "count"), ("postgres-append", "records")),
         ),
         Cell(
             "event-time",
             "et",
-            True,
+            "timed",
             (("kafka", "window"), ("postgres", "window"), ("redis", "window")),
         ),
-        Cell("records", "rec", False, (("kafka-records", "records"),)),
+        Cell("records", "rec", "words", (("kafka-records", "records"),)),
+        Cell(
+            "changelog",
+            "cl",
+            "changes",
+            (
+                ("postgres-changes", "changes"),
+                ("redis-changes", "changes"),
+                ("kafka-changes", "changes"),
+            ),
+        ),
     )
 }
 
@@ -189,6 +208,8 @@ class Target:
         if custom is not None:
             return custom.columns, dict(custom.options)
         own = {"sinkId": self.sink_id}
+        if self.sink.endswith("-changes"):
+            return self._changes_sink(endpoints, own)
         if self.family == "kafka":
             value = "count" if self.sink == "kafka" else "concat(partition, ':', offset)"
             columns = (
@@ -228,8 +249,47 @@ class Target:
             "mode": mode,
         }
 
+    def _changes_sink(
+        self, endpoints: Endpoints, own: dict[str, str]
+    ) -> tuple[tuple[str, ...], dict[str, str]]:
+        """The changelog cell's sinks: each key's version as its value, deletes by ``op``,
+        in ``partition, offset`` order."""
+        changes = {"deleteColumn": "op", "deleteValue": "d"}
+        ordered = {**changes, "orderColumns": "partition,offset"}
+        columns: tuple[str, ...]
+        if self.family == "kafka":
+            columns = (
+                "CAST(id AS BINARY) AS key",
+                "CAST(CAST(version AS STRING) AS BINARY) AS value",
+                "op",
+            )
+            options = {"kafka.bootstrap.servers": endpoints.kafka_bootstrap, "topic": self.output}
+            return columns, {**own, **options, **changes}
+        columns = ("id AS word", "version AS count", "op", "partition", "offset")
+        if self.family == "postgres":
+            return columns, {
+                **own,
+                **ordered,
+                "dsn": endpoints.postgres_dsn,
+                "table": self.output,
+                "mode": "upsert",
+                "keyColumns": "word",
+                "createTable": "true",
+            }
+        return columns, {
+            **own,
+            **ordered,
+            "url": endpoints.redis_url,
+            "keyColumn": "word",
+            "valueColumns": "count",
+            "keyPrefix": self.output,
+            "mode": "upsert",
+        }
+
     def observed(self, endpoints: Endpoints, customs: tuple[CustomSink, ...]) -> checks.Observed:
         """What the sink holds now: counts per word, rows written twice, leftovers."""
+        if self.sink == "kafka-changes":
+            return checks.kafka_final_state(endpoints.kafka_bootstrap, self.output)
         if self.sink == "kafka":
             return checks.kafka_counts(endpoints.kafka_bootstrap, self.output)
         if self.sink == "kafka-records":

@@ -125,6 +125,24 @@ def kafka_counts(bootstrap: str, topic: str, timeout: float = 30.0) -> Observed:
     return Observed(words, len(pairs) - len(set(pairs)), leftovers)
 
 
+def kafka_final_state(bootstrap: str, topic: str, timeout: float = 30.0) -> Observed:
+    """A change stream's output topic read to its final state, as compaction would leave
+    it: each key's last value in offset order, a tombstone (null value) removing the key;
+    (key, value) records written more than once (tombstones aside); open transactions."""
+    stuck = open_transactions(bootstrap, topic, timeout)
+    records = [r for r in read_to_end(bootstrap, topic) if r.key != MARKER]
+    state: dict[str, int] = {}
+    for record in sorted(records, key=lambda r: (r.partition, r.offset)):
+        key = (record.key or b"").decode()
+        if not record.value:  # a tombstone (read_to_end gives a null value as b"")
+            state.pop(key, None)
+        else:
+            state[key] = int(record.value)
+    pairs = [(r.key, r.value) for r in records if r.value]
+    leftovers = tuple(f"open transaction on {topic}[{p}]" for p in sorted(stuck))
+    return Observed(state, len(pairs) - len(set(pairs)), leftovers)
+
+
 def kafka_records(bootstrap: str, topic: str, timeout: float = 30.0) -> Observed:
     """Records per word (key), each input record's (key, "partition:offset") written more
     than once, and open transactions as leftovers."""

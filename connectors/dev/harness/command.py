@@ -182,7 +182,11 @@ def run_demo(args: argparse.Namespace) -> int:
     """A running word count into all three sinks, crossed at every fault point of every
     sink (each in its own query; one of them, after-prepare, crashes the whole pipeline),
     once while the source reads, and killed once at a random moment."""
-    plan = Plan(records=args.records, work_dir=Path("verify-runs") / f"demo-{uuid.uuid4().hex[:8]}")
+    plan = Plan(
+        records=args.records,
+        cells=tuple(c.strip() for c in args.cells.split(",") if c.strip()),
+        work_dir=Path("verify-runs") / f"demo-{uuid.uuid4().hex[:8]}",
+    )
     endpoints, crash = endpoints_and_crash()
     print(endpoints.describe(), end="", file=sys.stderr)
     return print_report(verify(plan, endpoints, sys.stderr, crash), plan)

@@ -116,6 +116,54 @@ def event_time(index: int, rng: random.Random, batch_offsets: int) -> int:
     return stamp
 
 
+#: Of the changes to a key that exists, how many delete it (the rest update it).
+DELETE_SHARE = 0.25
+
+
+def produce_changes(
+    bootstrap: str, topic: str, records: int, seed: int = 7, keys: tuple[str, ...] = WORDS
+) -> None:
+    """A change stream of ``keys``: record key = the key, value ``<op>:<version>`` with op
+    ``c`` (insert: the key does not exist), ``u`` (update) or ``d`` (delete, about one in
+    four changes of an existing key), ``version`` counting the key's changes (aborted ones
+    too). In transactions, every fourth aborted, like the other inputs; the final state
+    follows from the committed records alone (:func:`final_state`)."""
+    rng = random.Random(seed)
+    versions: Counter[str] = Counter()
+    live: set[str] = set()
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"demo-{topic}"})
+    producer.init_transactions(30)
+    for txn, first in enumerate(range(0, records, PER_TXN)):
+        producer.begin_transaction()
+        for _ in range(min(PER_TXN, records - first)):
+            key = rng.choice(keys)
+            versions[key] += 1
+            deleted = key in live and rng.random() < DELETE_SHARE
+            op = "d" if deleted else "u" if key in live else "c"
+            (live.discard if op == "d" else live.add)(key)
+            producer.produce(topic, key=key.encode(), value=f"{op}:{versions[key]}".encode())
+        if txn % 4 != 3:
+            producer.commit_transaction(30)
+        else:
+            producer.flush(30)
+            producer.abort_transaction(30)
+
+
+def final_state(records: Iterable[tuple[bytes | None, bytes]]) -> dict[str, int]:
+    """What a table kept in step with a change stream holds at its end: each key's version
+    after its last change, in the order given (a key's changes are in one partition,
+    in offset order), and no key whose last change deletes it."""
+    state: dict[str, int] = {}
+    for key, value in records:
+        name = (key or b"").decode()
+        op, _, version = value.decode().partition(":")
+        if op == "d":
+            state.pop(name, None)
+        else:
+            state[name] = int(version)
+    return state
+
+
 def _produce(bootstrap: str, topic: str, input_: Iterable[Transaction]) -> Counter[str]:
     """Write the transactions; return the committed words' counts."""
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"demo-{topic}"})

@@ -79,6 +79,14 @@ def stage_frame(spark: SparkSession, spec: PipelineSpec, query: QuerySpec) -> Da
     )
     if query.stage == "records":
         return records.selectExpr("CAST(key AS STRING) AS word", "partition", "offset")
+    if query.stage == "changes":
+        return records.selectExpr(
+            "CAST(key AS STRING) AS id",
+            "substring_index(CAST(value AS STRING), ':', 1) AS op",
+            "CAST(substring_index(CAST(value AS STRING), ':', -1) AS BIGINT) AS version",
+            "partition",
+            "offset",
+        )
     if query.stage == "window":
         return _windowed_count(records)
     words = records.selectExpr("CAST(key AS STRING) AS word")

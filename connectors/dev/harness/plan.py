@@ -9,7 +9,7 @@ from pathlib import Path
 
 from eos_connectors.core import faults
 from eos_connectors.core.errors import EosError
-from eos_connectors.dev.harness.cells import CELLS, CustomSink, Target
+from eos_connectors.dev.harness.cells import CELLS, Cell, CustomSink, Target
 
 FAMILIES = ("kafka", "postgres", "redis")
 SERVICES = ("kafka", "postgres", "redis")
@@ -67,6 +67,11 @@ class Names:
         self.tag = tag
         self.words = f"verify-in-{tag}"
         self.timed = f"verify-in-timed-{tag}"
+        self.changes = f"verify-in-changes-{tag}"
+
+    def topic(self, cell: Cell) -> str:
+        """The input topic of ``cell``."""
+        return {"timed": self.timed, "changes": self.changes}.get(cell.input, self.words)
 
 
 #: The whole-pipeline crash of a "mixed" plan: at a task's point, in the first kind of

@@ -74,7 +74,7 @@ class Runner:
         queries = tuple(
             t.query(
                 self.endpoints,
-                self.names.timed if t.cell.timed else self.names.words,
+                self.names.topic(t.cell),
                 self.plan.custom_sinks,
             )
             for t in self.chosen

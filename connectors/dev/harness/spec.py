@@ -17,8 +17,10 @@ from pathlib import Path
 #: ``records``: (word, partition, offset), every record, append mode;
 #: ``window``: (word, count) per 10-second event-time window of the record's Kafka
 #: timestamp, with a 5-second watermark, append mode; ``word`` is ``<word>@<window
-#: start, epoch seconds>``.
-STAGES = ("processor", "count", "records", "window")
+#: start, epoch seconds>``;
+#: ``changes``: (id, op, version, partition, offset), a change stream's records as they
+#: are (value ``<op>:<version>``, see ``data.produce_changes``), append mode.
+STAGES = ("processor", "count", "records", "window", "changes")
 WINDOW_SECONDS = 10
 WATERMARK_SECONDS = 5
 

@@ -34,7 +34,12 @@ from eos_connectors.core.topics import create_topic, read_to_end
 from eos_connectors.dev.endpoints import Endpoints
 from eos_connectors.dev.harness import checks
 from eos_connectors.dev.harness.cells import CELLS, CustomSink, Target, targets, window_counts
-from eos_connectors.dev.harness.data import produce_timed_words, produce_words
+from eos_connectors.dev.harness.data import (
+    final_state,
+    produce_changes,
+    produce_timed_words,
+    produce_words,
+)
 from eos_connectors.dev.harness.plan import (
     FAMILIES,
     MIXED_GROUP_CRASHES,
@@ -111,7 +116,10 @@ def _write_input(
         flush=True,
     )
     expected: Counter[str] = Counter()
-    if any(not t.cell.timed for t in chosen):
+    if any(t.cell.input == "changes" for t in chosen):
+        create_topic(bootstrap, names.changes, plan.partitions)
+        produce_changes(bootstrap, names.changes, plan.records, plan.seed, vocabulary)
+    if any(t.cell.input == "words" for t in chosen):
         create_topic(bootstrap, names.words, plan.partitions)
         expected = produce_words(bootstrap, names.words, plan.records, plan.seed, vocabulary)
     if any(t.cell.timed for t in chosen):
@@ -134,11 +142,17 @@ def _check_sinks(
     timed: list[Any] = []
     if any(t.cell.timed for t in chosen):
         timed = read_to_end(endpoints.kafka_bootstrap, names.timed)
+    changes: dict[str, int] = {}
+    if any(t.cell.input == "changes" for t in chosen):
+        ordered = sorted(read_to_end(endpoints.kafka_bootstrap, names.changes))
+        changes = final_state((r.key, r.value) for r in ordered)
     results = []
     for target in chosen:
         expected: Mapping[str, int] = words
         if target.cell.timed:
             expected = window_counts(timed, plan.batch_offsets(chosen))
+        elif target.cell.input == "changes":
+            expected = changes
         observed = target.observed(endpoints, plan.custom_sinks)
         results.append(checks.compare(target.name, expected, observed))
     return results

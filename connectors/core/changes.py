@@ -1,0 +1,161 @@
+"""Change streams: which rows are deletes, and in which order one key's changes apply.
+
+A change stream (Debezium and the like) carries a table's inserts, updates and
+deletes. The keyed sinks apply it when told how a row says "delete":
+
+* ``deleteColumn`` + ``deleteValue``: the row is a delete when the column's value,
+  as text, equals ``deleteValue`` (Debezium's ``op`` = ``d``);
+* ``deleteColumn`` alone: a boolean column, true for a delete;
+* ``deleteWhenValuesNull=true``: every value column (not a key, not a control
+  column) is null, as a Kafka tombstone's value is.
+
+Several changes of one key within one task's rows apply in the order of
+``orderColumns`` (ascending: the last one wins; Kafka's ``partition,offset``, or a
+sequence such as Debezium's ``source.lsn``). Without it a task whose rows hold two
+changes of one key is refused: their order cannot be known once Spark has shuffled
+them. The delete and order columns are *control columns*: read, never written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.types import (
+    BooleanType,
+    ByteType,
+    DateType,
+    DecimalType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
+
+from eos_connectors.core import options as opt
+from eos_connectors.core.errors import ConfigError
+
+#: The options every keyed sink takes for change streams.
+CHANGE_OPTIONS = frozenset({"deleteColumn", "deleteValue", "deleteWhenValuesNull", "orderColumns"})
+_ORDERABLE = (
+    ByteType,
+    ShortType,
+    IntegerType,
+    LongType,
+    DecimalType,
+    StringType,
+    DateType,
+    TimestampType,
+    TimestampNTZType,
+)
+
+
+@dataclass(frozen=True)
+class ChangeRules:
+    """How a sink reads a change stream (all empty: every row is an upsert)."""
+
+    delete_column: str | None = None
+    delete_value: str | None = None
+    delete_when_values_null: bool = False
+    order_columns: tuple[str, ...] = ()
+
+    @property
+    def deletes(self) -> bool:
+        """Whether any row can be a delete."""
+        return self.delete_column is not None or self.delete_when_values_null
+
+    @property
+    def applies_changes(self) -> bool:
+        """Whether the sink applies a change stream (deletes, or an order)."""
+        return self.deletes or bool(self.order_columns)
+
+    @property
+    def control_columns(self) -> tuple[str, ...]:
+        """Columns read to apply the changes and never written."""
+        named = ((self.delete_column,) if self.delete_column else ()) + self.order_columns
+        return tuple(dict.fromkeys(named))
+
+    def written(self, columns: Sequence[str]) -> tuple[str, ...]:
+        """``columns`` without the control columns."""
+        return tuple(c for c in columns if c not in self.control_columns)
+
+
+def parse_changes(options: Mapping[str, str], connector: str) -> ChangeRules:
+    """The change-stream options from a sink's lower-cased options."""
+    column = options.get("deletecolumn", "").strip() or None
+    value = options.get("deletevalue")
+    if value is not None and column is None:
+        raise ConfigError(
+            f"{connector}: option 'deleteValue' needs 'deleteColumn' (the column it is "
+            "compared with, e.g. deleteColumn=op, deleteValue=d for Debezium)."
+        )
+    return ChangeRules(
+        delete_column=column,
+        delete_value=value,
+        delete_when_values_null=opt.boolean(options, "deleteWhenValuesNull", False),
+        order_columns=opt.names(options, "orderColumns"),
+    )
+
+
+def check_schema(
+    rules: ChangeRules, schema: StructType, keys: Sequence[str], connector: str
+) -> None:
+    """Driver: the control columns exist with usable types and are not keys."""
+    fields = {f.name: f.dataType for f in schema.fields}
+    for name in rules.control_columns:
+        if name not in fields:
+            raise ConfigError(
+                f"{connector}: the stream has no column {name!r} (named by deleteColumn or "
+                f"orderColumns); it has {', '.join(fields)}."
+            )
+        if name in keys:
+            raise ConfigError(
+                f"{connector}: column {name!r} is a key and cannot also be a delete or order "
+                "column."
+            )
+    column = rules.delete_column
+    boolean = column is None or isinstance(fields[column], BooleanType)
+    if column is not None and rules.delete_value is None and not boolean:
+        raise ConfigError(
+            f"{connector}: deleteColumn {column!r} is {fields[column].simpleString()}: "
+            "without 'deleteValue' it must be boolean (true: delete). Set deleteValue "
+            "to the value that marks a delete (e.g. 'd' for Debezium's op)."
+        )
+    for name in rules.order_columns:
+        if not isinstance(fields[name], _ORDERABLE):
+            raise ConfigError(
+                f"{connector}: orderColumns names {name!r}, a "
+                f"{fields[name].simpleString()} column: use numbers, strings, dates or "
+                "timestamps (e.g. partition,offset)."
+            )
+    if rules.delete_when_values_null and not [
+        n for n in fields if n not in keys and n not in rules.control_columns
+    ]:
+        raise ConfigError(
+            f"{connector}: deleteWhenValuesNull=true needs at least one value column "
+            "(a column that is neither a key nor a delete or order column)."
+        )
+
+
+def delete_mask(
+    rules: ChangeRules, rows: pa.Table | pa.RecordBatch, values: Sequence[str]
+) -> pa.Array | pa.ChunkedArray:
+    """Task: whether each row is a delete, as ``rules`` say (``values``: the value columns
+    ``deleteWhenValuesNull`` looks at), computed column-wise."""
+    mask: pa.Array | pa.ChunkedArray = pa.array([False] * rows.num_rows)
+    if rules.delete_column is not None:
+        column = rows.column(rules.delete_column)
+        if rules.delete_value is not None:
+            column = pc.equal(pc.cast(column, pa.string()), rules.delete_value)
+        mask = pc.or_(mask, pc.fill_null(column, False))
+    if rules.delete_when_values_null and values:
+        every = pc.is_null(rows.column(values[0]))
+        for name in values[1:]:
+            every = pc.and_(every, pc.is_null(rows.column(name)))
+        mask = pc.or_(mask, every)
+    return mask

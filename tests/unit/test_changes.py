@@ -1,0 +1,127 @@
+"""Change-stream options and their column-wise evaluation, without a server: which rows are
+deletes, the last change per key in Redis entries, tombstones in the Kafka sink's rows."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
+
+from eos_connectors.core.changes import ChangeRules, check_schema, delete_mask, parse_changes
+from eos_connectors.core.errors import ConfigError
+from eos_connectors.sinks.kafka.options import parse_options as kafka_options
+from eos_connectors.sinks.kafka.records import BadRecordError as KafkaBadRecord
+from eos_connectors.sinks.kafka.records import rows
+from eos_connectors.sinks.postgres.options import parse_options as postgres_options
+from eos_connectors.sinks.redis.options import parse_options as redis_options
+from eos_connectors.sinks.redis.values import BadRecordError, entries, layout
+
+SCHEMA = StructType(
+    [
+        StructField("id", StringType()),
+        StructField("v", StringType()),
+        StructField("op", StringType()),
+        StructField("gone", BooleanType()),
+        StructField("offset", LongType()),
+    ]
+)
+REDIS = {"url": "redis://127.0.0.1:6379/0", "keyColumn": "id", "valueColumns": "v"}
+
+
+def test_the_options_say_what_is_missing_or_wrong() -> None:
+    assert not parse_changes({}, "x").applies_changes
+    with pytest.raises(ConfigError, match="'deleteValue' needs 'deleteColumn'"):
+        parse_changes({"deletevalue": "d"}, "x")
+    rules = parse_changes({"deletecolumn": "op", "deletevalue": "d", "ordercolumns": "offset"}, "x")
+    assert rules.control_columns == ("op", "offset") and rules.written(["id", "op"]) == ("id",)
+    check_schema(rules, SCHEMA, ("id",), "x")
+    with pytest.raises(ConfigError, match="without 'deleteValue' it must be boolean"):
+        check_schema(ChangeRules(delete_column="op"), SCHEMA, ("id",), "x")
+    check_schema(ChangeRules(delete_column="gone"), SCHEMA, ("id",), "x")
+    with pytest.raises(ConfigError, match="has no column 'lsn'"):
+        check_schema(ChangeRules(order_columns=("lsn",)), SCHEMA, ("id",), "x")
+    with pytest.raises(ConfigError, match="is a key"):
+        check_schema(ChangeRules(order_columns=("id",)), SCHEMA, ("id",), "x")
+    with pytest.raises(ConfigError, match="use mode=upsert"):
+        postgres_options({"dsn": "host=h", "table": "t", "deleteColumn": "op"})
+    with pytest.raises(ConfigError, match="mode=increment adds to counters"):
+        layout(
+            redis_options(
+                {**REDIS, "mode": "increment", "valueColumns": "offset", "deleteColumn": "gone"}
+            ),
+            SCHEMA,
+        )
+    with pytest.raises(ConfigError, match="do not apply to it"):
+        kafka_options({"kafka.bootstrap.servers": "b", "topic": "t", "orderColumns": "offset"})
+
+
+def test_a_row_is_a_delete_by_value_by_flag_or_by_null_values() -> None:
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "op": ["c", "d", None, "u"],
+            "gone": [False, None, True, False],
+            "v": ["a", None, "b", None],
+        }
+    )
+    assert delete_mask(ChangeRules("op", "d"), batch, ("v",)).to_pylist() == [
+        False,
+        True,
+        False,
+        False,
+    ]
+    assert delete_mask(ChangeRules("gone"), batch, ("v",)).to_pylist() == [
+        False,
+        False,
+        True,
+        False,
+    ]
+    nulls = ChangeRules(delete_when_values_null=True)
+    assert delete_mask(nulls, batch, ("v",)).to_pylist() == [False, True, False, True]
+
+
+def test_redis_keeps_each_keys_last_change_in_order_and_deletes_carry_no_value() -> None:
+    spec = layout(
+        redis_options(
+            {**REDIS, "deleteColumn": "op", "deleteValue": "d", "orderColumns": "offset"}
+        ),
+        SCHEMA,
+    )
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "id": ["a", "b", "a", "c", "b", "c"],
+            "v": ["a2", "b1", "a1", "c1", None, "c2"],
+            "op": ["u", "c", "c", "c", "d", "u"],
+            "offset": [5, 1, 2, 3, 4, 6],
+        }
+    )
+    flat, count = entries(spec, iter([batch]))
+    assert count == 6
+    assert flat == ["u", "a", "a2", "d", "b", "", "u", "c", "c2"]
+
+    tie = pa.RecordBatch.from_pydict(
+        {"id": ["a", "a"], "v": ["1", "2"], "op": ["u", "u"], "offset": [7, 7]}
+    )
+    with pytest.raises(BadRecordError, match="Several changes of key 'a'"):
+        entries(spec, iter([tie]))
+    unordered = layout(redis_options({**REDIS, "deleteColumn": "op", "deleteValue": "d"}), SCHEMA)
+    with pytest.raises(BadRecordError, match="no orderColumns"):
+        entries(unordered, iter([tie]))
+    written_null = pa.RecordBatch.from_pydict(
+        {"id": ["a"], "v": [None], "op": ["u"], "offset": [1]}
+    )
+    with pytest.raises(BadRecordError, match="Redis has no null value"):
+        entries(spec, iter([written_null]))
+
+
+def test_the_kafka_sink_writes_deletes_as_tombstones_with_their_keys() -> None:
+    options = kafka_options(
+        {"kafka.bootstrap.servers": "b", "topic": "t", "deleteColumn": "op", "deleteValue": "d"}
+    )
+    batch = pa.RecordBatch.from_pydict(
+        {"key": [b"a", b"b"], "value": [b"1", b"2"], "op": ["u", "d"]}
+    )
+    (written,) = list(rows(iter([batch]), "t", options.changes))
+    assert [(r[1], r[2]) for r in written] == [(b"1", b"a"), (None, b"b")]
+    keyless = pa.RecordBatch.from_pydict({"key": [None], "value": [b"1"], "op": ["d"]})
+    with pytest.raises(KafkaBadRecord, match="without a key"):
+        list(rows(iter([keyless]), "t", options.changes))
