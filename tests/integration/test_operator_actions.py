@@ -66,7 +66,12 @@ def _input(endpoints: Endpoints, unique: str) -> tuple[str, str, list[bytes]]:
     return source, out, values
 
 
-@pytest.mark.parametrize(("before", "after"), [(4, 2), (2, 4)])
+@pytest.mark.parametrize(
+    ("before", "after"),
+    # 4 -> 2 in CI; 2 -> 4 in `make soak` (the conformance cells' records query restarts
+    # with 2, 6 and 4 tasks in CI too).
+    [(4, 2), pytest.param(2, 4, marks=pytest.mark.soak)],
+)
 def test_a_replay_with_another_min_partitions_writes_each_record_once(
     endpoints: Endpoints, unique: str, tmp_path: Path, before: int, after: int
 ) -> None:

@@ -36,6 +36,10 @@ class Pipeline:
     engine: str  # eos | spark | quix | raw
     sink: str  # kafka | postgres | redis
     guarantee: str  # exactly-once | at-least-once
+    #: A change stream: each changed key's count, deleted when it is 3 modulo 5 (a fifth
+    #: of the rows are deletes), into PostgreSQL upsert with deletes. Throughput only:
+    #: a deleted key is missing from what a latency watcher sees.
+    changes: bool = False
 
     @property
     def spark(self) -> bool:
@@ -64,6 +68,22 @@ PIPELINES = (
     ),
     Pipeline("eos-redis-alo", "eos_kafka -> count -> eos_redis", "eos", "redis", "at-least-once"),
     Pipeline(
+        "eos-pg-changes",
+        "eos_kafka -> count -> eos_postgres, 20% deletes",
+        "eos",
+        "postgres",
+        "exactly-once",
+        changes=True,
+    ),
+    Pipeline(
+        "eos-pg-changes-alo",
+        "eos_kafka -> count -> eos_postgres, 20% deletes",
+        "eos",
+        "postgres",
+        "at-least-once",
+        changes=True,
+    ),
+    Pipeline(
         "spark-kafka", "Spark kafka -> count -> Spark kafka", "spark", "kafka", "at-least-once"
     ),
     Pipeline("quix", "Quix Streams count", "quix", "kafka", "exactly-once"),
@@ -80,6 +100,8 @@ ORDER = (
     "eos-kafka-alo",
     "eos-postgres",
     "eos-postgres-alo",
+    "eos-pg-changes",
+    "eos-pg-changes-alo",
     "eos-redis",
     "eos-redis-alo",
     "quix",
@@ -92,7 +114,10 @@ PAIRS = (
     ("eos-kafka", "eos-kafka-alo"),
     ("eos-postgres", "eos-postgres-alo"),
     ("eos-redis", "eos-redis-alo"),
+    ("eos-pg-changes", "eos-pg-changes-alo"),
 )
+#: A change-stream pipeline deletes a key whose count is this modulo 5.
+DELETED_REMAINDER = 3
 
 
 @dataclass(frozen=True)
@@ -193,12 +218,17 @@ def _query(target: Target, endpoints: Endpoints) -> QuerySpec:
             "keyColumns": "word",
             "createTable": "true",
         }
+        written: tuple[str, ...] = ("word", "count")
+        if pipeline.changes:
+            op = f"CASE WHEN count % 5 = {DELETED_REMAINDER} THEN 'd' ELSE 'u' END AS op"
+            written = (*written, op)
+            options = {**options, "deleteColumn": "op", "deleteValue": "d"}
         return QuerySpec(
             "bench",
             target.source,
             "count",
             "eos_postgres",
-            ("word", "count"),
+            written,
             {**options, **guarantee},
             source,
             packed,
@@ -227,6 +257,15 @@ def _connector_conf(engine: str) -> dict[str, str]:
     from eos_connectors.dev.compare.jars import spark_kafka_jars
 
     return {"spark.jars": ",".join(str(jar) for jar in spark_kafka_jars())}
+
+
+def expected_visible(records: int, keys: int, changes: bool) -> int:
+    """What the sink's counts add up to once every record is counted: ``fill_topic``
+    writes the keys round-robin, so key i ends at ``records // keys`` (+1 for the first
+    ``records % keys``); a change-stream pipeline deleted the keys that end at
+    :data:`DELETED_REMAINDER` modulo 5."""
+    ends = [records // keys + (1 if i < records % keys else 0) for i in range(keys)]
+    return sum(c for c in ends if not changes or c % 5 != DELETED_REMAINDER)
 
 
 def visible_counts(target: Target, endpoints: Endpoints) -> dict[str, int]:

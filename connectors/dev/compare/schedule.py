@@ -90,7 +90,8 @@ def run_all(
             run = partial(throughput, pipeline, topic, endpoints, s, figures[pipeline.key])
             if _phase(results[pipeline.key], run):
                 print(f"  {pipeline.key}: {figures[pipeline.key].rate:,.0f} records/s", flush=True)
-        for pipeline in (p for p in running if both and not results[p.key].error):
+        timed = (p for p in running if both and not p.changes and not results[p.key].error)
+        for pipeline in timed:
             print(f"  {pipeline.key}: latency, recovery...", flush=True)
             run = partial(latency_and_recovery, pipeline, endpoints, s, figures[pipeline.key])
             _phase(results[pipeline.key], run)

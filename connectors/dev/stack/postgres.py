@@ -21,6 +21,8 @@ POSTGRES_SETTINGS: dict[str, str] = {
     "max_connections": "200",
     "fsync": "on",
     "synchronous_commit": "on",
+    # Logical decoding, for a Debezium connector reading the stack as a change source.
+    "wal_level": "logical",
 }
 
 USER = "eos"
