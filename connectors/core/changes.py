@@ -159,3 +159,16 @@ def delete_mask(
             every = pc.and_(every, pc.is_null(rows.column(name)))
         mask = pc.or_(mask, every)
     return mask
+
+
+#: Columns that say where a record came from, named in errors when the rows have them.
+PLACE_COLUMNS = ("topic", "partition", "offset")
+
+
+def place(rows: pa.Table | pa.RecordBatch, index: int) -> str:
+    """Where row ``index`` came from: its ``topic, partition, offset`` when the rows carry
+    those columns, else its position in the task's rows."""
+    named = [c for c in PLACE_COLUMNS if c in rows.schema.names]
+    if not named:
+        return f"row {index} of this task's input"
+    return ", ".join(f"{c} {rows.column(c)[index].as_py()}" for c in named)

@@ -16,7 +16,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from eos_connectors.core.changes import ChangeRules, delete_mask
+from eos_connectors.core.changes import ChangeRules, delete_mask, place
 from eos_connectors.core.errors import ConfigError, EosError
 
 _BYTES = (BinaryType, StringType)
@@ -122,9 +122,9 @@ def _tombstones(batch: pa.RecordBatch, changes: ChangeRules) -> pa.RecordBatch:
     if pc.any(keyless).as_py():
         at = pc.index(keyless, True).as_py()
         raise BadRecordError(
-            f"Row {at} of this task's input is a delete ({changes.delete_column}) without a "
-            "key: a tombstone needs the key it deletes. Give deletes a key or filter them; "
-            "nothing of this task's transaction is committed."
+            f"A delete ({changes.delete_column}) has no key at {place(batch, at)}: a tombstone "
+            "needs the key it deletes. Give deletes a key or filter them; nothing of this "
+            "task's transaction is committed."
         )
     index = batch.schema.get_field_index("value")
     value = batch.column(index)

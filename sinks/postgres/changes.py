@@ -18,7 +18,7 @@ import psycopg
 import pyarrow as pa
 from psycopg import sql
 
-from eos_connectors.core.changes import ChangeRules
+from eos_connectors.core.changes import PLACE_COLUMNS, ChangeRules
 from eos_connectors.core.errors import EosError
 from eos_connectors.sinks.postgres.copy import conflict_action, copy_batches
 from eos_connectors.sinks.postgres.schema import table_ident
@@ -26,8 +26,6 @@ from eos_connectors.sinks.postgres.schema import table_ident
 log = logging.getLogger(__name__)
 
 Cursor = psycopg.Cursor[tuple[object, ...]]
-#: Columns that name where a record came from, quoted in errors when the stream has them.
-_WHERE = ("topic", "partition", "offset")
 
 
 class ChangeStreamError(EosError):
@@ -103,7 +101,7 @@ def _check_keys(cur: Cursor, target: Target, stage: sql.Identifier) -> None:
     null_key = sql.SQL(" OR ").join(
         sql.SQL("{} IS NULL").format(sql.Identifier(k)) for k in target.keys
     )
-    where = [c for c in _WHERE if c in target.columns]
+    where = [c for c in PLACE_COLUMNS if c in target.columns]
     shown = _list(where) if where else sql.SQL("eos_seq")
     row = cur.execute(
         sql.SQL("SELECT {} FROM {} WHERE {} ORDER BY eos_seq LIMIT 1").format(

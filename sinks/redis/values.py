@@ -32,7 +32,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from eos_connectors.core.changes import ChangeRules, delete_mask
+from eos_connectors.core.changes import ChangeRules, delete_mask, place
 from eos_connectors.core.changes import check_schema as check_changes
 from eos_connectors.core.errors import ConfigError, EosError
 from eos_connectors.sinks.redis.options import RedisSinkOptions
@@ -197,7 +197,14 @@ def entries(spec: Layout, batches: Iterator[pa.RecordBatch]) -> tuple[list[bytes
 def _last_changes(spec: Layout, table: pa.Table) -> pa.Table:
     """Each key's last change in ``orderColumns`` order; two changes of one key with no
     order to tell them apart are refused."""
-    _keys(spec, table.column(spec.key_column))  # a null key is refused first, naming it
+    keys = table.column(spec.key_column)
+    if keys.null_count:
+        at = pc.index(pc.is_null(keys), True).as_py()
+        raise BadRecordError(
+            f"A change has no key (column '{spec.key_column}' null) at {place(table, at)}: it "
+            "cannot be applied. Filter such records out or give them a key. Nothing of this "
+            "task was written."
+        )
     order = spec.changes.order_columns
     by = [spec.key_column, *order]
     ordered = table.sort_by([(c, "ascending") for c in by])

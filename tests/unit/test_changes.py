@@ -111,6 +111,11 @@ def test_redis_keeps_each_keys_last_change_in_order_and_deletes_carry_no_value()
     )
     with pytest.raises(BadRecordError, match="Redis has no null value"):
         entries(spec, iter([written_null]))
+    keyless = pa.RecordBatch.from_pydict(
+        {"id": [None], "v": ["1"], "op": ["u"], "offset": [41], "topic": ["orders"]}
+    )
+    with pytest.raises(BadRecordError, match=r"no key .* at topic orders, offset 41"):
+        entries(spec, iter([keyless]))
 
 
 def test_the_kafka_sink_writes_deletes_as_tombstones_with_their_keys() -> None:
@@ -122,6 +127,8 @@ def test_the_kafka_sink_writes_deletes_as_tombstones_with_their_keys() -> None:
     )
     (written,) = list(rows(iter([batch]), "t", options.changes))
     assert [(r[1], r[2]) for r in written] == [(b"1", b"a"), (None, b"b")]
-    keyless = pa.RecordBatch.from_pydict({"key": [None], "value": [b"1"], "op": ["d"]})
-    with pytest.raises(KafkaBadRecord, match="without a key"):
+    keyless = pa.RecordBatch.from_pydict(
+        {"key": [None], "value": [b"1"], "op": ["d"], "partition": [3], "offset": [9]}
+    )
+    with pytest.raises(KafkaBadRecord, match="no key at partition 3, offset 9"):
         list(rows(iter([keyless]), "t", options.changes))
