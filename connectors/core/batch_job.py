@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -160,21 +160,6 @@ def refuse_overwrite(overwrite: bool, connector: str, instead: str) -> None:
         )
 
 
-def batch_writer(
-    stream: Callable[[], ConfiguredSinkWriter],
-    options: Mapping[str, str],
-    connector: str,
-    overwrite: bool,
-    instead: str,
-) -> BatchWriter:
-    """Driver, for a format's ``writer``: refuse Overwrite (saying what to do ``instead``),
-    build the sink's streaming writer (its checks run), and wrap it for the job."""
-    refuse_overwrite(overwrite, connector, instead)
-    writer = stream()
-    job = batch_job(options, connector, writer.options.exactly_once, writer.options.sink_id)
-    return BatchWriter(writer, job)
-
-
 class SinkFormat(DataSource):
     """A sink's format: streams and batch writes through one ``_writer``, the sink's
     streaming writer (its checks run on the driver when it is built)."""
@@ -195,14 +180,14 @@ class SinkFormat(DataSource):
         return writer
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        """Driver: a batch write (``df.write``) as batch ``txnVersion`` of job ``sinkId``."""
-        return batch_writer(
-            lambda: self._writer(schema, False),
-            self.options,
-            self.connector,
-            overwrite,
-            self.instead_of_overwrite,
-        )
+        """Driver: a batch write (``df.write``) as batch ``txnVersion`` of job ``sinkId``:
+        Overwrite refused first, then the sink's streaming writer (its checks run), wrapped
+        for the job."""
+        refuse_overwrite(overwrite, self.connector, self.instead_of_overwrite)
+        stream: ConfiguredSinkWriter = self._writer(schema, False)
+        options = stream.options
+        job = batch_job(self.options, self.connector, options.exactly_once, options.sink_id)
+        return BatchWriter(stream, job)
 
 
 class BatchWriter(DataSourceArrowWriter):

@@ -19,37 +19,11 @@ from pathlib import Path
 
 from psycopg.conninfo import conninfo_to_dict
 
-from eos_connectors.dev.stack.kafka import (
-    KAFKA_VERSION,
-    LOG4J_VERSION,
-    SLF4J_VERSION,
-    maven_jars,
-)
+from eos_connectors.dev.stack.kafka import KAFKA_VERSION, maven_jars, maven_pom
 from eos_connectors.dev.stack.process import LOOPBACK, free_port, spawn, terminate
 from eos_connectors.ops.cache import cache_root
 
 DEBEZIUM_VERSION = "3.6.1.Final"
-
-_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>eos-connectors</groupId><artifactId>kafka-connect-debezium</artifactId>
-  <version>1</version>
-  <dependencies>
-    <dependency><groupId>org.apache.kafka</groupId><artifactId>connect-runtime</artifactId>
-      <version>{kafka}</version></dependency>
-    <dependency><groupId>org.apache.kafka</groupId><artifactId>connect-json</artifactId>
-      <version>{kafka}</version></dependency>
-    <dependency><groupId>io.debezium</groupId><artifactId>debezium-connector-postgres</artifactId>
-      <version>{debezium}</version></dependency>
-    <dependency><groupId>org.slf4j</groupId><artifactId>slf4j-api</artifactId>
-      <version>{slf4j}</version></dependency>
-    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-slf4j2-impl</artifactId>
-      <version>{log4j}</version></dependency>
-    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-core</artifactId>
-      <version>{log4j}</version></dependency>
-  </dependencies>
-</project>
-"""
 
 
 _LOG4J2 = """appender.console.type = Console
@@ -65,8 +39,11 @@ logger.debezium.level = info
 
 def ensure_jars() -> Path:
     """Kafka Connect and Debezium's PostgreSQL connector with their dependencies (once)."""
-    pom = _POM.format(
-        kafka=KAFKA_VERSION, debezium=DEBEZIUM_VERSION, slf4j=SLF4J_VERSION, log4j=LOG4J_VERSION
+    pom = maven_pom(
+        "kafka-connect-debezium",
+        ("org.apache.kafka", "connect-runtime", KAFKA_VERSION),
+        ("org.apache.kafka", "connect-json", KAFKA_VERSION),
+        ("io.debezium", "debezium-connector-postgres", DEBEZIUM_VERSION),
     )
     cache = cache_root() / f"connect-{KAFKA_VERSION}-debezium-{DEBEZIUM_VERSION}"
     return maven_jars(cache, pom, f"Resolving Kafka Connect and Debezium {DEBEZIUM_VERSION}")

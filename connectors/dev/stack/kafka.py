@@ -57,21 +57,28 @@ INSTALL_HINT = (
     "or run 'make bootstrap', which installs them."
 )
 
-_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>eos-connectors</groupId><artifactId>kafka-broker</artifactId><version>1</version>
-  <dependencies>
-    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_{scala}</artifactId>
-      <version>{kafka}</version></dependency>
-    <dependency><groupId>org.slf4j</groupId><artifactId>slf4j-api</artifactId>
-      <version>{slf4j}</version></dependency>
-    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-slf4j2-impl</artifactId>
-      <version>{log4j}</version></dependency>
-    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-core</artifactId>
-      <version>{log4j}</version></dependency>
-  </dependencies>
-</project>
-"""
+
+def maven_pom(artifact: str, *dependencies: tuple[str, str, str]) -> str:
+    """A POM whose runtime dependencies are ``(group, artifact, version)`` and log4j2 for
+    SLF4J (the broker and Kafka Connect log through it)."""
+    logging = (
+        ("org.slf4j", "slf4j-api", SLF4J_VERSION),
+        ("org.apache.logging.log4j", "log4j-slf4j2-impl", LOG4J_VERSION),
+        ("org.apache.logging.log4j", "log4j-core", LOG4J_VERSION),
+    )
+    listed = "".join(
+        f"    <dependency><groupId>{group}</groupId><artifactId>{name}</artifactId>"
+        f"<version>{version}</version></dependency>\n"
+        for group, name, version in (*dependencies, *logging)
+    )
+    return (
+        '<project xmlns="http://maven.apache.org/POM/4.0.0">\n'
+        "  <modelVersion>4.0.0</modelVersion>\n"
+        f"  <groupId>eos-connectors</groupId><artifactId>{artifact}</artifactId>"
+        "<version>1</version>\n"
+        f"  <dependencies>\n{listed}  </dependencies>\n</project>\n"
+    )
+
 
 _LOG4J2 = """Configuration:
   Appenders:
@@ -99,9 +106,7 @@ def jar_cache_dir() -> Path:
 
 def ensure_jars() -> Path:
     """Resolve the broker and its runtime dependencies with Maven (once); return the jar dir."""
-    pom = _POM.format(
-        scala=SCALA_VERSION, kafka=KAFKA_VERSION, slf4j=SLF4J_VERSION, log4j=LOG4J_VERSION
-    )
+    pom = maven_pom("kafka-broker", ("org.apache.kafka", f"kafka_{SCALA_VERSION}", KAFKA_VERSION))
     return maven_jars(jar_cache_dir(), pom, f"Resolving Apache Kafka {KAFKA_VERSION}")
 
 
