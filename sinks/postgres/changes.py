@@ -58,13 +58,20 @@ class Applied:
     """What one task's changes did."""
 
     rows: int
-    deletes: int
-    deleted: int
+    deletes: int  # rows whose key's last change is a delete
+    deleted: int  # rows those deletes removed
     written: int
 
+    @property
+    def absent(self) -> int:
+        """Deletes of keys the table did not hold: nothing to delete, counted."""
+        return self.deletes - self.deleted
 
-def apply(cur: Cursor, target: Target, stage_name: str, batches: Iterator[pa.RecordBatch]) -> int:
-    """Task: stage the rows, check their keys and order, apply them; return the row count."""
+
+def apply(
+    cur: Cursor, target: Target, stage_name: str, batches: Iterator[pa.RecordBatch]
+) -> Applied:
+    """Task: stage the rows, check their keys and order, apply them; say what they did."""
     stage = sql.Identifier(
         target.stage_schema, "stage_" + hashlib.sha256(stage_name.encode()).hexdigest()[:20]
     )
@@ -74,10 +81,13 @@ def apply(cur: Cursor, target: Target, stage_name: str, batches: Iterator[pa.Rec
     _check_order(cur, target, stage)
     applied = _apply(cur, target, stage, rows)
     cur.execute(sql.SQL("DROP TABLE {}").format(stage))
-    absent = applied.deletes - applied.deleted
-    if absent:
-        log.info("%d deletes of keys not in %s: nothing to delete", absent, ".".join(target.table))
-    return rows
+    if applied.absent:
+        log.info(
+            "%d deletes of keys not in %s: nothing to delete",
+            applied.absent,
+            ".".join(target.table),
+        )
+    return applied
 
 
 def _create_stage(cur: Cursor, target: Target, stage: sql.Identifier) -> None:

@@ -125,7 +125,7 @@ class _Rows:
         if self.options.mode == "append":
             return copy.append(cur, self.options.table, self.columns, batches)
         if self.options.mode == "update" or self.options.changes.applies_changes:
-            return changes.apply(cur, self._target(), name, batches)
+            return changes.apply(cur, self._target(), name, batches).rows
         return copy.upsert(
             cur,
             self.options.table,

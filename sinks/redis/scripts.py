@@ -5,7 +5,7 @@ write every entry, delete the stage, drop the unit from the sink's unit set,
 record the unit in the sink's ``applied`` hash and move the sink's applied
 watermark up to the batch, all in one script, so Redis (and its AOF) sees either
 all of it or none. A stage that is gone was applied before when ``applied``
-names the unit (``{-1, 0}``); otherwise it is missing (``{-2, 0}``), which the
+names the unit (``{-1, 0, 0}``); otherwise it is missing (``{-2, 0, 0}``), which the
 protocol reports as an error instead of counting it as done.
 
 ``DECIDE`` and ``ROLLBACK_UNDECIDED`` (on the driver, and the latter in tasks) make
@@ -17,7 +17,9 @@ only while the batch has no decision.
 arguments, with no stage and no bookkeeping.
 
 In mode ``changes`` (upsert with deletes) each entry starts with an op: ``d``
-deletes the key (a string, or the whole hash), ``u`` writes it as upsert does.
+deletes the key (a string, or the whole hash), ``u`` writes it as upsert does. A
+delete of a key that does not exist changes nothing and is counted: both apply
+scripts return ``{applied, failed, absent}``, ``absent`` being those deletes.
 
 A write Redis refuses (``INCRBY`` on a key holding text, ``HSET`` on a string)
 must not stop the script half-way, because Redis does not roll back a script's
@@ -39,7 +41,7 @@ local stride = 1 + lead + math.max(1, nfields)
 local increment = mode == 'increment'
 local incr = number == 'float' and 'INCRBYFLOAT' or 'INCRBY'
 local hincr = number == 'float' and 'HINCRBYFLOAT' or 'HINCRBY'
-local applied, failed = 0, 0
+local applied, failed, absent = 0, 0, 0
 
 local function failed_write(result)
   return type(result) == 'table' and result.err ~= nil
@@ -84,6 +86,7 @@ local function write_all(items, from, rejected, unit)
     else
       applied = applied + 1
       local deleted = changes and items[i] == 'd'
+      if deleted and result == 0 then absent = absent + 1 end
       if ttl > 0 and not deleted and (increment or nfields > 0) then
         redis.call('EXPIRE', key, ttl)
       end
@@ -102,8 +105,8 @@ local applied_units = KEYS[5]
 local unit, batch = ARGV[first_entry], tonumber(ARGV[first_entry + 1])
 if redis.call('EXISTS', stage) == 0 then
   redis.call('SREM', units, unit)
-  if redis.call('HEXISTS', applied_units, unit) == 1 then return {-1, 0} end
-  return {-2, 0}
+  if redis.call('HEXISTS', applied_units, unit) == 1 then return {-1, 0, 0} end
+  return {-2, 0, 0}
 end
 local total = redis.call('LLEN', stage)
 local chunk = stride * 2000
@@ -115,7 +118,7 @@ redis.call('SREM', units, unit)
 redis.call('HSET', applied_units, unit, batch)
 local mark = tonumber(redis.call('GET', watermark) or '-1')
 if batch > mark then redis.call('SET', watermark, batch) end
-return {applied, failed}
+return {applied, failed, absent}
 """
 )
 
@@ -124,7 +127,7 @@ APPLY_ENTRIES = (
     _WRITE
     + """
 write_all(ARGV, first_entry, nil, nil)
-return {applied, failed}
+return {applied, failed, absent}
 """
 )
 

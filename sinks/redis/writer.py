@@ -212,7 +212,7 @@ class RedisExactlyOnceWriter(TwoPhaseCommitWriter):
             decision = self.find_decision(unit.sink_id, unit.batch_id)  # decided units only
             watermark = keys.watermark(decision.query_id if decision else "")
             apply = self.client.register_script(scripts.APPLY_STAGE)
-            applied, failed = apply(
+            applied, failed, absent = apply(
                 keys=[keys.stage(unit), keys.units, watermark, keys.rejected, keys.applied],
                 args=args,
             )
@@ -228,6 +228,7 @@ class RedisExactlyOnceWriter(TwoPhaseCommitWriter):
                 unit,
                 keys.rejected,
             )
+        _log_absent(int(absent), str(unit))
         return {-1: Outcome.ALREADY_COMMITTED, -2: Outcome.MISSING}.get(
             int(applied), Outcome.COMMITTED
         )
@@ -298,4 +299,11 @@ class RedisAtLeastOnceWriter(DataSourceStreamArrowWriter):
         failed = sum(int(r[1]) for r in results)
         if failed:
             log.error("Redis refused %d writes of this task (wrong type at the key)", failed)
+        _log_absent(sum(int(r[2]) for r in results), "this task")
         return WriterCommitMessage()
+
+
+def _log_absent(absent: int, where: str) -> None:
+    """Deletes of keys that were not there changed nothing; say how many."""
+    if absent:
+        log.info("%d deletes of %s were of keys not in Redis: nothing to delete", absent, where)

@@ -8,12 +8,17 @@ from __future__ import annotations
 import random
 
 import psycopg
+import pyarrow as pa
 import pytest
 import redis
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.functions import lit
 
+from eos_connectors.core.changes import ChangeRules
 from eos_connectors.dev.endpoints import Endpoints
+from eos_connectors.sinks.postgres.changes import Target
+from eos_connectors.sinks.postgres.changes import apply as apply_changes
+from eos_connectors.sinks.redis import scripts
 
 pytestmark = [pytest.mark.services, pytest.mark.spark]
 
@@ -143,3 +148,46 @@ def test_redis_applies_deletes_in_source_order_for_strings_and_hashes(
         finally:
             client.close()
         assert found == expected, target
+
+
+def test_a_delete_of_a_key_that_is_not_there_changes_nothing_and_is_counted(
+    endpoints: Endpoints, unique: str
+) -> None:
+    """Both stores say how many deletes found no key (the sinks log that figure)."""
+    table = f"chgabsent_{unique}"
+    rules = ChangeRules(delete_column="op", delete_value="d", order_columns=("offset",))
+    target = Target(
+        table=(table,),
+        stage_schema="eos",
+        columns=("id", "v", "op", "offset"),
+        keys=("id",),
+        rules=rules,
+        control_types=(("op", "text"), ("offset", "bigint")),
+        update_only=False,
+    )
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "id": ["kept", "gone", "never", "gone", "later"],
+            "v": ["1", None, None, None, "2"],
+            "op": ["u", "d", "d", "d", "c"],
+            "offset": [1, 2, 3, 4, 5],
+        }
+    )
+    with psycopg.connect(endpoints.postgres_dsn) as conn, conn.cursor() as cur:
+        cur.execute(f'CREATE TABLE "{table}" (id text PRIMARY KEY, v text)')
+        cur.execute(f"INSERT INTO \"{table}\" VALUES ('kept', '0'), ('gone', '0')")
+        applied = apply_changes(cur, target, f"absent-{unique}", iter([batch]))
+    assert (applied.rows, applied.deletes, applied.deleted, applied.absent) == (5, 2, 1, 1)
+    assert _table(endpoints.postgres_dsn, table) == {"kept": "1", "later": "2"}
+
+    client = redis.Redis.from_url(endpoints.redis_url)
+    try:
+        prefix = f"chgabsent:{unique}:"
+        client.set(prefix + "gone", "0")
+        apply = client.register_script(scripts.APPLY_ENTRIES)
+        entries = ["d", prefix + "gone", "", "d", prefix + "never", "", "u", prefix + "new", "1"]
+        applied_n, failed, absent = apply(args=["changes", "", "0", "0", *entries])
+        assert (applied_n, failed, absent) == (3, 0, 1)
+        assert sorted(k.decode() for k in client.scan_iter(prefix + "*")) == [prefix + "new"]
+    finally:
+        client.close()
