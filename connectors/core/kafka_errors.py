@@ -19,6 +19,35 @@ from eos_connectors.core.secrets import redact, secret_values
 #: logs each such close as an error line.
 QUIET_IDLE_CLOSE = {"log.connection.close": False}
 
+#: A partition whose leader is being chosen or moved: a partition just added (the
+#: brokers list it some tens of ms before its leader answers), a broker of a replicated
+#: cluster killed or restarting (its partitions' leadership moves to another replica,
+#: with a new leader epoch). librdkafka does not mark these retriable in every result,
+#: so the callers ask again, backing off, within their time bound.
+LEADER_MOVING = frozenset(
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.REPLICA_NOT_AVAILABLE,
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+        KafkaError.OFFSET_NOT_AVAILABLE,
+    }
+)
+
+
+#: The connection to a broker broke or its handle went (a broker of a replicated cluster
+#: died, and the client dropped it): a task asks again within its time bound. Not in
+#: LEADER_MOVING, because a failed sign-in reads as a transport failure too.
+BROKER_GONE = frozenset(
+    {KafkaError._TRANSPORT, KafkaError._DESTROY_BROKER, KafkaError._ALL_BROKERS_DOWN}
+)
+
+
+def leader_moving(exc: BaseException) -> bool:
+    """Whether ``exc`` says a partition's leader is moving (ask again soon)."""
+    return isinstance(exc, KafkaException) and exc.args[0].code() in LEADER_MOVING
+
 
 class ClientErrors:
     """librdkafka's ``error_cb``: remembers the last error it reported."""

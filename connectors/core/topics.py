@@ -24,6 +24,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-d
 from confluent_kafka.cimpl import NewTopic
 
 from eos_connectors.core.errors import ServiceUnavailableError
+from eos_connectors.core.kafka_errors import leader_moving
 
 TIMEOUT = 30.0
 
@@ -43,14 +44,29 @@ Settings = Mapping[str, Any]
 
 def create_topic(bootstrap: str, topic: str, partitions: int = 1, **config: str) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, partitions, 1, config=config)])[topic].result(TIMEOUT)
+    # replication -1: the brokers' default.replication.factor (3 on the replicated stack)
+    admin.create_topics([NewTopic(topic, partitions, -1, config=config)])[topic].result(TIMEOUT)
 
 
 def end_offsets(
     bootstrap: str, topic: str, isolation: str = "read_committed", settings: Settings | None = None
 ) -> dict[int, int]:
     """Partition -> end offset now: the last stable offset under read_committed, else the
-    high watermark."""
+    high watermark. A leader that is moving (a broker of a replicated cluster restarted)
+    is asked again with a new client, whose metadata is fresh, for up to ``TIMEOUT``."""
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        try:
+            return _end_offsets(bootstrap, topic, isolation, settings)
+        except KafkaException as exc:
+            if not leader_moving(exc) or time.monotonic() > deadline:
+                raise
+        time.sleep(0.5)
+
+
+def _end_offsets(
+    bootstrap: str, topic: str, isolation: str, settings: Settings | None
+) -> dict[int, int]:
     admin = AdminClient({**(settings or {}), "bootstrap.servers": bootstrap})
     metadata = admin.list_topics(topic, timeout=TIMEOUT).topics[topic]
     level = (

@@ -66,6 +66,9 @@ from eos_connectors.sinks.kafka.records import Row, rows
 
 log = logging.getLogger(__name__)
 
+#: How many new producers a task tries when each is found fenced at its first call.
+FRESH_PRODUCER_TRIES = 3
+
 
 class _StaleProducerError(KafkaSinkError):
     """A pooled producer was fenced (or broken) before its transaction wrote anything."""
@@ -147,8 +150,12 @@ class KafkaExactlyOnceWriter(DataSourceStreamArrowWriter):
         its owner checked, a producer fenced in where needed, all before any transaction;
         3. a marked batch, or no rows, ends here with no transaction; 4. at the first row,
         the transaction; 5. a pooled producer found fenced there after all (another
-        attempt initialised one and wrote nothing) is replaced, and 2-4 run again."""
+        attempt initialised one and wrote nothing) is replaced, and 2-4 run again; so is
+        a new producer fenced there, up to ``FRESH_PRODUCER_TRIES`` times: when the
+        transaction coordinator's broker dies while InitProducerId is in flight, the
+        retried call can bump the epoch twice and fence the producer that asked."""
         producer, fresh = pooled, False
+        fresh_fenced = 0
         while True:
             since = time.perf_counter()
             producer, fresh = self._stand(producer, fresh, marker, task, sid, pool)
@@ -163,10 +170,12 @@ class KafkaExactlyOnceWriter(DataSourceStreamArrowWriter):
             try:
                 return self._attempt(producer, marker, task, rows_in, sid, steps), producer
             except _StaleProducerError as exc:
-                if fresh:
+                fresh_fenced += fresh
+                if fresh_fenced >= FRESH_PRODUCER_TRIES:
                     raise
+                kind = "new" if fresh else "pooled"
                 log.info(
-                    "pooled producer %s is stale (%s): initialising a new one", marker.group, exc
+                    "%s producer %s is fenced (%s): initialising another", kind, marker.group, exc
                 )
                 producer, marker.known = None, None
 

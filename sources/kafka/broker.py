@@ -21,7 +21,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
 from eos_connectors.core.errors import ConfigError, EosError, ServiceUnavailableError
-from eos_connectors.core.kafka_errors import ClientErrors
+from eos_connectors.core.kafka_errors import ClientErrors, leader_moving
 from eos_connectors.sources.kafka.offsets import Offsets, TopicPartitionKey
 from eos_connectors.sources.kafka.options import EARLIEST, LATEST, KafkaSourceOptions
 
@@ -29,20 +29,6 @@ log = logging.getLogger(__name__)
 
 NO_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"  # the all-zero id of brokers that keep none
 
-# A partition whose leader is being chosen or moved: a partition just added (the
-# brokers list it some tens of ms before its leader answers), a broker restarting.
-# librdkafka does not mark these retriable in an admin result, so the look-up asks
-# again, backing off, until its time bound.
-LEADER_MOVING = frozenset(
-    {
-        KafkaError.NOT_LEADER_FOR_PARTITION,
-        KafkaError.LEADER_NOT_AVAILABLE,
-        KafkaError.REPLICA_NOT_AVAILABLE,
-        KafkaError.FENCED_LEADER_EPOCH,
-        KafkaError.UNKNOWN_LEADER_EPOCH,
-        KafkaError.OFFSET_NOT_AVAILABLE,
-    }
-)
 FIRST_BACKOFF_S = 0.05
 MAX_BACKOFF_S = 1.0
 
@@ -261,7 +247,13 @@ class BrokerView:
                 wait = self._retry_wait(exc, backoff, retries, deadline)
                 if wait is None:
                     raise self._unavailable("list offsets", exc) from None
-                if not _leader_moving(exc):
+                if leader_moving(exc):
+                    # librdkafka's admin client may go on sending the leader epoch it
+                    # cached before the leader moved, and be refused for it until the
+                    # time bound (seen on a 3-broker cluster with one broker killed): a
+                    # new client starts from fresh metadata
+                    self._admin = None
+                else:
                     retries -= 1
             time.sleep(wait)
             backoff = min(2 * backoff, MAX_BACKOFF_S)
@@ -273,7 +265,7 @@ class BrokerView:
         that is moving is asked again, backing off, until the look-up's time limit; any
         other retriable error ``fetchOffset.numRetries`` times, ``fetchOffset.retryIntervalMs``
         apart (Spark's source's options)."""
-        if _leader_moving(exc) and time.monotonic() + backoff <= deadline:
+        if leader_moving(exc) and time.monotonic() + backoff <= deadline:
             log.info("eos_kafka: a partition's leader is moving (%s); asking again.", exc)
             return backoff
         retriable = isinstance(exc, KafkaException) and exc.args[0].retriable()
@@ -293,10 +285,6 @@ class BrokerView:
             "Check that the brokers run and are reachable, and the kafka.security.protocol and "
             "kafka.sasl.* options; raise kafkaConsumer.pollTimeoutMs for slow clusters."
         )
-
-
-def _leader_moving(exc: BaseException) -> bool:
-    return isinstance(exc, KafkaException) and exc.args[0].code() in LEADER_MOVING
 
 
 def _unknown_topic(exc: BaseException) -> bool:

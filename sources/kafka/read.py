@@ -22,7 +22,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from eos_connectors.core import faults, timing
 from eos_connectors.core.context import current_batch
 from eos_connectors.core.errors import DataLossError, ServiceUnavailableError
-from eos_connectors.core.kafka_errors import QUIET_IDLE_CLOSE
+from eos_connectors.core.kafka_errors import BROKER_GONE, QUIET_IDLE_CLOSE, leader_moving
 from eos_connectors.core.secrets import settings_digest
 from eos_connectors.sources.kafka.offsets import KafkaRange, KafkaRanges
 from eos_connectors.sources.kafka.options import KafkaSourceOptions
@@ -211,15 +211,7 @@ def _consumer_config(options: KafkaSourceOptions, work: KafkaRange) -> dict[str,
 
 def _checked_start(consumer: Consumer, options: KafkaSourceOptions, work: KafkaRange) -> int:
     """The offset to start from, applying failOnDataLoss when ``work.start`` is gone."""
-    tp = TopicPartition(work.topic, work.partition)
-    try:
-        low, _high = consumer.get_watermark_offsets(tp, timeout=options.poll_timeout_ms / 1000)
-    except Exception as exc:
-        raise ServiceUnavailableError(
-            f"Kafka at {options.bootstrap_servers} did not return the offsets of "
-            f"{work.topic}-{work.partition} within {options.poll_timeout_ms} ms "
-            "(kafkaConsumer.pollTimeoutMs)."
-        ) from exc
+    low = _log_start(consumer, options, work)
     if work.start >= low:
         return work.start
     return report_data_loss(
@@ -228,6 +220,32 @@ def _checked_start(consumer: Consumer, options: KafkaSourceOptions, work: KafkaR
         f"(log start is now {low}) before they were read",
         resume=low,
     )
+
+
+def _log_start(consumer: Consumer, options: KafkaSourceOptions, work: KafkaRange) -> int:
+    """Task: the partition's first offset. A leader that is moving or a broker that went
+    (one of a replicated cluster died) or another retriable error is asked again, backing off,
+    within kafkaConsumer.pollTimeoutMs; the error says why it gave up."""
+    tp = TopicPartition(work.topic, work.partition)
+    deadline = time.monotonic() + options.poll_timeout_ms / 1000
+    backoff = 0.05
+    while True:
+        try:
+            wait = max(0.1, deadline - time.monotonic())
+            low, _high = consumer.get_watermark_offsets(tp, timeout=wait)
+            return int(low)
+        except KafkaException as exc:
+            error = exc.args[0]
+            again = leader_moving(exc) or error.retriable() or error.code() in BROKER_GONE
+            if not again or time.monotonic() > deadline:
+                raise ServiceUnavailableError(
+                    f"Kafka at {options.bootstrap_servers} did not return the offsets of "
+                    f"{work.topic}-{work.partition} within {options.poll_timeout_ms} ms "
+                    f"(kafkaConsumer.pollTimeoutMs): {error.str()}"
+                ) from exc
+            log.info("eos_kafka: %s-%d: %s; asking again", work.topic, work.partition, error)
+        time.sleep(backoff)
+        backoff = min(2 * backoff, 1.0)
 
 
 def report_data_loss(options: KafkaSourceOptions, what: str, resume: int) -> int:

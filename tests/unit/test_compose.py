@@ -51,7 +51,7 @@ def test_redis_settings_match_the_local_stack() -> None:
 
 
 def test_kafka_cluster_ids_never_look_like_an_option() -> None:
-    from eos_connectors.dev.stack.kafka import _cluster_id
+    from eos_connectors.dev.stack.kafka import cluster_id
 
-    ids = [_cluster_id() for _ in range(2000)]
+    ids = [cluster_id() for _ in range(2000)]
     assert all(len(i) == 22 and not i.startswith("-") for i in ids)

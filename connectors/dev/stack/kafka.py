@@ -154,16 +154,6 @@ def add_scram_user(bootstrap: str, user: tuple[str, str]) -> None:
         future.result(timeout=60)
 
 
-def _cluster_id() -> str:
-    """A random Kafka cluster id (22 characters of URL-safe base64). Like Kafka's own
-    Uuid.randomUuid, never one starting with '-', which the storage tool would take for
-    an option (1 id in 64 did: a CI run failed on it)."""
-    while True:
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        if not cluster_id.startswith("-"):
-            return cluster_id
-
-
 @dataclass(frozen=True)
 class TlsMaterial:
     """The local broker's TLS: a CA, the broker's key and certificate signed by it (for
@@ -229,6 +219,45 @@ def keytool(where: Path, password: str, *args: str, store_type: str = "PKCS12") 
     )
     if done.returncode != 0:
         raise StackError(f"keytool {args[0]} failed: {(done.stdout + done.stderr).strip()}")
+
+
+def java_command(where: Path, heap: str, classpath: str) -> list[str]:
+    """``java`` with the broker's jars, logging as ``where/log4j2.yaml`` says (written
+    here); the main class and its arguments follow."""
+    (where / "log4j2.yaml").write_text(_LOG4J2)
+    return [
+        require_binary("java", INSTALL_HINT),
+        f"-Xmx{heap}",
+        "-Xms256m",
+        "-XX:+UseG1GC",
+        "-Djava.awt.headless=true",
+        f"-Dlog4j2.configurationFile={where / 'log4j2.yaml'}",
+        "-cp",
+        classpath,
+    ]
+
+
+def format_storage(java: list[str], config: Path, cluster_id: str, where: Path) -> None:
+    """Format a node's log directory for ``cluster_id`` unless it was formatted before.
+    ``java``: :func:`java_command`."""
+    data = where / "data"
+    if (data / "meta.properties").exists():
+        return
+    argv = [*java, "kafka.tools.StorageTool", "format", "--cluster-id", cluster_id]
+    try:
+        run([*argv, "--config", str(config)], what="Formatting the Kafka storage", cwd=where)
+    except StackError as exc:
+        raise StackError(f"{exc}\nData directory: {data}") from exc
+
+
+def cluster_id() -> str:
+    """A random Kafka cluster id (22 characters of URL-safe base64). Like Kafka's own
+    Uuid.randomUuid, never one starting with '-', which the storage tool would take for
+    an option (1 id in 64 did: a CI run failed on it)."""
+    while True:
+        made = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not made.startswith("-"):
+            return made
 
 
 class KafkaService(Service):
@@ -306,18 +335,7 @@ class KafkaService(Service):
 
     def _java(self, classpath: str, main: str, *args: str) -> list[str]:
         heap = os.environ.get("EOS_KAFKA_HEAP", "1g")
-        return [
-            require_binary("java", INSTALL_HINT),
-            f"-Xmx{heap}",
-            "-Xms256m",
-            "-XX:+UseG1GC",
-            "-Djava.awt.headless=true",
-            f"-Dlog4j2.configurationFile={self.dir / 'log4j2.yaml'}",
-            "-cp",
-            classpath,
-            main,
-            *args,
-        ]
+        return [*java_command(self.dir, heap, classpath), main, *args]
 
     def _write_config(self, port: int, controller_port: int, sasl_port: int, tls_port: int) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -351,21 +369,7 @@ class KafkaService(Service):
         fd = os.open(self.marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as out:  # it holds the keystore's password
             out.write("".join(f"{k}={v}\n" for k, v in settings.items()))
-        (self.dir / "log4j2.yaml").write_text(_LOG4J2)
 
     def _format_storage(self, classpath: str) -> None:
-        if (self.dir / "data" / "meta.properties").exists():
-            return
-        argv = self._java(
-            classpath,
-            "kafka.tools.StorageTool",
-            "format",
-            "--cluster-id",
-            _cluster_id(),
-            "--config",
-            str(self.marker),
-        )
-        try:
-            run(argv, what="Formatting the Kafka storage", cwd=self.dir)
-        except StackError as exc:
-            raise StackError(f"{exc}\nData directory: {self.dir / 'data'}") from exc
+        heap = os.environ.get("EOS_KAFKA_HEAP", "1g")
+        format_storage(java_command(self.dir, heap, classpath), self.marker, cluster_id(), self.dir)
