@@ -15,6 +15,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="also start a Spark standalone master and N one-core workers on loopback",
     )
+    up.add_argument(
+        "--kafka-brokers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="1 broker (the default), or a replicated KRaft cluster of N >= 3 brokers "
+        "(replication factor N, min.insync.replicas N-1), nodes named kafka-1..kafka-N; "
+        "kept until `eos stack down`",
+    )
     for action, text in [
         ("down", "stop the services (and the Spark cluster) the stack started"),
         ("status", "show which services run (exit 3 unless all do)"),
@@ -22,7 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ]:
         actions.add_parser(action, help=text)
     restart = actions.add_parser("restart", help="restart one service on the same port")
-    restart.add_argument("service", choices=["kafka", "postgres", "redis"], help="which one")
+    restart.add_argument(
+        "service", help="kafka, postgres, redis, or a cluster's node kafka-1..kafka-N"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -30,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
 
     stack = Stack()
     if args.action == "up":
-        endpoints = stack.up()
+        endpoints = stack.up(kafka_brokers=args.kafka_brokers)
         print(f"Stack up under {stack.root}:\n{endpoints.describe()}", end="")
         if args.spark_workers:
             master = stack.up_spark(args.spark_workers)
@@ -50,6 +61,6 @@ def run(args: argparse.Namespace) -> int:
         if running:
             print(f"export EOS_SPARK_MASTER={running}")
     elif args.action == "restart":
-        record = stack.restart(args.service)
-        print(f"{record.name} restarted (pid {record.pid})")
+        status = stack.restart(args.service)
+        print(f"{status.name} restarted (pid {status.pid})")
     return 0

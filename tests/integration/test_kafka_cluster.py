@@ -1,15 +1,25 @@
-"""A replicated Kafka (three KRaft brokers, replication 3, min.insync.replicas 2) with one
-broker SIGKILLed at a time and started again while an eos_kafka -> eos_kafka query runs:
-the leader of an input partition, the transaction coordinator of a sink task
-partition's transactional id, the leader of an output partition. The query must go on
-(no task fails: the source asks a moving leader again, the sink replaces a producer the
-coordinator's failover fenced) and the output must hold each input record exactly once.
+"""A stack with a replicated Kafka (`eos stack up --kafka-brokers 3`: three KRaft brokers,
+replication 3, min.insync.replicas 2, beside its own PostgreSQL and Redis), with one broker
+SIGKILLed at a time and started again while queries run:
 
-Cost: ~10 s to start the brokers, ~60-80 s for the query (each hard kill stalls the
-batch in flight until the controller fences the dead broker, ~9 s by default)."""
+- an eos_kafka -> eos_kafka query while the leader of an input partition, the
+  transaction coordinator of a sink task partition's transactional id and the leader of
+  an output partition are killed in turn: no task may fail (the source asks a moving
+  leader again, the sink replaces a producer the coordinator's failover fenced), and the
+  output holds each input record exactly once;
+- the running-count conformance cell into Kafka and PostgreSQL (`eos verify
+  --kill-broker`), every fault point crossed, with a leader and a coordinator killed: no
+  query may fail, and both sinks end exact.
+
+Cost: ~15 s to start the stack, ~60 s for the first query (each hard kill stalls the
+batch in flight until the controller fences the dead broker, ~9 s by default), ~2 min
+for the cell."""
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
 import subprocess
 import sys
 import time
@@ -20,6 +30,7 @@ import pytest
 from confluent_kafka import Producer
 
 from eos_connectors.core.topics import create_topic, read_to_end
+from eos_connectors.dev.stack import Stack
 from eos_connectors.dev.stack.kafka_cluster import KafkaCluster, java_hash
 from tests.pipeline_util import ROOT, committed_batches, env, kill_group
 
@@ -29,14 +40,45 @@ RECORDS = 6000
 PER_BATCH = 100
 
 
+def _eos(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``eos`` on the stack under ``root``, with no endpoints from the session's stack."""
+    environment = {k: v for k, v in env().items() if not k.startswith("EOS_")}
+    environment["EOS_STACK_DIR"] = str(root)
+    command = [sys.executable, "-m", "eos_connectors.cli", *args]
+    return subprocess.run(
+        command, cwd=ROOT, env=environment, capture_output=True, text=True, check=False
+    )
+
+
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
-    made = KafkaCluster(tmp_path_factory.mktemp("replicated"), nodes=3)
+def replicated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The root of a stack whose Kafka is three brokers (PostgreSQL's OS user must reach
+    it when the tests run as root, as in test_stack)."""
+    base = Path("/var/lib/eos-connectors") if os.geteuid() == 0 else tmp_path_factory.mktemp("r")
+    root = base / f"test-replicated-{os.getpid()}"
     try:
-        made.up()
-        yield made
+        up = _eos(root, "stack", "up", "--kafka-brokers", "3")
+        assert up.returncode == 0, up.stderr
+        switch = _eos(root, "stack", "up", "--kafka-brokers", "1")
+        assert switch.returncode != 0 and "stop it first" in switch.stderr
+        status = _eos(root, "stack", "status").stdout
+        assert [line.split()[0] for line in status.splitlines()][:3] == [
+            "kafka-1",
+            "kafka-2",
+            "kafka-3",
+        ]
+        yield root
     finally:
-        made.down()
+        down = _eos(root, "stack", "down")
+        shutil.rmtree(root, ignore_errors=True)
+    assert down.returncode == 0 and "kafka-3" in down.stdout, down.stdout + down.stderr
+
+
+@pytest.fixture(scope="module")
+def cluster(replicated: Path) -> KafkaCluster:
+    made = Stack(replicated).cluster
+    assert made is not None
+    return made
 
 
 def test_kafkas_rule_for_a_transactional_ids_coordinator() -> None:
@@ -104,3 +146,21 @@ def test_one_broker_killed_at_a_time_never_fails_the_query(
     assert committed_batches(checkpoint) >= RECORDS // PER_BATCH
     values = [r.value for r in read_to_end(bootstrap, out)]
     assert len(values) == RECORDS and set(values) == {str(i).encode() for i in range(RECORDS)}
+
+
+def test_a_conformance_cell_on_a_replicated_kafka_with_brokers_killed(
+    replicated: Path, tmp_path: Path
+) -> None:
+    work = tmp_path / "verify"
+    args = ["verify", "--cells", "running-count", "--sinks", "kafka,postgres", "--kills", "0"]
+    args += ["--kill-broker", "input-leader", "--kill-broker", "coordinator"]
+    done = _eos(replicated, *args, "--records", "8000", "--work-dir", str(work))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    report = json.loads((work / "report.json").read_text())
+    killed = " ".join(r["service_crashed"] or "" for r in report["runs"])
+    assert "(input-leader)" in killed and "(coordinator)" in killed, report["runs"]
+    sinks = {
+        s["sink"]: (s["lost"], s["duplicated"], s["wrong"], len(s["leftovers"]))
+        for s in report["sinks"]
+    }
+    assert sinks == {"rc-kafka": (0, 0, 0, 0), "rc-postgres": (0, 0, 0, 0)}

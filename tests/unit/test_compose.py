@@ -55,3 +55,19 @@ def test_kafka_cluster_ids_never_look_like_an_option() -> None:
 
     ids = [cluster_id() for _ in range(2000)]
     assert all(len(i) == 22 and not i.startswith("-") for i in ids)
+
+
+def test_the_cluster_profile_matches_the_replicated_stack() -> None:
+    from eos_connectors.dev.stack.kafka_cluster import cluster_settings
+
+    nodes = {name: s for name, s in _services().items() if name.startswith("kafka-")}
+    assert sorted(nodes) == ["kafka-1", "kafka-2", "kafka-3"]
+    for number, (name, node) in enumerate(sorted(nodes.items()), 1):
+        assert node["profiles"] == ["cluster"]
+        env = node["environment"]
+        assert env["KAFKA_NODE_ID"] == str(number), name
+        for key, value in cluster_settings(3).items():
+            if key != "node.id":
+                assert env["KAFKA_" + key.upper().replace(".", "_")] == value, (name, key)
+        assert len(env["CLUSTER_ID"]) == 22 and not env["CLUSTER_ID"].startswith("-")
+    assert len({n["environment"]["CLUSTER_ID"] for n in nodes.values()}) == 1

@@ -11,7 +11,15 @@ from pathlib import Path
 from eos_connectors.core.secrets import is_secret_option, secret_values
 from eos_connectors.dev.harness.cells import CELLS, DRIVER_POINTS, TWO_PHASE_POINTS
 from eos_connectors.dev.harness.services import endpoints_and_crash
-from eos_connectors.dev.harness.verify import FAMILIES, SERVICES, CustomSink, Plan, Report, verify
+from eos_connectors.dev.harness.verify import (
+    BROKER_ROLES,
+    FAMILIES,
+    SERVICES,
+    CustomSink,
+    Plan,
+    Report,
+    verify,
+)
 
 
 def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,6 +57,14 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         choices=SERVICES,
         help="SIGKILL this service mid-run and start it again (repeatable)",
+    )
+    parser.add_argument(
+        "--kill-broker",
+        action="append",
+        default=[],
+        choices=BROKER_ROLES,
+        help="on a replicated Kafka (`eos stack up --kafka-brokers 3`): SIGKILL the broker "
+        "with this role mid-run and start it again; no query may fail (repeatable)",
     )
     parser.add_argument(
         "--master",
@@ -118,6 +134,7 @@ def plan_from(args: argparse.Namespace) -> Plan:
         fault_rounds=args.fault_rounds,
         kills=args.kills,
         restarts=tuple(args.restart),
+        broker_kills=tuple(args.kill_broker),
         words=args.words,
         master=args.master,
         seed=args.seed,

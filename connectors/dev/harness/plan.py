@@ -13,6 +13,11 @@ from eos_connectors.dev.harness.cells import CELLS, Cell, CustomSink, Target
 
 FAMILIES = ("kafka", "postgres", "redis")
 SERVICES = ("kafka", "postgres", "redis")
+#: Brokers of a replicated Kafka to SIGKILL and start again mid-run, by what they do for
+#: the run: lead partition 0 of an input topic, lead partition 0 of a Kafka sink's output
+#: topic, coordinate a Kafka sink's task partition 0's transactions. The query must not
+#: fail: with replication 3 another broker takes over.
+BROKER_ROLES = ("input-leader", "output-leader", "coordinator")
 
 
 class VerifyError(EosError):
@@ -29,6 +34,7 @@ class Plan:
     fault_rounds: int = 1  # each point of each sink fires this many times
     kills: int = 1  # SIGKILLs of the whole pipeline at random moments
     restarts: tuple[str, ...] = ()  # services to SIGKILL and start again mid-run
+    broker_kills: tuple[str, ...] = ()  # BROKER_ROLES: brokers to SIGKILL and restart
     full_crashes: str = "mixed"  # "mixed": GROUP_POINTS as group crashes; "all"; "none"
     partitions: int = 2  # of each input topic
     shuffle_partitions: int = 2  # units per batch of a stateful query's sink
@@ -134,7 +140,12 @@ def check_plan(plan: Plan, crash_service: Callable[[str], None] | None) -> None:
     bad = [s for s in plan.restarts if s not in SERVICES]
     if bad:
         raise VerifyError(f"Cannot restart {bad[0]!r}: services are {', '.join(SERVICES)}.")
-    if plan.restarts and crash_service is None:
+    bad = [r for r in plan.broker_kills if r not in BROKER_ROLES]
+    if bad:
+        raise VerifyError(
+            f"Cannot kill the {bad[0]!r} broker: roles are {', '.join(BROKER_ROLES)}."
+        )
+    if (plan.restarts or plan.broker_kills) and crash_service is None:
         raise VerifyError(
             "Service restarts need the package's own stack (`eos stack up`), not endpoints "
             "from EOS_* variables."

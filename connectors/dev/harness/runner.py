@@ -20,6 +20,7 @@ from eos_connectors.dev.harness.cells import DRIVER_POINTS, Target
 from eos_connectors.dev.harness.pipeline import parse_event
 from eos_connectors.dev.harness.plan import Names, Plan
 from eos_connectors.dev.harness.report import Run
+from eos_connectors.dev.harness.services import broker_node
 from eos_connectors.dev.harness.spec import PipelineSpec
 
 
@@ -61,6 +62,11 @@ class Runner:
         disruptions = ["kill"] * plan.kills + [f"restart {s}" for s in plan.restarts]
         self.rng.shuffle(disruptions)
         self.disruptions = disruptions
+        # broker kills end no run: several may fall in one, each after the query has
+        # committed a batch since the one before
+        self.broker_kills = list(plan.broker_kills)
+        self.rng.shuffle(self.broker_kills)
+        self._brokers_killed: list[str] = []
         self._disrupted = False
         self._service_crashed: str | None = None
         self._committed_at_failure = -1
@@ -121,7 +127,8 @@ class Runner:
                     + self._tail(run.number)
                 ]
             if run.ended_by == "finished":
-                return runs, self._not_done() + self._unplanned_failures(runs)
+                failed = [p for r in runs for p in self._broker_run_failed(r)]
+                return runs, self._not_done() + self._unplanned_failures(runs) + failed
         return runs, [f"The pipeline did not finish in {limit} runs."]
 
     # -- one run ---------------------------------------------------------------------
@@ -130,6 +137,7 @@ class Runner:
         fired_before = set(faults.fired(self.markers))
         self._disrupted = False
         self._service_crashed = None
+        self._brokers_killed = []
         began = time.monotonic()
         self._run_number = number
         proc = self._start(number)
@@ -148,12 +156,13 @@ class Runner:
         elif ended_by == "exited":
             ended_by = "finished" if proc.returncode == 0 else "failed"
         seconds = round(time.monotonic() - began, 1)
+        crashed = [*self._brokers_killed, *filter(None, [self._service_crashed])]
         return Run(
             number,
             proc.returncode,
             ended_by,
             seconds,
-            self._service_crashed,
+            ", ".join(crashed) or None,
             new,
             self._query_failures(number),
         )
@@ -196,6 +205,7 @@ class Runner:
         last_progress = time.monotonic()
         disrupt_at: float | None = None
         done_disruption: str | None = None
+        broker_at: float | None = None
         while proc.poll() is None:
             time.sleep(0.2)
             now = time.monotonic()
@@ -206,7 +216,12 @@ class Runner:
                 self._prepare_standby(self._run_number)
                 if disruption and disrupt_at is None:
                     disrupt_at = now + self.rng.uniform(0.0, 3.0)
+                if self.broker_kills and broker_at is None:
+                    broker_at = now + self.rng.uniform(0.0, 3.0)
                 self._progress_bar(current)
+            if broker_at is not None and now >= broker_at:
+                self._kill_broker(self.broker_kills.pop(0))
+                broker_at, last_progress = None, time.monotonic()
             if disrupt_at is not None and now >= disrupt_at and done_disruption is None:
                 done_disruption = self._disrupt(proc, disruption or "")
                 if done_disruption == "kill":
@@ -228,13 +243,22 @@ class Runner:
             if not resume.exists() and batch.exists():
                 resume.touch()
 
+    def _kill_broker(self, role: str) -> None:
+        """SIGKILL the broker of the replicated Kafka that has ``role`` now and start it
+        again (the query goes on meanwhile)."""
+        assert self.crash_service is not None
+        node = f"kafka-{broker_node(self.chosen, self.names, role)}"
+        self.out.write(f"  killing {node}, the {role}, and starting it again\n")
+        self.crash_service(node)
+        self._brokers_killed.append(f"{node} ({role})")
+
     def _disrupt(self, proc: subprocess.Popen[bytes], disruption: str) -> str:
         self._disrupted = True
         if disruption == "kill":
             os.killpg(proc.pid, signal.SIGKILL)
             return "kill"
-        service = disruption.removeprefix("restart ")
         assert self.crash_service is not None
+        service = disruption.removeprefix("restart ")
         self.crash_service(service)
         self._service_crashed = service
         return f"{service} restart"
@@ -284,8 +308,9 @@ class Runner:
         fall in a run where a service was restarted); any other is reported."""
         problems = []
         for run in runs:
-            if run.service_crashed:
-                continue
+            crashed = (run.service_crashed or "").split(", ")
+            if any(c and not c.startswith("kafka-") for c in crashed):
+                continue  # a broker of a replicated Kafka (kafka-<n>) excuses nothing
             planned = Counter(
                 e.query
                 for e in map(faults.Entry.parse, run.faults)
@@ -301,6 +326,14 @@ class Runner:
                         f"{planned.get(query, 0)} planned: {errors}"
                     )
         return problems
+
+    @staticmethod
+    def _broker_run_failed(run: Run) -> list[str]:
+        """A run whose pipeline failed after a broker of a replicated Kafka (``kafka-<n>``)
+        was killed in it: with replication 3 that must not happen."""
+        if run.ended_by != "failed" or not (run.service_crashed or "").startswith("kafka-"):
+            return []
+        return [f"Run {run.number} failed (exit {run.exit_code}) after {run.service_crashed}."]
 
     def _failed_twice_in_a_row(self) -> bool:
         """A pipeline that fails on its own is restarted, as an operator would; failing
@@ -322,6 +355,7 @@ class Runner:
         never went on after their batch was committed."""
         fired = faults.fired(self.markers)
         missing = sorted(set(self.entries) - set(fired)) + self.disruptions
+        missing += [f"broker {role}" for role in self.broker_kills]
         problems = []
         if missing:
             problems.append(

@@ -8,6 +8,8 @@ from collections.abc import Callable
 
 from eos_connectors.core.errors import StackError
 from eos_connectors.dev.endpoints import Endpoints
+from eos_connectors.dev.harness.cells import Target
+from eos_connectors.dev.harness.plan import Names
 
 CrashService = Callable[[str], None]
 
@@ -52,3 +54,21 @@ def crash_function(endpoints: Endpoints) -> CrashService | None:
             )
 
     return crash_and_restart
+
+
+def broker_node(chosen: list[Target], names: Names, role: str) -> int:
+    """The node of the stack's replicated Kafka that has ``role`` for this run now (see
+    ``plan.BROKER_ROLES``); the input leader stands in for a role no query has."""
+    from eos_connectors.dev.stack import Stack
+
+    cluster = Stack().cluster
+    if cluster is None:
+        raise StackError(
+            "Killing a broker needs a replicated Kafka: `eos stack up --kafka-brokers 3`."
+        )
+    to_kafka = [t for t in chosen if t.family == "kafka"]
+    if role == "output-leader" and to_kafka:
+        return cluster.leader(to_kafka[0].output, 0)
+    if role == "coordinator" and to_kafka:  # the sink's default transactionalIdPrefix
+        return cluster.coordinator(f"eos-{to_kafka[0].sink_id}-0")
+    return cluster.leader(names.topic(chosen[0].cell), 0)

@@ -41,6 +41,7 @@ from eos_connectors.dev.harness.data import (
     produce_words,
 )
 from eos_connectors.dev.harness.plan import (
+    BROKER_ROLES,
     FAMILIES,
     MIXED_GROUP_CRASHES,
     SERVICES,
@@ -54,6 +55,7 @@ from eos_connectors.dev.harness.report import Report, Run
 from eos_connectors.dev.harness.runner import Runner
 
 __all__ = [
+    "BROKER_ROLES",
     "CELLS",
     "FAMILIES",
     "MIXED_GROUP_CRASHES",

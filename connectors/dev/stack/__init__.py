@@ -18,6 +18,7 @@ from pathlib import Path
 from eos_connectors.core.errors import StackError
 from eos_connectors.dev.endpoints import Endpoints
 from eos_connectors.dev.stack.kafka import KAFKA_SETTINGS, KAFKA_VERSION, KafkaService
+from eos_connectors.dev.stack.kafka_cluster import KafkaCluster
 from eos_connectors.dev.stack.postgres import POSTGRES_SETTINGS, PostgresService
 from eos_connectors.dev.stack.process import crash
 from eos_connectors.dev.stack.redis import REDIS_SETTINGS, RedisService
@@ -56,6 +57,10 @@ class ServiceStatus:
 
 
 class Stack:
+    """The services under one root. Kafka is one broker (the default) or, after
+    ``up(kafka_brokers=3)``, a replicated cluster whose nodes are named ``kafka-<n>``;
+    the choice is kept in ``root/kafka-brokers`` until ``down``."""
+
     def __init__(self, root: Path | None = None) -> None:
         self.root = root or default_root()
         self.services: dict[str, Service] = {
@@ -63,6 +68,43 @@ class Stack:
             for s in (KafkaService(self.root), PostgresService(self.root), RedisService(self.root))
         }
         self.master = SparkMaster(self.root)
+
+    @property
+    def kafka_brokers(self) -> int:
+        """How many Kafka brokers this stack runs (or last ran): 1 or a cluster's count."""
+        chosen = self.root / "kafka-brokers"
+        return int(chosen.read_text()) if chosen.exists() else 1
+
+    @property
+    def cluster(self) -> KafkaCluster | None:
+        """The replicated Kafka, when the stack runs one instead of the single broker."""
+        brokers = self.kafka_brokers
+        return KafkaCluster(self.root, brokers) if brokers > 1 else None
+
+    def _running_services(self) -> list[Service]:
+        """The services ``up`` keeps running: all but the single broker when a cluster
+        stands in for it."""
+        skip = {"kafka"} if self.cluster is not None else set()
+        return [s for name, s in self.services.items() if name not in skip]
+
+    def _choose_brokers(self, brokers: int) -> None:
+        """Record how many brokers ``up`` starts; refused while another count runs."""
+        if brokers == 2 or brokers < 1:
+            raise StackError(
+                f"--kafka-brokers {brokers}: choose 1 (one broker) or 3 or more (a replicated "
+                "cluster with min.insync.replicas = brokers - 1)."
+            )
+        current = self.kafka_brokers
+        if brokers == current:
+            return
+        running = self.services["kafka"].running() if current == 1 else None
+        cluster = self.cluster
+        if running is not None or (cluster is not None and cluster.any_running()):
+            raise StackError(
+                f"The stack runs {current} Kafka broker(s); stop it first (`eos stack down`) "
+                f"to start {brokers}."
+            )
+        (self.root / "kafka-brokers").write_text(str(brokers))
 
     def workers(self, count: int) -> list[SparkWorker]:
         return [SparkWorker(self.root, i, self.master) for i in range(1, count + 1)]
@@ -103,12 +145,18 @@ class Stack:
         workers = self.workers(len(started))
         return [s.name for s in [*workers, self.master] if s.stop()]
 
-    def up(self) -> Endpoints:
-        """Start every service that is not running; idempotent."""
+    def up(self, kafka_brokers: int | None = None) -> Endpoints:
+        """Start every service that is not running; idempotent. ``kafka_brokers``: 1, or
+        3 or more for a replicated Kafka (None: as the stack last ran)."""
         with self._locked():
+            if kafka_brokers is not None:
+                self._choose_brokers(kafka_brokers)
             for service in self.services.values():
                 service.check_installed()
-            for service in self.services.values():
+            cluster = self.cluster
+            if cluster is not None:
+                cluster.up()
+            for service in self._running_services():
                 self._ensure_running(service)
             return self._endpoints_locked()
 
@@ -116,26 +164,67 @@ class Stack:
         """Stop the services this stack started; return the names stopped."""
         with self._locked():
             spark = self._stop_spark()
-            return spark + [s.name for s in reversed(self.services.values()) if s.stop()]
+            stopped = [s.name for s in reversed(self.services.values()) if s.stop()]
+            cluster = self.cluster
+            if cluster is not None:
+                stopped += cluster.down()
+            (self.root / "kafka-brokers").unlink(missing_ok=True)
+            return spark + stopped
 
-    def restart(self, name: str) -> ServiceRecord:
-        """Stop and start one service on the same ports (for fault tests)."""
-        service = self._service(name)
+    def restart(self, name: str) -> ServiceStatus:
+        """Stop and start one service (a cluster's ``kafka-<n>`` too) on the same ports,
+        cleanly (for fault tests and rolling restarts)."""
         with self._locked():
-            service.stop()
-            return self._ensure_running(service)
+            node = self._node(name)
+            if node is not None:
+                assert self.cluster is not None
+                self.cluster.stop(node)
+                self.cluster.start(node)
+            else:
+                service = self._service(name)
+                service.stop()
+                self._ensure_running(service)
+        return next(s for s in self.status() if s.name == name)
 
     def kill(self, name: str) -> None:
-        """SIGKILL one service and its worker processes, the way a crash would stop
-        them; returns once they are gone, so ``up`` can start it again."""
-        service = self._service(name)
-        record = service.running()
+        """SIGKILL one service (a cluster's ``kafka-<n>`` too) and its worker processes,
+        the way a crash would stop them; returns once they are gone, so ``up`` can
+        start it again."""
+        node = self._node(name)
+        if node is not None:
+            assert self.cluster is not None
+            self.cluster.kill(node)
+            return
+        record = self._service(name).running()
         if record is not None:
             crash(record.pid)
 
+    def _node(self, name: str) -> int | None:
+        """The cluster node ``kafka-<n>`` names, None for another service; StackError
+        for a node the stack does not run."""
+        if not name.startswith("kafka-"):
+            return None
+        cluster = self.cluster
+        number = name.removeprefix("kafka-")
+        if cluster is None or not number.isdigit() or int(number) not in cluster.node_ids():
+            brokers = self.kafka_brokers
+            raise StackError(
+                f"No Kafka node {name!r}: the stack runs {brokers} broker(s)"
+                + ("" if brokers > 1 else "; `eos stack up --kafka-brokers 3` runs a cluster")
+                + "."
+            )
+        return int(number)
+
     def status(self) -> list[ServiceStatus]:
         result = []
-        for service in self.services.values():
+        cluster = self.cluster
+        if cluster is not None:
+            layout = cluster.layout()
+            for node in cluster.node_ids():
+                pid = cluster.pid(node)
+                endpoint = f"{layout.bootstrap.split(',')[node - 1]}" if pid else None
+                result.append(ServiceStatus(cluster.name(node), pid is not None, pid, endpoint))
+        for service in self._running_services():
             record = service.running()
             result.append(
                 ServiceStatus(
@@ -156,18 +245,25 @@ class Stack:
             return self._endpoints_locked()
 
     def _endpoints_locked(self) -> Endpoints:
-        records = {name: s.running() for name, s in self.services.items()}
+        records = {s.name: s.running() for s in self._running_services()}
         down = [name for name, record in records.items() if record is None]
+        cluster = self.cluster
+        if cluster is not None:
+            down += [cluster.name(n) for n in cluster.node_ids() if cluster.pid(n) is None]
         if down:
             raise StackError(
                 f"Not running: {', '.join(down)}. Start the stack with `eos stack up`."
             )
+        postgres, redis = records["postgres"], records["redis"]
+        assert postgres is not None and redis is not None
+        if cluster is not None:  # a plain listener per node, no SASL ones
+            return Endpoints(cluster.bootstrap, postgres.endpoint, redis.endpoint)
         kafka = records["kafka"]
         assert kafka is not None and isinstance(self.services["kafka"], KafkaService)
         return Endpoints(
             kafka_bootstrap=kafka.endpoint,
-            postgres_dsn=records["postgres"].endpoint,  # type: ignore[union-attr]
-            redis_url=records["redis"].endpoint,  # type: ignore[union-attr]
+            postgres_dsn=postgres.endpoint,
+            redis_url=redis.endpoint,
             kafka_sasl=self.services["kafka"].sasl(kafka),
         )
 

@@ -113,6 +113,9 @@ class KafkaCluster:
     def running(self) -> bool:
         return all(self.pid(n) is not None for n in self.node_ids())
 
+    def any_running(self) -> bool:
+        return any(self.pid(n) is not None for n in self.node_ids())
+
     @property
     def bootstrap(self) -> str:
         return self.layout().bootstrap
