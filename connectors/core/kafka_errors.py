@@ -37,10 +37,16 @@ LEADER_MOVING = frozenset(
 
 
 #: The connection to a broker broke or its handle went (a broker of a replicated cluster
-#: died, and the client dropped it): a task asks again within its time bound. Not in
+#: died, and the client dropped it, or its metadata lost the partition while the leader
+#: moved): a task asks again within its time bound. Not in
 #: LEADER_MOVING, because a failed sign-in reads as a transport failure too.
 BROKER_GONE = frozenset(
-    {KafkaError._TRANSPORT, KafkaError._DESTROY_BROKER, KafkaError._ALL_BROKERS_DOWN}
+    {
+        KafkaError._TRANSPORT,
+        KafkaError._DESTROY_BROKER,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._UNKNOWN_PARTITION,  # the client's metadata lost the partition a moment
+    }
 )
 
 

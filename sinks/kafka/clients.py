@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 CALL_TIMEOUT = 60.0
-RETRIES = 5
+RETRY_SECONDS = 30.0
 
 
 def fenced_producer(options: KafkaSinkOptions, name: str) -> Producer:
@@ -128,19 +128,22 @@ def _produce_failed(producer: Producer, topic: str, exc: KafkaException) -> Kafk
 
 
 def call(call: Callable[[], T], what: str) -> T:
-    """Run a transactional call, retrying only what librdkafka marks retriable."""
-    for attempt in range(RETRIES):
+    """Run a transactional call, retrying only what :func:`classify` says to retry, for
+    up to ``RETRY_SECONDS`` (a coordinator that moves when its broker dies takes the
+    broker's session timeout, ~9 s by default, to come back)."""
+    deadline = time.monotonic() + RETRY_SECONDS
+    attempt = 0
+    while True:
         try:
             return call()
         except KafkaException as exc:
             error = error_of(exc)
             action = classify(error)
-            if action is Action.RETRY and attempt < RETRIES - 1:
-                log.warning("%s: %s; retrying", what, error.str())
-                time.sleep(min(2.0, 0.2 * 2**attempt))
-                continue
-            raise KafkaSinkError(f"{what} failed ({action.value}): {error.str()}") from exc
-    raise AssertionError("unreachable")
+            if action is not Action.RETRY or time.monotonic() > deadline:
+                raise KafkaSinkError(f"{what} failed ({action.value}): {error.str()}") from exc
+            log.warning("%s: %s; retrying", what, error.str())
+            time.sleep(min(2.0, 0.2 * 2**attempt))
+            attempt += 1
 
 
 def abort_quietly(producer: Producer) -> None:

@@ -13,6 +13,16 @@ from confluent_kafka import KafkaError, KafkaException
 from eos_connectors.core.errors import EosError
 
 FENCED_CODES = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED})
+#: A group or transaction coordinator moving to another broker (one of a replicated
+#: cluster died, or the offsets topic's leaders are still being chosen): asked again,
+#: though a consumer's result does not always mark them retriable.
+COORDINATOR_MOVING = frozenset(
+    {
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    }
+)
 
 
 class Action(Enum):
@@ -27,7 +37,7 @@ def classify(error: KafkaError) -> Action:
         return Action.FAIL
     if error.txn_requires_abort():
         return Action.ABORT
-    if error.retriable():
+    if error.retriable() or error.code() in COORDINATOR_MOVING:
         return Action.RETRY
     return Action.FAIL
 

@@ -74,6 +74,12 @@ class _StaleProducerError(KafkaSinkError):
     """A pooled producer was fenced (or broken) before its transaction wrote anything."""
 
 
+class _FencedAtCommitError(KafkaSinkError):
+    """The producer was found fenced at its commit: its transaction is aborted (another
+    attempt fenced it) or committed after all (a commit retried when the coordinator
+    moved)."""
+
+
 class TaskReport(WriterCommitMessage):
     """What one task did: records written, or skipped because its batch was marked."""
 
@@ -169,6 +175,8 @@ class KafkaExactlyOnceWriter(DataSourceStreamArrowWriter):
             assert producer is not None
             try:
                 return self._attempt(producer, marker, task, rows_in, sid, steps), producer
+            except _FencedAtCommitError as exc:
+                return self._committed_after_all(exc, marker, task, sid, pool)
             except _StaleProducerError as exc:
                 fresh_fenced += fresh
                 if fresh_fenced >= FRESH_PRODUCER_TRIES:
@@ -178,6 +186,33 @@ class KafkaExactlyOnceWriter(DataSourceStreamArrowWriter):
                     "%s producer %s is fenced (%s): initialising another", kind, marker.group, exc
                 )
                 producer, marker.known = None, None
+
+    def _committed_after_all(
+        self,
+        exc: _FencedAtCommitError,
+        marker: MarkerGroup,
+        task: TaskIdentity,
+        sid: str,
+        pool: ClientPool,
+    ) -> tuple[TaskReport, Producer | None]:
+        """Task: a producer fenced at its commit, seen when the transaction coordinator's
+        broker died: the commit may have been applied before the client retried it. A
+        new producer is fenced in (which ends the old transaction either way) and the
+        marker read stably: the batch marked by this query means it is committed, by
+        this attempt or another (a zombie's is fenced by its retry), and the task reports
+        it skipped; otherwise the task fails and Spark retries it."""
+        producer, _fresh = self._stand(None, False, marker, task, sid, pool)
+        done, owner = marker.known or (0, "")
+        if done > task.batch_id and owner == task.query_id:
+            log.info(
+                "batch %d partition %d is marked, by this attempt's commit after all or by "
+                "another attempt's (%s): reported as skipped",
+                task.batch_id,
+                task.partition,
+                exc,
+            )
+            return TaskReport(task.batch_id, task.partition, 0, skipped=True), producer
+        raise exc
 
     def _stand(
         self,
@@ -335,7 +370,12 @@ def finish(
     count = produce_rows(producer, batches)
     faults.point("after-prepare", task.batch_id, role="worker", query=task.query_name)
     began = time.perf_counter()
-    call(lambda: producer.commit_transaction(CALL_TIMEOUT), "commit_transaction")
+    try:
+        call(lambda: producer.commit_transaction(CALL_TIMEOUT), "commit_transaction")
+    except KafkaSinkError as exc:
+        if is_fenced(exc):
+            raise _FencedAtCommitError(str(exc)) from exc.__cause__
+        raise
     steps.add("commit", began)
     timing.record_commit(sid, task.batch_id, 1, time.perf_counter() - began)
     return count

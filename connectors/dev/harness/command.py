@@ -67,6 +67,15 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
         "with this role mid-run and start it again; no query may fail (repeatable)",
     )
     parser.add_argument(
+        "--network-fault",
+        action="append",
+        default=[],
+        metavar="SERVICE:KIND",
+        help="put a TCP fault proxy (Toxiproxy) between the pipeline and SERVICE "
+        "(postgres, redis) and, mid-run, reset its connections (reset), delay its answers "
+        "(latency) or cut it off (cut) for a few seconds (repeatable)",
+    )
+    parser.add_argument(
         "--master",
         default=None,
         metavar="URL",
@@ -135,6 +144,7 @@ def plan_from(args: argparse.Namespace) -> Plan:
         kills=args.kills,
         restarts=tuple(args.restart),
         broker_kills=tuple(args.kill_broker),
+        network_faults=tuple(args.network_fault),
         words=args.words,
         master=args.master,
         seed=args.seed,

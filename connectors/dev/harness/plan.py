@@ -10,6 +10,7 @@ from pathlib import Path
 from eos_connectors.core import faults
 from eos_connectors.core.errors import EosError
 from eos_connectors.dev.harness.cells import CELLS, Cell, CustomSink, Target
+from eos_connectors.dev.harness.network import NETWORK_KINDS, NETWORK_SERVICES, parse_fault
 
 FAMILIES = ("kafka", "postgres", "redis")
 SERVICES = ("kafka", "postgres", "redis")
@@ -35,6 +36,7 @@ class Plan:
     kills: int = 1  # SIGKILLs of the whole pipeline at random moments
     restarts: tuple[str, ...] = ()  # services to SIGKILL and start again mid-run
     broker_kills: tuple[str, ...] = ()  # BROKER_ROLES: brokers to SIGKILL and restart
+    network_faults: tuple[str, ...] = ()  # "service:kind" (see harness.network), mid-run
     full_crashes: str = "mixed"  # "mixed": GROUP_POINTS as group crashes; "all"; "none"
     partitions: int = 2  # of each input topic
     shuffle_partitions: int = 2  # units per batch of a stateful query's sink
@@ -144,6 +146,12 @@ def check_plan(plan: Plan, crash_service: Callable[[str], None] | None) -> None:
     if bad:
         raise VerifyError(
             f"Cannot kill the {bad[0]!r} broker: roles are {', '.join(BROKER_ROLES)}."
+        )
+    bad = [f for f in plan.network_faults if parse_fault(f) is None]
+    if bad:
+        raise VerifyError(
+            f"Unknown network fault {bad[0]!r}: SERVICE:KIND with SERVICE one of "
+            f"{', '.join(NETWORK_SERVICES)} and KIND one of {', '.join(NETWORK_KINDS)}."
         )
     if (plan.restarts or plan.broker_kills) and crash_service is None:
         raise VerifyError(

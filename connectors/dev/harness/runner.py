@@ -17,6 +17,7 @@ from typing import Any, TextIO
 from eos_connectors.core import faults
 from eos_connectors.dev.endpoints import Endpoints
 from eos_connectors.dev.harness.cells import DRIVER_POINTS, Target
+from eos_connectors.dev.harness.network import NetworkFaults
 from eos_connectors.dev.harness.pipeline import parse_event
 from eos_connectors.dev.harness.plan import Names, Plan
 from eos_connectors.dev.harness.report import Run
@@ -48,6 +49,7 @@ class Runner:
         entries: list[str],
         out: TextIO,
         crash_service: Callable[[str], None] | None,
+        network: NetworkFaults | None = None,
     ) -> None:
         self.plan = plan
         self.endpoints = endpoints
@@ -66,7 +68,10 @@ class Runner:
         # committed a batch since the one before
         self.broker_kills = list(plan.broker_kills)
         self.rng.shuffle(self.broker_kills)
-        self._brokers_killed: list[str] = []
+        self.network = network
+        self.network_faults = list(plan.network_faults)
+        self.rng.shuffle(self.network_faults)
+        self._outages: list[str] = []
         self._disrupted = False
         self._service_crashed: str | None = None
         self._committed_at_failure = -1
@@ -137,7 +142,7 @@ class Runner:
         fired_before = set(faults.fired(self.markers))
         self._disrupted = False
         self._service_crashed = None
-        self._brokers_killed = []
+        self._outages = []
         began = time.monotonic()
         self._run_number = number
         proc = self._start(number)
@@ -156,7 +161,7 @@ class Runner:
         elif ended_by == "exited":
             ended_by = "finished" if proc.returncode == 0 else "failed"
         seconds = round(time.monotonic() - began, 1)
-        crashed = [*self._brokers_killed, *filter(None, [self._service_crashed])]
+        crashed = [*self._outages, *filter(None, [self._service_crashed])]
         return Run(
             number,
             proc.returncode,
@@ -216,11 +221,11 @@ class Runner:
                 self._prepare_standby(self._run_number)
                 if disruption and disrupt_at is None:
                     disrupt_at = now + self.rng.uniform(0.0, 3.0)
-                if self.broker_kills and broker_at is None:
+                if (self.broker_kills or self.network_faults) and broker_at is None:
                     broker_at = now + self.rng.uniform(0.0, 3.0)
                 self._progress_bar(current)
             if broker_at is not None and now >= broker_at:
-                self._kill_broker(self.broker_kills.pop(0))
+                self._next_outage()
                 broker_at, last_progress = None, time.monotonic()
             if disrupt_at is not None and now >= disrupt_at and done_disruption is None:
                 done_disruption = self._disrupt(proc, disruption or "")
@@ -243,6 +248,18 @@ class Runner:
             if not resume.exists() and batch.exists():
                 resume.touch()
 
+    def _next_outage(self) -> None:
+        """A broker kill or a network fault (they end no run), whichever is planned next."""
+        if self.broker_kills:
+            self._kill_broker(self.broker_kills.pop(0))
+            return
+        fault = self.network_faults.pop(0)
+        service, _, kind = fault.partition(":")
+        assert self.network is not None
+        self.out.write(f"  network fault: {kind} on {service}\n")
+        self.network.inject(service, kind)
+        self._outages.append(f"{service} network {kind}")
+
     def _kill_broker(self, role: str) -> None:
         """SIGKILL the broker of the replicated Kafka that has ``role`` now and start it
         again (the query goes on meanwhile)."""
@@ -250,7 +267,7 @@ class Runner:
         node = f"kafka-{broker_node(self.chosen, self.names, role)}"
         self.out.write(f"  killing {node}, the {role}, and starting it again\n")
         self.crash_service(node)
-        self._brokers_killed.append(f"{node} ({role})")
+        self._outages.append(f"{node} ({role})")
 
     def _disrupt(self, proc: subprocess.Popen[bytes], disruption: str) -> str:
         self._disrupted = True
@@ -356,6 +373,7 @@ class Runner:
         fired = faults.fired(self.markers)
         missing = sorted(set(self.entries) - set(fired)) + self.disruptions
         missing += [f"broker {role}" for role in self.broker_kills]
+        missing += [f"network {fault}" for fault in self.network_faults]
         problems = []
         if missing:
             problems.append(

@@ -40,6 +40,7 @@ from eos_connectors.dev.harness.data import (
     produce_timed_words,
     produce_words,
 )
+from eos_connectors.dev.harness.network import NetworkFaults
 from eos_connectors.dev.harness.plan import (
     BROKER_ROLES,
     FAMILIES,
@@ -90,8 +91,16 @@ def verify(
             create_topic(endpoints.kafka_bootstrap, target.output, 2, **_output_config(target))
     ensure_class_archive()
     entries = schedule(plan, chosen)
-    runner = Runner(plan, endpoints, names, chosen, entries, out, crash_service)
-    runs, problems = runner.run_to_the_end()
+    network, piped = None, endpoints
+    services = tuple(dict.fromkeys(f.partition(":")[0] for f in plan.network_faults))
+    if services:  # the pipeline goes through the proxies, the checks straight to the services
+        network, piped = NetworkFaults.start(plan.work_dir / "toxiproxy", endpoints, services)
+    try:
+        runner = Runner(plan, piped, names, chosen, entries, out, crash_service, network)
+        runs, problems = runner.run_to_the_end()
+    finally:
+        if network is not None:
+            network.stop()
     results = []
     if not problems:
         results = _check_sinks(plan, endpoints, names, chosen, expected_words)

@@ -190,12 +190,15 @@ def run(
     cwd: Path | None = None,
     timeout: float = 600,
     stdin: str | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> str:
-    """Run a command to completion; a non-zero exit is a StackError carrying its output."""
+    """Run a command to completion (in ``env``, else this process's environment); a
+    non-zero exit is a StackError carrying its output."""
     try:
         done = subprocess.run(
             list(argv),
             cwd=cwd,
+            env=None if env is None else dict(env),
             input=stdin,
             capture_output=True,
             text=True,

@@ -1,0 +1,42 @@
+"""Network faults through a real TCP proxy (Toxiproxy, built from its Go module) between
+the pipeline and PostgreSQL and Redis, in the middle of the running-count cell whose
+fault points also fire: connections reset mid-transaction, answers held back for seconds,
+each service cut off for a while. Each sink must end exact with nothing left in doubt
+(a query that failed on the fault is restarted by the harness's pipeline, as an operator
+would, and replays).
+
+Cost: ~60-90 s (one harness run; Toxiproxy's build, ~40 s, once per machine and cache).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from eos_connectors.dev.harness.verify import Report
+
+pytestmark = [pytest.mark.services, pytest.mark.spark]
+
+
+def test_resets_delays_and_cuts_between_the_pipeline_and_its_stores(
+    eos_verify: Callable[..., Report],
+) -> None:
+    faults = ("postgres:reset", "redis:reset", "postgres:cut", "redis:latency")
+    report = eos_verify(
+        cells=("running-count",),
+        sinks=("postgres", "redis"),
+        network_faults=faults,
+        full_crashes="none",
+        kills=0,
+        records=8000,
+    )
+    assert report.ok, report.problems
+    seen = " ".join(r.service_crashed or "" for r in report.runs)
+    for fault in faults:
+        service, _, kind = fault.partition(":")
+        assert f"{service} network {kind}" in seen, report.runs
+    assert {s.sink: (s.lost, s.duplicated, s.wrong, len(s.leftovers)) for s in report.sinks} == {
+        "rc-postgres": (0, 0, 0, 0),
+        "rc-redis-increment": (0, 0, 0, 0),
+    }
