@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install what the project needs on a fresh Debian/Ubuntu machine, then nothing on later runs:
-# OS packages (Java, Maven, PostgreSQL, Redis), the .venv with the package and its test extra.
+# OS packages (Java, Maven, PostgreSQL, Redis, Go), the .venv with the package and its test extra.
 # The Kafka broker's jars are resolved from Maven Central by `eos stack up` on first use.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +12,8 @@ command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || command -v initdb >/dev/null 2>&1 \
   || missing+=(postgresql)
 command -v runuser >/dev/null 2>&1 || missing+=(util-linux)
+# Go builds Toxiproxy (the network-fault tests' TCP proxy) from its module, once
+command -v go >/dev/null 2>&1 || [ -x /usr/local/go/bin/go ] || missing+=(golang-go)
 
 if ((${#missing[@]})); then
   echo "bootstrap: installing OS packages: ${missing[*]}"

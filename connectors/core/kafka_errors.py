@@ -50,6 +50,18 @@ BROKER_GONE = frozenset(
 )
 
 
+#: The brokers refused the client: never a broker that went away.
+REFUSED = frozenset(
+    {
+        KafkaError._AUTHENTICATION,
+        KafkaError._SSL,
+        KafkaError.SASL_AUTHENTICATION_FAILED,
+        KafkaError.ILLEGAL_SASL_STATE,
+        KafkaError.UNSUPPORTED_SASL_MECHANISM,
+    }
+)
+
+
 def leader_moving(exc: BaseException) -> bool:
     """Whether ``exc`` says a partition's leader is moving (ask again soon)."""
     return isinstance(exc, KafkaException) and exc.args[0].code() in LEADER_MOVING
@@ -60,10 +72,19 @@ class ClientErrors:
 
     def __init__(self) -> None:
         self.last: str | None = None
+        self.refused = False  # the brokers refused the client's credentials or TLS
         self._secrets: list[str] = []
 
     def __call__(self, error: KafkaError) -> None:
         self.last = error.str()
+        self.refused = self.refused or error.code() in REFUSED
+
+    def broker_gone(self, exc: BaseException) -> bool:
+        """Whether ``exc`` says a broker went away (ask another), and not that the
+        brokers refused this client (a failed sign-in also reads as a transport
+        failure; its reason reaches the error callback only)."""
+        code = exc.args[0].code() if isinstance(exc, KafkaException) and exc.args else None
+        return code in BROKER_GONE and not self.refused
 
     def watching(self, config: Mapping[str, Any]) -> dict[str, Any]:
         """``config`` with this as the client's error callback (its secrets kept to redact)."""

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
 from confluent_kafka import (
     IsolationLevel,
@@ -28,6 +28,8 @@ from eos_connectors.sources.kafka.options import EARLIEST, LATEST, KafkaSourceOp
 log = logging.getLogger(__name__)
 
 NO_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"  # the all-zero id of brokers that keep none
+
+T = TypeVar("T")
 
 FIRST_BACKOFF_S = 0.05
 MAX_BACKOFF_S = 1.0
@@ -100,21 +102,36 @@ class BrokerView:
         names = sorted(set(topics))
         if not names:
             return {}
-        try:
-            futures = self.admin.describe_topics(
-                TopicCollection(names), request_timeout=self.timeout
-            )
-        except KafkaException as exc:
-            raise self._unavailable("describe topics", exc) from None
+        return self._asking_again("describe topics", lambda: self._described(names))
+
+    def _described(self, names: list[str]) -> dict[str, Any]:
+        futures = self.admin.describe_topics(TopicCollection(names), request_timeout=self.timeout)
         found = {}
         for name, future in futures.items():
             try:
                 found[name] = future.result(timeout=self.timeout)
-            except (KafkaException, TimeoutError) as exc:
-                if _unknown_topic(exc):
-                    continue
-                raise self._unavailable("describe topics", exc) from None
+            except KafkaException as exc:
+                if not _unknown_topic(exc):
+                    raise
         return found
+
+    def _asking_again(self, what: str, call: Callable[[], T]) -> T:
+        """Driver: ``call()``, asked again with a new admin client (fresh metadata) while
+        a leader moves or a broker has gone (one of a replicated cluster died), backing
+        off, within the look-up's time limit; any other failure at once."""
+        deadline = time.monotonic() + self.timeout
+        backoff = FIRST_BACKOFF_S
+        while True:
+            try:
+                return call()
+            except (KafkaException, TimeoutError) as exc:
+                again = leader_moving(exc) or self._broker_gone(exc)
+                if not again or time.monotonic() + backoff > deadline:
+                    raise self._unavailable(what, exc) from None
+                log.info("eos_kafka: %s: %s; asking again", what, exc)
+                self._admin = None
+            time.sleep(backoff)
+            backoff = min(2 * backoff, MAX_BACKOFF_S)
 
     def initial(
         self, tps: list[TopicPartitionKey] | None = None, default: str = "latest"
@@ -198,10 +215,9 @@ class BrokerView:
         if named:
             described = self._describe(named)
             return {name: sorted(p.id for p in d.partitions) for name, d in described.items()}
-        try:
-            metadata = self.admin.list_topics(timeout=self.timeout)
-        except KafkaException as exc:
-            raise self._unavailable("list topics", exc) from None
+        metadata = self._asking_again(
+            "list topics", lambda: self.admin.list_topics(timeout=self.timeout)
+        )
         return {
             name: sorted(meta.partitions)
             for name, meta in metadata.topics.items()
@@ -247,7 +263,7 @@ class BrokerView:
                 wait = self._retry_wait(exc, backoff, retries, deadline)
                 if wait is None:
                     raise self._unavailable("list offsets", exc) from None
-                if leader_moving(exc):
+                if leader_moving(exc) or self._broker_gone(exc):
                     # librdkafka's admin client may go on sending the leader epoch it
                     # cached before the leader moved, and be refused for it until the
                     # time bound (seen on a 3-broker cluster with one broker killed): a
@@ -265,7 +281,8 @@ class BrokerView:
         that is moving is asked again, backing off, until the look-up's time limit; any
         other retriable error ``fetchOffset.numRetries`` times, ``fetchOffset.retryIntervalMs``
         apart (Spark's source's options)."""
-        if leader_moving(exc) and time.monotonic() + backoff <= deadline:
+        moving = leader_moving(exc) or self._broker_gone(exc)
+        if moving and time.monotonic() + backoff <= deadline:
             log.info("eos_kafka: a partition's leader is moving (%s); asking again.", exc)
             return backoff
         retriable = isinstance(exc, KafkaException) and exc.args[0].retriable()
@@ -274,6 +291,13 @@ class BrokerView:
             log.info("eos_kafka: looking offsets up failed (%s); asking again.", exc)
             return interval
         return None
+
+    def _broker_gone(self, exc: BaseException) -> bool:
+        """A broker went away (not: the brokers refused this client, which the error
+        callbacks served now would say)."""
+        if self._admin is not None:
+            self._admin.poll(0)
+        return self._errors.broker_gone(exc)
 
     def _unavailable(self, what: str, exc: BaseException) -> ServiceUnavailableError:
         """The error for a failed look-up, with the broker's reason (an authentication
