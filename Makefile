@@ -22,12 +22,22 @@ verify: bootstrap ## the harness: every fault point, random kills, all three sin
 SOAK_ARGS ?= --records 1000000 --cells running-count,aggregate,event-time,records,changelog --fault-rounds 3 \
 	--full-crashes all --kills 3 --restart kafka --restart postgres --restart redis
 SOAK_CLUSTER_ARGS ?= --records 100000 --cells running-count,records --fault-rounds 3 --kills 2
-soak: bootstrap ## the depth CI leaves out: soak tests, 1M records through every cell (every point a full crash), then 3 rounds on a 2-worker cluster
+SOAK_REPLICATED_ARGS ?= --records 1000000 --cells running-count,records,changelog --kills 2 \
+	--kill-broker input-leader --kill-broker output-leader --kill-broker coordinator \
+	--kill-broker input-leader --kill-broker coordinator \
+	--network-fault postgres:reset --network-fault postgres:cut --network-fault postgres:latency \
+	--network-fault redis:reset --network-fault redis:cut --network-fault redis:latency
+soak: bootstrap ## the depth CI leaves out: soak tests, 1M records through every cell (every point a full crash), 3 rounds on a 2-worker cluster, then 1M records on a 3-broker Kafka with broker kills and network faults
 	$(BIN)/python -m pytest -v -m soak $(PYTEST_ARGS)
 	$(BIN)/eos verify $(SOAK_ARGS) --report soak-report.json
 	$(BIN)/eos stack up --spark-workers 2
 	$(BIN)/eos verify $(SOAK_CLUSTER_ARGS) --report soak-cluster-report.json \
 		--master "$$($(BIN)/eos stack env | sed -n 's/^export EOS_SPARK_MASTER=//p')"
+	$(BIN)/eos stack down
+	$(BIN)/eos stack up --kafka-brokers 3 --spark-workers 2
+	$(BIN)/eos verify $(SOAK_REPLICATED_ARGS) --report soak-replicated-report.json \
+		--master "$$($(BIN)/eos stack env | sed -n 's/^export EOS_SPARK_MASTER=//p')"
+	$(BIN)/eos stack down
 
 test: bootstrap lint ## lint, then every test against real Kafka, PostgreSQL and Redis
 	$(BIN)/python -m pytest -v $(PYTEST_ARGS)
