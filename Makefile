@@ -24,7 +24,7 @@ SOAK_ARGS ?= --records 1000000 --cells running-count,aggregate,event-time,record
 SOAK_CLUSTER_ARGS ?= --records 100000 --cells running-count,records --fault-rounds 3 --kills 2
 SOAK_REPLICATED_ARGS ?= --records 1000000 --cells running-count,records,changelog --kills 2 \
 	--kill-broker input-leader --kill-broker output-leader --kill-broker coordinator \
-	--kill-broker input-leader --kill-broker coordinator \
+	--kill-broker input-leader --kill-broker coordinator --kill-broker min-isr \
 	--network-fault postgres:reset --network-fault postgres:cut --network-fault postgres:latency \
 	--network-fault redis:reset --network-fault redis:cut --network-fault redis:latency
 soak: bootstrap ## the depth CI leaves out: soak tests, 1M records through every cell (every point a full crash), 3 rounds on a 2-worker cluster, then 1M records on a 3-broker Kafka with broker kills and network faults

@@ -17,8 +17,11 @@ SERVICES = ("kafka", "postgres", "redis")
 #: Brokers of a replicated Kafka to SIGKILL and start again mid-run, by what they do for
 #: the run: lead partition 0 of an input topic, lead partition 0 of a Kafka sink's output
 #: topic, coordinate a Kafka sink's task partition 0's transactions. The query must not
-#: fail: with replication 3 another broker takes over.
-BROKER_ROLES = ("input-leader", "output-leader", "coordinator")
+#: fail: with replication 3 another broker takes over. ``min-isr``: the output leader and
+#: one more broker down together for a while (one replica left, below
+#: min.insync.replicas, and the controller quorum lost): the query waits or fails and
+#: replays, and never writes past it.
+BROKER_ROLES = ("input-leader", "output-leader", "coordinator", "min-isr")
 
 
 class VerifyError(EosError):

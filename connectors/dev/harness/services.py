@@ -13,6 +13,9 @@ from eos_connectors.dev.harness.plan import Names
 
 CrashService = Callable[[str], None]
 
+#: How long the brokers of an outage (the ``min-isr`` role) stay down together.
+OUTAGE_SECONDS = 15.0
+
 
 def endpoints_and_crash() -> tuple[Endpoints, CrashService | None]:
     """Endpoints from ``EOS_*`` variables, else the package's stack (started when down).
@@ -40,7 +43,13 @@ def crash_function(endpoints: Endpoints) -> CrashService | None:
         return None
 
     def crash_and_restart(name: str) -> None:
-        stack.kill(name)
+        """SIGKILL ``name`` and start it again; several names (``kafka-1,kafka-2``) are
+        killed together and kept down for ``OUTAGE_SECONDS`` first."""
+        names = name.split(",")
+        for each in names:
+            stack.kill(each)
+        if len(names) > 1:
+            time.sleep(OUTAGE_SECONDS)
         try:
             stack.up()
         except StackError as exc:  # one more try: a crashed server may need a moment
@@ -56,9 +65,10 @@ def crash_function(endpoints: Endpoints) -> CrashService | None:
     return crash_and_restart
 
 
-def broker_node(chosen: list[Target], names: Names, role: str) -> int:
-    """The node of the stack's replicated Kafka that has ``role`` for this run now (see
-    ``plan.BROKER_ROLES``); the input leader stands in for a role no query has."""
+def broker_node(chosen: list[Target], names: Names, role: str) -> str:
+    """The node (``<n>``) of the stack's replicated Kafka that has ``role`` for this run
+    now (see ``plan.BROKER_ROLES``; ``min-isr``: two nodes, ``<n>,kafka-<m>``); the input
+    leader stands in for a role no query has."""
     from eos_connectors.dev.stack import Stack
 
     cluster = Stack().cluster
@@ -67,8 +77,12 @@ def broker_node(chosen: list[Target], names: Names, role: str) -> int:
             "Killing a broker needs a replicated Kafka: `eos stack up --kafka-brokers 3`."
         )
     to_kafka = [t for t in chosen if t.family == "kafka"]
+    if role == "min-isr":  # the output (else input) leader and one more: 1 replica of 3 left
+        leader = broker_node(chosen, names, "output-leader")
+        other = next(n for n in cluster.node_ids() if str(n) != leader)
+        return f"{leader},kafka-{other}"
     if role == "output-leader" and to_kafka:
-        return cluster.leader(to_kafka[0].output, 0)
+        return str(cluster.leader(to_kafka[0].output, 0))
     if role == "coordinator" and to_kafka:  # the sink's default transactionalIdPrefix
-        return cluster.coordinator(f"eos-{to_kafka[0].sink_id}-0")
-    return cluster.leader(names.topic(chosen[0].cell), 0)
+        return str(cluster.coordinator(f"eos-{to_kafka[0].sink_id}-0"))
+    return str(cluster.leader(names.topic(chosen[0].cell), 0))
