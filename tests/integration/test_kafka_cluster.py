@@ -11,9 +11,9 @@ SIGKILLed at a time and started again while queries run:
   fault point of the Kafka sink and the source crossed, with a leader and a
   coordinator killed: no query may fail, and the sink ends exact.
 
-Cost: ~15 s to start the stack, ~60 s for the first query (each hard kill stalls the
-batch in flight until the controller fences the dead broker, ~9 s by default), ~2 min
-for the cell."""
+Cost: ~15 s to start the stack; ~60 s for the first query (each hard kill stalls the
+batch in flight until the controller fences the dead broker, ~9 s by default), in
+`make soak`; ~75 s for the cell, in CI."""
 
 from __future__ import annotations
 
@@ -97,6 +97,7 @@ def _produce(bootstrap: str, topic: str) -> None:
     assert producer.flush(30) == 0
 
 
+@pytest.mark.soak  # ~60 s: `make soak`; CI runs the cell below on the same stack
 def test_one_broker_killed_at_a_time_never_fails_the_query(
     cluster: KafkaCluster, tmp_path: Path, unique: str
 ) -> None:
@@ -154,7 +155,7 @@ def test_a_conformance_cell_on_a_replicated_kafka_with_brokers_killed(
     work = tmp_path / "verify"
     args = ["verify", "--cells", "running-count", "--sinks", "kafka", "--kills", "0"]
     args += ["--kill-broker", "input-leader", "--kill-broker", "coordinator"]
-    done = _eos(replicated, *args, "--records", "8000", "--work-dir", str(work))
+    done = _eos(replicated, *args, "--records", "6000", "--work-dir", str(work))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     report = json.loads((work / "report.json").read_text())
     killed = " ".join(r["service_crashed"] or "" for r in report["runs"])
