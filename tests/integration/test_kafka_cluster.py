@@ -7,13 +7,14 @@ SIGKILLed at a time and started again while queries run:
   an output partition are killed in turn: no task may fail (the source asks a moving
   leader again, the sink replaces a producer the coordinator's failover fenced), and the
   output holds each input record exactly once;
-- the running-count conformance cell into Kafka (`eos verify --kill-broker`), every
-  fault point of the Kafka sink and the source crossed, with a leader and a
-  coordinator killed: no query may fail, and the sink ends exact.
+- the running-count conformance cell into Kafka, PostgreSQL and Redis (`eos verify
+  --kill-broker ... --network-fault ...`), every fault point crossed, with a leader and a
+  coordinator killed, PostgreSQL's connections reset and Redis cut off: no query may
+  fail on a broker's kill, and every sink ends exact.
 
 Cost: ~15 s to start the stack; ~60 s for the first query (each hard kill stalls the
 batch in flight until the controller fences the dead broker, ~9 s by default), in
-`make soak`; ~75 s for the cell, in CI."""
+`make soak`; ~100 s for the cell, in CI (which also stands for test_network_faults)."""
 
 from __future__ import annotations
 
@@ -153,15 +154,19 @@ def test_a_conformance_cell_on_a_replicated_kafka_with_brokers_killed(
     replicated: Path, tmp_path: Path
 ) -> None:
     work = tmp_path / "verify"
-    args = ["verify", "--cells", "running-count", "--sinks", "kafka", "--kills", "0"]
-    args += ["--kill-broker", "input-leader", "--kill-broker", "coordinator"]
+    args = ["verify", "--cells", "running-count", "--sinks", "kafka,postgres,redis"]
+    args += ["--kills", "0", "--kill-broker", "input-leader", "--kill-broker", "coordinator"]
+    # one network fault per store in the same run (test_network_faults.py: every kind)
+    args += ["--network-fault", "postgres:reset", "--network-fault", "redis:cut"]
     done = _eos(replicated, *args, "--records", "6000", "--work-dir", str(work))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     report = json.loads((work / "report.json").read_text())
     killed = " ".join(r["service_crashed"] or "" for r in report["runs"])
     assert "(input-leader)" in killed and "(coordinator)" in killed, report["runs"]
+    assert "postgres network reset" in killed and "redis network cut" in killed
     sinks = {
         s["sink"]: (s["lost"], s["duplicated"], s["wrong"], len(s["leftovers"]))
         for s in report["sinks"]
     }
-    assert sinks == {"rc-kafka": (0, 0, 0, 0)}
+    exact = (0, 0, 0, 0)
+    assert sinks == {"rc-kafka": exact, "rc-postgres": exact, "rc-redis-increment": exact}
