@@ -28,6 +28,7 @@ from eos_connectors.dev.stack.toxiproxy import Toxiproxy
 NETWORK_SERVICES = ("postgres", "redis")
 NETWORK_KINDS = ("reset", "latency", "cut")
 FAULT_SECONDS = 4.0
+STREAMS = ("upstream", "downstream")
 LATENCY_MS = 6000
 
 
@@ -92,6 +93,3 @@ class NetworkFaults:
 
     def stop(self) -> None:
         self.proxy.stop()
-
-
-STREAMS = ("upstream", "downstream")

@@ -21,7 +21,7 @@ from eos_connectors.dev.harness.network import NetworkFaults
 from eos_connectors.dev.harness.pipeline import parse_event
 from eos_connectors.dev.harness.plan import Names, Plan
 from eos_connectors.dev.harness.report import Run
-from eos_connectors.dev.harness.services import broker_node
+from eos_connectors.dev.harness.services import broker_nodes
 from eos_connectors.dev.harness.spec import PipelineSpec
 
 
@@ -264,7 +264,7 @@ class Runner:
         """SIGKILL the broker of the replicated Kafka that has ``role`` now and start it
         again (the query goes on meanwhile)."""
         assert self.crash_service is not None
-        node = f"kafka-{broker_node(self.chosen, self.names, role)}"
+        node = ",".join(broker_nodes(self.chosen, self.names, role))
         self.out.write(f"  killing {node}, the {role}, and starting it again\n")
         self.crash_service(node)
         self._outages.append(f"{node} ({role})")

@@ -65,10 +65,10 @@ def crash_function(endpoints: Endpoints) -> CrashService | None:
     return crash_and_restart
 
 
-def broker_node(chosen: list[Target], names: Names, role: str) -> str:
-    """The node (``<n>``) of the stack's replicated Kafka that has ``role`` for this run
-    now (see ``plan.BROKER_ROLES``; ``min-isr``: two nodes, ``<n>,kafka-<m>``); the input
-    leader stands in for a role no query has."""
+def broker_nodes(chosen: list[Target], names: Names, role: str) -> list[str]:
+    """The nodes (``kafka-<n>``) of the stack's replicated Kafka that have ``role`` for this
+    run now (see ``plan.BROKER_ROLES``; ``min-isr``: the output leader and one more); the
+    input leader stands in for a role no query has."""
     from eos_connectors.dev.stack import Stack
 
     cluster = Stack().cluster
@@ -77,12 +77,14 @@ def broker_node(chosen: list[Target], names: Names, role: str) -> str:
             "Killing a broker needs a replicated Kafka: `eos stack up --kafka-brokers 3`."
         )
     to_kafka = [t for t in chosen if t.family == "kafka"]
-    if role == "min-isr":  # the output (else input) leader and one more: 1 replica of 3 left
-        leader = broker_node(chosen, names, "output-leader")
-        other = next(n for n in cluster.node_ids() if str(n) != leader)
-        return f"{leader},kafka-{other}"
+    if role == "min-isr":  # one replica of three left
+        leader = broker_nodes(chosen, names, "output-leader")[0]
+        other = next(n for n in map(cluster.name, cluster.node_ids()) if n != leader)
+        return [leader, other]
     if role == "output-leader" and to_kafka:
-        return str(cluster.leader(to_kafka[0].output, 0))
-    if role == "coordinator" and to_kafka:  # the sink's default transactionalIdPrefix
-        return str(cluster.coordinator(f"eos-{to_kafka[0].sink_id}-0"))
-    return str(cluster.leader(names.topic(chosen[0].cell), 0))
+        node = cluster.leader(to_kafka[0].output, 0)
+    elif role == "coordinator" and to_kafka:  # the sink's default transactionalIdPrefix
+        node = cluster.coordinator(f"eos-{to_kafka[0].sink_id}-0")
+    else:
+        node = cluster.leader(names.topic(chosen[0].cell), 0)
+    return [cluster.name(node)]

@@ -20,7 +20,7 @@ from eos_connectors.dev.endpoints import Endpoints
 from eos_connectors.dev.stack.kafka import KAFKA_SETTINGS, KAFKA_VERSION, KafkaService
 from eos_connectors.dev.stack.kafka_cluster import KafkaCluster
 from eos_connectors.dev.stack.postgres import POSTGRES_SETTINGS, PostgresService
-from eos_connectors.dev.stack.process import crash
+from eos_connectors.dev.stack.process import LOOPBACK, crash
 from eos_connectors.dev.stack.redis import REDIS_SETTINGS, RedisService
 from eos_connectors.dev.stack.service import Service, ServiceRecord
 from eos_connectors.dev.stack.spark import SparkMaster, SparkWorker
@@ -219,10 +219,10 @@ class Stack:
         result = []
         cluster = self.cluster
         if cluster is not None:
-            layout = cluster.layout()
+            ports = cluster.layout().ports
             for node in cluster.node_ids():
                 pid = cluster.pid(node)
-                endpoint = f"{layout.bootstrap.split(',')[node - 1]}" if pid else None
+                endpoint = f"{LOOPBACK}:{ports[node - 1][0]}" if pid else None
                 result.append(ServiceStatus(cluster.name(node), pid is not None, pid, endpoint))
         for service in self._running_services():
             record = service.running()

@@ -110,9 +110,6 @@ class KafkaCluster:
             terminate(pid, timeout=max(0.0, deadline - time.monotonic()))
         return [self.name(n) for n in pids]
 
-    def running(self) -> bool:
-        return all(self.pid(n) is not None for n in self.node_ids())
-
     def any_running(self) -> bool:
         return any(self.pid(n) is not None for n in self.node_ids())
 
