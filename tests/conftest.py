@@ -166,3 +166,25 @@ def spark_master() -> Iterator[str]:
     yield master
     if not was_up and not os.environ.get("EOS_KEEP_STACK"):
         stack.down_spark()
+
+
+@pytest.fixture(scope="session")
+def hdfs_url() -> Iterator[str]:
+    """HDFS (a NameNode and a DataNode) on loopback: ``EOS_HDFS_URL`` when set, else the
+    package stack's, started for the session and stopped after it unless it ran before
+    or ``EOS_KEEP_STACK=1``. Sets ``EOS_WEBHDFS_URL`` for the sinks' checkpoint records:
+    a Spark session started after this fixture passes it to its Python workers."""
+    explicit = os.environ.get("EOS_HDFS_URL")
+    if explicit:
+        yield explicit
+        return
+    from eos_connectors.dev.stack import Stack
+
+    stack = Stack()
+    was_up = stack.hdfs_url() is not None
+    url = stack.up_hdfs()
+    os.environ["EOS_HDFS_URL"] = url
+    os.environ["EOS_WEBHDFS_URL"] = stack.webhdfs_url() or ""
+    yield url
+    if not was_up and not os.environ.get("EOS_KEEP_STACK"):
+        stack.down_hdfs()

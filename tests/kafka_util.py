@@ -5,13 +5,13 @@ Topics are created and read back with :mod:`eos_connectors.core.topics`."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewPartitions
 
 from eos_connectors.core.topics import create_topic
+from eos_connectors.ops.locations import Location
 
 
 def add_partitions(bootstrap: str, topic: str, total: int) -> None:
@@ -34,7 +34,7 @@ def recreate_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
             time.sleep(0.2)
 
 
-def uncommit(checkpoint: Path, batch: int) -> None:
+def uncommit(checkpoint: Location, batch: int) -> None:
     """Remove ``commits/<batch>`` (and its checksum) as a crash before Spark wrote it would."""
     for name in (str(batch), f".{batch}.crc"):
         (checkpoint / "commits" / name).unlink(missing_ok=True)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 from eos_connectors.cli.sinks import add_store_arguments, names_of
 
@@ -52,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.action == "rescale":
         return _rescale(args)
-    checkpoint = read_checkpoint(Path(args.path))
+    checkpoint = read_checkpoint(args.path)
     report = inspect.inspect(checkpoint, all_records(names_of(args)))
     if args.keys:
         with tool_session("eos-inspect") as spark:
@@ -67,9 +66,9 @@ def _rescale(args: argparse.Namespace) -> int:
     from eos_connectors.ops.spark import tool_session
 
     root = savepoints.savepoint_root(args.dir)
-    read_checkpoint(Path(args.path))  # a clear error before Spark starts
+    read_checkpoint(args.path)  # a clear error before Spark starts
     with tool_session("eos-rescale") as spark:
-        point = savepoints.rescale(spark, Path(args.path), args.partitions, root)
+        point = savepoints.rescale(spark, args.path, args.partitions, root)
     kept = (
         f"savepoint {point.name} holds it as it was, at batch {point.batch}"
         if point

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from eos_connectors.cli.sinks import add_store_arguments
 from eos_connectors.core.sinks_admin import QUIET_SECONDS
@@ -53,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
 
     root = savepoints.savepoint_root(args.dir)
     if args.action == "create":
-        made = savepoints.create(Path(args.checkpoint), args.name, root)
+        made = savepoints.create(args.checkpoint, args.name, root)
         how = "hard links" if made.linked else "copies"
         print(
             f"Savepoint {made.name} of query {made.query_id} at batch {made.batch}: "
@@ -69,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         point = savepoints.find(root, args.name)
         restored = savepoints.restore(
             point,
-            Path(args.to),
+            args.to,
             args.mode,
             recorded_sinks,  # asked when resuming
             no_sinks=args.no_sinks,

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from eos_connectors.core.sinks_admin import (
     QUIET_SECONDS,
@@ -93,7 +92,7 @@ def names_of(args: argparse.Namespace) -> BookkeepingNames:
 def run(args: argparse.Namespace) -> int:
     guard = None
     if args.action == "reset":
-        path = None if args.checkpoint_deleted else Path(args.checkpoint)
+        path = None if args.checkpoint_deleted else args.checkpoint
         guard = reset_guard(path, args.quiet_seconds)
     with admins(names_of(args)) as stores:
         if args.action == "list":

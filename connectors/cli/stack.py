@@ -16,6 +16,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="also start a Spark standalone master and N one-core workers on loopback",
     )
     up.add_argument(
+        "--hdfs",
+        action="store_true",
+        help="also start HDFS (a NameNode and a DataNode) on loopback, for checkpoints on "
+        "shared storage; its URL is EOS_HDFS_URL in `eos stack env`",
+    )
+    up.add_argument(
         "--kafka-brokers",
         type=int,
         default=None,
@@ -46,6 +52,8 @@ def run(args: argparse.Namespace) -> int:
         if args.spark_workers:
             master = stack.up_spark(args.spark_workers)
             print(f"Spark      {master} ({args.spark_workers} workers, one core each)")
+        if args.hdfs:
+            print(f"HDFS       {stack.up_hdfs()}")
         print('Use `eval "$(eos stack env)"` to export the endpoints.')
     elif args.action == "down":
         stopped = stack.down()
@@ -60,6 +68,10 @@ def run(args: argparse.Namespace) -> int:
         running = stack.spark_master()
         if running:
             print(f"export EOS_SPARK_MASTER={running}")
+        hdfs = stack.hdfs_url()
+        if hdfs:
+            print(f"export EOS_HDFS_URL={hdfs}")
+            print(f"export EOS_WEBHDFS_URL={stack.webhdfs_url()}")
     elif args.action == "restart":
         status = stack.restart(args.service)
         print(f"{status.name} restarted (pid {status.pid})")

@@ -6,7 +6,6 @@ import argparse
 import json
 import sys
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from eos_connectors.core.errors import ConfigError
@@ -32,16 +31,17 @@ def run(args: argparse.Namespace) -> int:
     """``eos state get``: rows as a table, or one JSON object per row."""
     from eos_connectors.ops import savepoints, state
     from eos_connectors.ops.checkpoint import read_checkpoint
+    from eos_connectors.ops.locations import location
     from eos_connectors.ops.spark import tool_session
 
     point = None
     if args.savepoint is not None:
         point = savepoints.find(savepoints.savepoint_root(args.dir), args.savepoint)
         if args.path is not None:
-            _check_same_query(read_checkpoint(Path(args.path)), point)
+            _check_same_query(read_checkpoint(args.path), point)
     elif args.path is None:
         raise ConfigError("eos state get: give the checkpoint PATH, or --savepoint NAME.")
-    source = Path(point.path) if point is not None else Path(args.path)
+    source = location(point.path if point is not None else args.path)
     read = state.plan_read(read_checkpoint(source), args.operator, args.var)  # before Spark
     with state.readable(source, point) as path, tool_session("eos-state") as spark:
         frame = state.read_state(spark, replace(read, path=path))

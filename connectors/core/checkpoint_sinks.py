@@ -11,8 +11,9 @@ and refuse when one of them cannot be reached.
 The sink sees its checkpoint when the query sets it with
 ``.option("checkpointLocation", ...)``; one set through
 ``spark.sql.streaming.checkpointLocation`` is not passed to sinks, so nothing is
-recorded then (the tools say so). Only checkpoints on a file system this process
-can open (a local path, or a ``file:`` URI, as a shared mount is) are written.
+recorded then (the tools say so). Checkpoints on a local path, a ``file:`` URI (a
+shared mount) and ``hdfs:`` (through WebHDFS, :mod:`eos_connectors.core.webhdfs`) are
+written; on another store (``s3a:``...) nothing is recorded, and the tools say so.
 """
 
 from __future__ import annotations
@@ -23,17 +24,15 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Protocol
 from urllib.parse import urlparse
 
 from eos_connectors.core.errors import EosError
+from eos_connectors.core.webhdfs import WebHdfs
 
 log = logging.getLogger(__name__)
 
 FOLDER = Path("eos") / "sinks"
-
-
-class CheckpointSinksError(EosError):
-    """A checkpoint's record of its sinks cannot be read."""
 
 
 @dataclass(frozen=True)
@@ -52,71 +51,88 @@ class SinkEntry:
         return f"{self.store}-{self.sink_id}.json"
 
 
-def checkpoint_dir(location: str | None) -> Path | None:
-    """The local directory of a ``checkpointLocation`` option, None for another scheme."""
-    if not location:
-        return None
-    parsed = urlparse(location)
-    if parsed.scheme in ("", "file"):
-        return Path(parsed.path if parsed.scheme else location)
-    return None
+class _Files(Protocol):
+    """A checkpoint's files, by path relative to it."""
+
+    def read(self, relative: str) -> str | None: ...
+
+    def replace(self, relative: str, text: str) -> None:
+        """Write ``text`` to a new file and rename it over ``relative`` (atomic)."""
 
 
-def query_id_of(checkpoint: Path) -> str | None:
-    """The query id Spark wrote to ``<checkpoint>/metadata`` when the query was created."""
-    try:
-        return str(json.loads((checkpoint / "metadata").read_text())["id"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+@dataclass(frozen=True)
+class _LocalFiles:
+    root: Path
 
+    def read(self, relative: str) -> str | None:
+        path = self.root / relative
+        return path.read_text() if path.is_file() else None
 
-def record(checkpoint: Path, entry: SinkEntry) -> None:
-    """Driver: write ``entry`` into the checkpoint unless it is there already (atomically:
-    a temporary file renamed over). A failure is logged, never raised: recording is for
-    the tools, and a query must not fail over it."""
-    path = checkpoint / FOLDER / entry.file_name
-    text = json.dumps(asdict(entry), indent=2, sort_keys=True) + "\n"
-    try:
-        if path.is_file() and path.read_text() == text:
-            return
+    def replace(self, relative: str, text: str) -> None:
+        path = self.root / relative
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
         partial.write_text(text)
         partial.replace(path)
-    except OSError as exc:
-        log.warning("could not record sink %s in checkpoint %s: %s", entry.sink_id, checkpoint, exc)
 
 
-def entries(checkpoint: Path) -> list[SinkEntry] | None:
-    """The sinks recorded in ``checkpoint``, None when it records none (an older version
-    of the package ran it, or its sinks could not see the checkpoint's location)."""
-    folder = checkpoint / FOLDER
-    if not folder.is_dir():
+@dataclass(frozen=True)
+class _HdfsFiles:
+    hdfs: WebHdfs
+    root: str  # the checkpoint's path on HDFS
+
+    def read(self, relative: str) -> str | None:
+        return self.hdfs.read_text(f"{self.root}/{relative}")
+
+    def replace(self, relative: str, text: str) -> None:
+        path = f"{self.root}/{relative}"
+        folder, name = path.rsplit("/", 1)
+        partial = f"{folder}/.{name}.{uuid.uuid4().hex[:8]}"
+        self.hdfs.write_text(partial, text)  # CREATE makes the parent folders
+        self.hdfs.rename(partial, path)
+
+
+def checkpoint_files(location: str | None) -> _Files | None:
+    """The files of a ``checkpointLocation``: a local directory (or ``file:``, as a shared
+    mount is) or an ``hdfs:`` one (over WebHDFS); None for another scheme."""
+    if not location:
         return None
-    found = []
-    for path in sorted(folder.glob("*.json")):
-        try:
-            raw = json.loads(path.read_text())
-            found.append(SinkEntry(**{**raw, "names": dict(raw.get("names", {}))}))
-        except (OSError, ValueError, TypeError) as exc:
-            raise CheckpointSinksError(
-                f"{path} is not a sink record of this package: {exc}"
-            ) from None
-    return found
+    parsed = urlparse(location)
+    if parsed.scheme in ("", "file"):
+        return _LocalFiles(Path(parsed.path if parsed.scheme else location))
+    if parsed.scheme == "hdfs":
+        return _HdfsFiles(WebHdfs.for_uri(location), parsed.path.rstrip("/"))
+    return None
+
+
+def record(files: _Files, entry: SinkEntry) -> None:
+    """Driver: write ``entry`` into the checkpoint unless it is there already (atomically:
+    a temporary file renamed over)."""
+    relative = f"{FOLDER.as_posix()}/{entry.file_name}"
+    text = json.dumps(asdict(entry), indent=2, sort_keys=True) + "\n"
+    if files.read(relative) != text:
+        files.replace(relative, text)
 
 
 def record_at_start(options: Mapping[str, str], entry: Callable[[str], SinkEntry]) -> None:
     """Driver, at a query's start: record the sink ``entry(query id)`` describes in the
-    checkpoint named by the ``checkpointLocation`` option, when there is one to write."""
+    checkpoint named by the ``checkpointLocation`` option, when there is one to write. A
+    failure is logged, never raised: recording is for the tools, and a query must not
+    fail over it (resuming it from a savepoint is then refused: fork instead)."""
     location = next((v for k, v in options.items() if k.lower() == "checkpointlocation"), None)
-    checkpoint = checkpoint_dir(location)
-    if checkpoint is None:
+    files = checkpoint_files(location)
+    if files is None:
+        if location:
+            log.info("checkpoint %s: sinks are recorded on local and hdfs: ones only", location)
         return
-    query_id = query_id_of(checkpoint)
-    if query_id is None:
-        log.info("no query id in %s yet: sink not recorded in the checkpoint", checkpoint)
-        return
-    record(checkpoint, entry(query_id))
+    try:
+        metadata = files.read("metadata")
+        if metadata is None:
+            log.info("no query id in %s yet: sink not recorded in the checkpoint", location)
+            return
+        record(files, entry(str(json.loads(metadata)["id"])))
+    except (OSError, ValueError, KeyError, EosError) as exc:
+        log.warning("could not record the sink in checkpoint %s: %s", location, exc)
 
 
 def postgres_endpoint(dsn: str) -> str:

@@ -7,7 +7,8 @@ the SQL settings fixed at the first start, then one line per source),
 (``state/<operator>/<partition>/`` per state store: version V holds the state
 after batch V-1, as ``V.zip``/``V.changelog`` with RocksDB or
 ``V.snapshot``/``V.delta`` with the HDFS-backed store; ``state/<operator>/_metadata``
-describes the operator). Everything here only reads files.
+describes the operator). Everything here only reads files, on any file system
+(:mod:`eos_connectors.ops.locations`).
 """
 
 from __future__ import annotations
@@ -15,19 +16,16 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from eos_connectors.core.errors import EosError
+from eos_connectors.ops.locations import CheckpointError, Location, location, walk_files
+
+__all__ = ["Checkpoint", "CheckpointError", "batches", "read_checkpoint", "read_offsets"]
 
 #: A state store version file (or its checksum): ``V.zip``, ``.V.changelog.crc``, ...
 STATE_FILE = re.compile(r"^\.?(\d+)\.(zip|changelog|snapshot|delta)(\.crc)?$")
 #: A batch's file in ``offsets/``, ``commits/`` or operator metadata (or its checksum).
 BATCH_FILE = re.compile(r"^\.?(\d+)(\.crc)?$")
-
-
-class CheckpointError(EosError):
-    """A directory that is not a readable streaming checkpoint, or one in the wrong state."""
 
 
 @dataclass(frozen=True)
@@ -63,7 +61,7 @@ class OperatorState:
 class Checkpoint:
     """What a checkpoint directory says about its query."""
 
-    path: Path
+    path: Location
     query_id: str
     last_planned: int | None
     last_committed: int | None
@@ -83,14 +81,14 @@ class Checkpoint:
         return int(value) if value else None
 
 
-def batches(directory: Path) -> list[int]:
+def batches(directory: Location) -> list[int]:
     """The batch ids with a file in ``offsets/`` or ``commits/``, ascending."""
     if not directory.is_dir():
         return []
     return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit())
 
 
-def read_offsets(path: Path, batch: int) -> tuple[dict[str, Any], list[dict[str, Any] | None]]:
+def read_offsets(path: Location, batch: int) -> tuple[dict[str, Any], list[dict[str, Any] | None]]:
     """``offsets/<batch>``: its metadata and each source's offset (None for "-")."""
     lines = (path / "offsets" / str(batch)).read_text().splitlines()
     if len(lines) < 2 or not lines[0].startswith("v"):
@@ -99,9 +97,9 @@ def read_offsets(path: Path, batch: int) -> tuple[dict[str, Any], list[dict[str,
     return metadata, [None if line == "-" else json.loads(line) for line in lines[2:]]
 
 
-def read_checkpoint(path: Path) -> Checkpoint:
-    """The checkpoint at ``path``; CheckpointError if it is none."""
-    path = path.resolve()
+def read_checkpoint(path: Location | str) -> Checkpoint:
+    """The checkpoint at ``path`` (a location or its string); CheckpointError if it is none."""
+    path = (location(path) if isinstance(path, str) else path).resolve()
     metadata = path / "metadata"
     if not metadata.is_file():
         raise CheckpointError(
@@ -129,7 +127,7 @@ def read_checkpoint(path: Path) -> Checkpoint:
     )
 
 
-def _operators(state: Path) -> list[OperatorState]:
+def _operators(state: Location) -> list[OperatorState]:
     if not state.is_dir():
         return []
     found = []
@@ -141,11 +139,11 @@ def _operators(state: Path) -> list[OperatorState]:
     return found
 
 
-def _number(path: Path) -> int:
+def _number(path: Location) -> int:
     return int(path.name) if path.name.isdigit() else -1
 
 
-def operator_metadata(operator: Path) -> dict[str, Any]:
+def operator_metadata(operator: Location) -> dict[str, Any]:
     """The operator's newest metadata (``_metadata/v2/<batch>`` for transformWithState,
     else ``_metadata/metadata``): a version line, then one JSON object; {} when none."""
     v2 = operator / "_metadata" / "v2"
@@ -160,15 +158,15 @@ def operator_metadata(operator: Path) -> dict[str, Any]:
     return {}
 
 
-def _operator_name(operator: Path) -> str:
+def _operator_name(operator: Location) -> str:
     return str(operator_metadata(operator).get("operatorInfo", {}).get("operatorName", ""))
 
 
-def _partition(directory: Path) -> PartitionState:
-    files = [p for p in directory.rglob("*") if p.is_file() and not p.name.startswith(".")]
+def _partition(directory: Location) -> PartitionState:
+    files = [f for f in walk_files(directory) if not f.relative.rsplit("/", 1)[-1].startswith(".")]
     versions: dict[int, set[str]] = {}
-    for file in directory.iterdir():
-        match = STATE_FILE.match(file.name)
+    for file in files:
+        match = STATE_FILE.match(file.relative)
         if match:
             versions.setdefault(int(match.group(1)), set()).add(match.group(2))
     full = [v for v, kinds in versions.items() if kinds & {"zip", "snapshot"}]
@@ -176,7 +174,7 @@ def _partition(directory: Path) -> PartitionState:
     return PartitionState(
         partition=int(directory.name),
         files=len(files),
-        bytes=sum(p.stat().st_size for p in files),
+        bytes=sum(f.size for f in files),
         latest_version=max(versions) if versions else None,
         latest_snapshot=latest_full,
         changelogs_since=sum(

@@ -5,7 +5,8 @@ holds what a restart after batch N reads: ``offsets/`` and ``commits/`` up to N,
 state store versions up to N+1 (version V is the state after batch V-1), operator
 metadata up to N, and a ``savepoint.json`` manifest. Files are hard-linked where
 the file system allows (Spark never rewrites a checkpoint file in place), copied
-elsewhere.
+elsewhere: on HDFS, S3 or any other store Spark reaches
+(:mod:`eos_connectors.ops.locations`), where savepoints may live too.
 
 Restoring copies it into an empty directory:
 
@@ -27,20 +28,17 @@ Restoring copies it into an empty directory:
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import re
-import shutil
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 from eos_connectors.core.checkpoint_sinks import FOLDER as SINKS_FOLDER
-from eos_connectors.core.checkpoint_sinks import SinkEntry, entries
+from eos_connectors.core.checkpoint_sinks import SinkEntry
 from eos_connectors.core.sinks_admin import QUIET_SECONDS, SinkRecord
 from eos_connectors.ops.checkpoint import (
     BATCH_FILE,
@@ -50,6 +48,15 @@ from eos_connectors.ops.checkpoint import (
     batches,
     read_checkpoint,
     read_offsets,
+)
+from eos_connectors.ops.locations import (
+    Location,
+    children,
+    copy_files,
+    location,
+    remove_tree,
+    rename,
+    walk_files,
 )
 
 #: Looks up the bookkeeping of the sinks a checkpoint records, in their own stores; raises
@@ -66,7 +73,7 @@ class Savepoint:
     path: str
     query_id: str
     batch: int
-    source: str  # the checkpoint it was taken from, as an absolute path
+    source: str  # the checkpoint it was taken from: an absolute path or a URI
     created: str
     watermark_ms: int
     shuffle_partitions: int | None
@@ -75,19 +82,20 @@ class Savepoint:
     linked: bool  # hard links (cheap) rather than copies
 
     @classmethod
-    def load(cls, directory: Path) -> Savepoint:
+    def load(cls, directory: Location) -> Savepoint:
         manifest = directory / MANIFEST
         if not manifest.is_file():
             raise CheckpointError(f"{directory} is not a savepoint (no {MANIFEST}).")
         return cls(**{**json.loads(manifest.read_text()), "path": str(directory.resolve())})
 
 
-def savepoint_root(explicit: str | None = None) -> Path:
-    """``--dir``, else ``EOS_SAVEPOINT_DIR``, else ``./savepoints``."""
-    return Path(explicit or os.environ.get("EOS_SAVEPOINT_DIR") or "savepoints").resolve()
+def savepoint_root(explicit: str | None = None) -> Location:
+    """``--dir``, else ``EOS_SAVEPOINT_DIR``, else ``./savepoints``: a local directory or
+    a URI of any file system Spark reaches (``hdfs://...``)."""
+    return location(explicit or os.environ.get("EOS_SAVEPOINT_DIR") or "savepoints").resolve()
 
 
-def create(checkpoint_path: Path, name: str, root: Path) -> Savepoint:
+def create(checkpoint_path: Location | str, name: str, root: Location) -> Savepoint:
     """Savepoint ``name`` of the stopped query at ``checkpoint_path``, under ``root``."""
     if not _NAME.match(name):
         raise CheckpointError(
@@ -122,20 +130,20 @@ def create(checkpoint_path: Path, name: str, root: Path) -> Savepoint:
         )
         manifest = {k: v for k, v in asdict(savepoint).items() if k != "path"}
         (partial / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
-        partial.rename(target)
+        rename(partial, target)
     finally:
-        shutil.rmtree(partial, ignore_errors=True)
+        remove_tree(partial)
     return savepoint
 
 
-def list_savepoints(root: Path) -> list[Savepoint]:
+def list_savepoints(root: Location) -> list[Savepoint]:
     if not root.is_dir():
         return []
-    found = [Savepoint.load(p) for p in sorted(root.iterdir()) if (p / MANIFEST).is_file()]
+    found = [Savepoint.load(p) for p in children(root) if (p / MANIFEST).is_file()]
     return sorted(found, key=lambda s: s.created)
 
 
-def find(root: Path, name: str) -> Savepoint:
+def find(root: Location, name: str) -> Savepoint:
     if not (root / name / MANIFEST).is_file():
         known = ", ".join(s.name for s in list_savepoints(root)) or "none"
         raise CheckpointError(f"No savepoint {name!r} under {root} (there: {known}).")
@@ -144,7 +152,7 @@ def find(root: Path, name: str) -> Savepoint:
 
 def restore(
     savepoint: Savepoint,
-    to: Path,
+    to: Location | str,
     mode: str = "fork",
     sinks: SinkLookup | None = None,
     no_sinks: bool = False,
@@ -160,12 +168,12 @@ def restore(
     """
     if mode not in ("fork", "resume"):
         raise CheckpointError(f"--mode {mode!r}: use fork or resume.")
-    to = to.resolve()
+    to = (location(to) if isinstance(to, str) else to).resolve()
     if to.exists() and any(to.iterdir()):
         raise CheckpointError(f"{to} is not empty: restore into a new or empty directory.")
     if mode == "resume":
         _check_resumable(savepoint, sinks, no_sinks, quiet_seconds)
-    source = Path(savepoint.path)
+    source = location(savepoint.path)
     sinks_folder = SINKS_FOLDER.as_posix() + "/"
     _copy_tree(
         source,
@@ -183,7 +191,7 @@ def restore(
     }
     _replace(to / "restored-from.json", json.dumps(origin, indent=2) + "\n")
     if mode == "resume":
-        _retire(Path(savepoint.source), savepoint)
+        _retire(location(savepoint.source), savepoint)
     return read_checkpoint(to)
 
 
@@ -222,39 +230,25 @@ def _savepoint_keeps(batch: int) -> Callable[[str], bool]:
     return keep
 
 
-def _copy_tree(source: Path, target: Path, keep: Callable[[str], bool]) -> tuple[int, int, bool]:
+def _copy_tree(
+    source: Location, target: Location, keep: Callable[[str], bool]
+) -> tuple[int, int, bool]:
     """Hard-link (or copy) the files of ``source`` that ``keep`` accepts into ``target``."""
-    files = size = 0
-    linked = True
-    for directory, _dirs, names in os.walk(source):
-        here = Path(directory)
-        for name in names:
-            rel = (here / name).relative_to(source).as_posix()
-            if not keep(rel):
-                continue
-            destination = target / rel
-            destination.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                os.link(here / name, destination)
-            except OSError as exc:
-                if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
-                    raise
-                shutil.copy2(here / name, destination)
-                linked = False
-            files += 1
-            size += destination.stat().st_size
+    kept = [entry for entry in walk_files(source) if keep(entry.relative)]
+    linked = copy_files([(entry.where, target / entry.relative) for entry in kept])
     target.mkdir(parents=True, exist_ok=True)
+    files, size = len(kept), sum(entry.size for entry in kept)
     return files, size, linked
 
 
-def _replace(path: Path, text: str) -> None:
+def _replace(path: Location, text: str) -> None:
     """Write ``path`` as a new file (never through a hard link) and drop its checksum."""
     path.unlink(missing_ok=True)
     (path.parent / f".{path.name}.crc").unlink(missing_ok=True)
     path.write_text(text)
 
 
-def _repoint_operator_metadata(checkpoint: Path, old: str) -> None:
+def _repoint_operator_metadata(checkpoint: Location, old: str) -> None:
     """transformWithState's operator metadata names its schema files by absolute path."""
     state = checkpoint / "state"
     if not state.is_dir():
@@ -271,7 +265,7 @@ def _check_resumable(
     savepoint: Savepoint, sinks: SinkLookup | None, no_sinks: bool, quiet_seconds: float
 ) -> None:
     _check_original_stopped(savepoint)
-    recorded = entries(Path(savepoint.path))
+    recorded = recorded_sinks(location(savepoint.path))
     if not recorded:
         if no_sinks:
             return
@@ -297,9 +291,26 @@ def _check_resumable(
         )
 
 
+def recorded_sinks(checkpoint: Location) -> list[SinkEntry] | None:
+    """The sinks recorded in ``checkpoint`` (:mod:`eos_connectors.core.checkpoint_sinks`),
+    None when it records none (an older version of the package ran it, or its sinks
+    could not write to the checkpoint's location)."""
+    folder = checkpoint / SINKS_FOLDER.as_posix()
+    if not folder.is_dir():
+        return None
+    found = []
+    for path in children(folder, "*.json"):
+        try:
+            raw = json.loads(path.read_text())
+            found.append(SinkEntry(**{**raw, "names": dict(raw.get("names", {}))}))
+        except (ValueError, TypeError) as exc:
+            raise CheckpointError(f"{path} is not a sink record of this package: {exc}") from None
+    return found
+
+
 def _check_original_stopped(savepoint: Savepoint) -> None:
     """The original query planned no batch after the savepoint (else it ran on, or runs)."""
-    original = Path(savepoint.source)
+    original = location(savepoint.source)
     if not (original / "metadata").is_file():
         return
     now = read_checkpoint(original)
@@ -337,21 +348,23 @@ def _resume_problems(
     return problems
 
 
-def _retire(original: Path, savepoint: Savepoint) -> None:
+def _retire(original: Location, savepoint: Savepoint) -> None:
     """Rename the original checkpoint, so it never runs next to its resumed copy."""
     if not (original / "metadata").is_file():
         return
     if read_checkpoint(original).query_id != savepoint.query_id:
         return
     retired = original.with_name(f"{original.name}.retired-{time.strftime('%Y%m%dT%H%M%S')}")
-    original.rename(retired)
+    rename(original, retired)
     (retired / "RETIRED.txt").write_text(
         f"Retired when savepoint {savepoint.name!r} (batch {savepoint.batch}) was resumed "
         f"elsewhere under the same query id {savepoint.query_id}. Do not start a query on it.\n"
     )
 
 
-def rescale(spark: Any, checkpoint_path: Path, partitions: int, root: Path) -> Savepoint | None:
+def rescale(
+    spark: Any, checkpoint_path: Location | str, partitions: int, root: Location
+) -> Savepoint | None:
     """Driver: repartition a stopped query's state to ``partitions``, after a savepoint of
     it; returns the savepoint (None when finishing a rescale whose savepoint is elsewhere).
 
@@ -402,7 +415,7 @@ def _check_provider(checkpoint: Checkpoint) -> None:
     )
 
 
-def _repartition(spark: Any, path: Path, partitions: int, point: Savepoint | None) -> None:
+def _repartition(spark: Any, path: Location, partitions: int, point: Savepoint | None) -> None:
     way_back = (
         f"Savepoint {point.name!r} holds the query as it was: eos savepoint restore "
         f"{point.name} --to NEW_DIR --mode resume."
@@ -435,7 +448,7 @@ def _unfinished_rescale(checkpoint: Checkpoint) -> int | None:
 
 
 def _finish_rescale(
-    spark: Any, checkpoint: Checkpoint, unfinished: int, partitions: int, root: Path
+    spark: Any, checkpoint: Checkpoint, unfinished: int, partitions: int, root: Location
 ) -> Savepoint | None:
     """Run an interrupted rescale again to the count it was going to; refuse another."""
     taken = [

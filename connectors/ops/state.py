@@ -28,6 +28,7 @@ from eos_connectors.ops.checkpoint import (
     OperatorState,
     operator_metadata,
 )
+from eos_connectors.ops.locations import Location
 
 if TYPE_CHECKING:
     from eos_connectors.ops.savepoints import Savepoint
@@ -39,13 +40,13 @@ PARTITION_COLUMN = "partition_id"
 class StateRead:
     """What one read of state names: the checkpoint, operator, variable and batch."""
 
-    path: Path
+    path: Location
     operator: int
     variable: str | None  # a transformWithState state variable, else None
     batch: int
 
 
-def state_variables(checkpoint: Path, operator: int) -> list[str]:
+def state_variables(checkpoint: Location, operator: int) -> list[str]:
     """The state variables of a ``transformWithState`` operator, [] for any other."""
     metadata = operator_metadata(checkpoint / "state" / str(operator))
     properties = json.loads(metadata.get("operatorPropertiesJson") or "{}")
@@ -177,9 +178,10 @@ def key_counts(spark: Any, checkpoint: Checkpoint) -> dict[int, dict[str, dict[i
 
 
 @contextmanager
-def readable(checkpoint: Path, savepoint: Savepoint | None) -> Iterator[Path]:
+def readable(checkpoint: Location, savepoint: Savepoint | None) -> Iterator[Location]:
     """The directory to read state from: the checkpoint itself, or a savepoint restored
-    into a throw-away directory (hard links; the savepoint is never written to)."""
+    into a throw-away local directory (hard links, or copies from a shared store; the
+    savepoint is never written to)."""
     if savepoint is None:
         yield checkpoint
         return

@@ -177,7 +177,7 @@ def recorded_sinks(recorded: list[SinkEntry]) -> list[SinkRecord]:
     return records
 
 
-def reset_guard(checkpoint_path: Path | None, quiet_seconds: float) -> ResetGuard:
+def reset_guard(checkpoint_path: str | None, quiet_seconds: float) -> ResetGuard:
     """What ``eos sinks reset`` checks: from the owning query's checkpoint, which must be
     committed to its last batch (None: the checkpoint is deleted for good)."""
     if checkpoint_path is None:

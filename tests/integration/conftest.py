@@ -12,9 +12,13 @@ if TYPE_CHECKING:
 
 
 @pytest.fixture(scope="session")
-def spark(endpoints: Endpoints) -> Iterator[SparkSession]:
+def spark(endpoints: Endpoints, request: pytest.FixtureRequest) -> Iterator[SparkSession]:
+    """The session's local Spark; HDFS first when a selected test keeps its checkpoint
+    there (the JVM, and so its Python workers, must start with EOS_WEBHDFS_URL set)."""
     from eos_connectors.ops.spark import local_session
 
+    if any(item.get_closest_marker("hdfs") for item in request.session.items):
+        request.getfixturevalue("hdfs_url")
     session = local_session("eos-tests")
     yield session
     session.stop()

@@ -6,18 +6,19 @@ does: inspect, take a savepoint, go on, restore it as a fork into a new table
 (the state carries over, the records after the savepoint are read again),
 restore it into the old sink id (refused by the sink), resume (refused while the
 sink is ahead, allowed at the last batch, the original retired), rescale the state.
+Each runs with its checkpoints and savepoints on a local disk and on HDFS.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -30,6 +31,16 @@ from eos_connectors.core.topics import create_topic
 from eos_connectors.dev.endpoints import Endpoints
 from eos_connectors.ops.checkpoint import CheckpointError, read_checkpoint
 from eos_connectors.ops.inspect import add_key_counts, inspect
+from eos_connectors.ops.locations import (
+    HadoopPath,
+    Location,
+    children,
+    copy_file,
+    is_local,
+    remove_tree,
+    rename,
+    walk_files,
+)
 from eos_connectors.ops.savepoints import create, find, list_savepoints, rescale, restore
 from eos_connectors.ops.state import key_counts, plan_read, read_state, state_rows
 from eos_connectors.ops.stores import recorded_sinks
@@ -43,6 +54,23 @@ KEYS = [f"k{i}" for i in range(10)]
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.fixture(params=["local", pytest.param("hdfs", marks=pytest.mark.hdfs)])
+def base(request: pytest.FixtureRequest, tmp_path: Path, unique: str) -> Iterator[Location]:
+    """Where a test keeps its checkpoints and savepoints: a local directory, or one on
+    the stack's HDFS (removed afterwards)."""
+    if request.param == "local":
+        yield tmp_path
+        return
+    where = HadoopPath(f"{request.getfixturevalue('hdfs_url')}/tests/{unique}")
+    yield where
+    remove_tree(where)
+
+
+def _copy(source: Location, target: Location) -> None:
+    for entry in walk_files(source):
+        copy_file(entry.where, target / entry.relative)
+
+
 def _produce(endpoints: Endpoints, topic: str, rounds: int) -> None:
     produce_plain(
         endpoints.kafka_bootstrap, topic, [k.encode() for _ in range(rounds) for k in KEYS]
@@ -53,7 +81,7 @@ def _run(
     spark: SparkSession,
     endpoints: Endpoints,
     topic: str,
-    checkpoint: Path,
+    checkpoint: Location,
     table: str,
     sink_id: str,
 ) -> None:
@@ -117,12 +145,12 @@ def test_inspect_savepoint_fork_and_resume(
     spark: SparkSession,
     endpoints: Endpoints,
     unique: str,
-    tmp_path: Path,
+    base: Location,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     topic, sink_id = f"sp-in-{unique}", f"sp-{unique}"
     table_a, table_b = f"sp_a_{unique}", f"sp_b_{unique}"
-    original, root = tmp_path / "original", tmp_path / "savepoints"
+    original, root = base / "original", base / "savepoints"
     create_topic(endpoints.kafka_bootstrap, topic, 2)
     _produce(endpoints, topic, 10)
     markers_before = _start_check_markers()
@@ -164,13 +192,17 @@ def test_inspect_savepoint_fork_and_resume(
     assert {r["word"]: r["count"] for r in rows} == dict.fromkeys(KEYS, 10)
 
     # A savepoint only at a clean boundary.
-    interrupted = tmp_path / "interrupted"
-    shutil.copytree(original, interrupted)
+    interrupted = base / "interrupted"
+    _copy(original, interrupted)
     uncommit(interrupted, first)
     with pytest.raises(CheckpointError, match="not at a clean boundary"):
         create(interrupted, "bad", root)
     point = create(original, "before-more", root)
-    assert (point.batch, point.query_id, point.linked) == (first, checkpoint.query_id, True)
+    assert (point.batch, point.query_id, point.linked) == (
+        first,
+        checkpoint.query_id,
+        is_local(base),
+    )
     assert [p.name for p in list_savepoints(root)] == ["before-more"]
 
     # The original goes on past the savepoint.
@@ -185,56 +217,56 @@ def test_inspect_savepoint_fork_and_resume(
 
     # Resume is refused: the original checkpoint planned batches after the savepoint...
     with pytest.raises(CheckpointError, match=rf"has planned batch {first + 1} since"):
-        restore(point, tmp_path / "resumed-too-late", "resume", recorded_sinks)
+        restore(point, base / "resumed-too-late", "resume", recorded_sinks)
     # ... and, with that checkpoint out of sight, the sink it records decided them.
-    original.rename(tmp_path / "away")
+    rename(original, base / "away")
     with pytest.raises(CheckpointError, match=rf"{sink_id} in postgres \(batch {first + 1}"):
-        restore(point, tmp_path / "resumed-too-late", "resume", recorded_sinks, quiet_seconds=0)
-    (tmp_path / "away").rename(original)
+        restore(point, base / "resumed-too-late", "resume", recorded_sinks, quiet_seconds=0)
+    rename(base / "away", original)
     recorded = (original / "eos" / "sinks" / f"postgres-{sink_id}.json").read_text()
     assert "eos:" not in recorded and sink_id in recorded, "no credential in the record"
 
     # Fork into a new table and sink id: state of the savepoint, records after it read again.
-    fork = restore(point, tmp_path / "fork", "fork")
+    fork = restore(point, base / "fork", "fork")
     assert fork.query_id != checkpoint.query_id and fork.last_committed == first
-    _run(spark, endpoints, topic, tmp_path / "fork", table_b, f"sp-fork-{unique}")
+    _run(spark, endpoints, topic, base / "fork", table_b, f"sp-fork-{unique}")
     assert _table(endpoints, table_b) == dict.fromkeys(KEYS, 12)
 
     # A fork into the original's explicit sink id is refused by the sink, writing nothing.
-    restore(point, tmp_path / "fork-same-sink", "fork")
+    restore(point, base / "fork-same-sink", "fork")
     with pytest.raises(Exception, match=rf"(?s){sink_id}.*belongs to query"):
-        _run(spark, endpoints, topic, tmp_path / "fork-same-sink", table_a, sink_id)
+        _run(spark, endpoints, topic, base / "fork-same-sink", table_a, sink_id)
     assert _table(endpoints, table_a) == dict.fromkeys(KEYS, 12)
 
     # Resume at the last batch: same query id, the original retired, the sink carries on.
     latest = create(original, "latest", root)
     with pytest.raises(CheckpointError, match=r"decided a batch \d+ s ago, so the query looks"):
-        restore(find(root, "latest"), tmp_path / "resumed", "resume", recorded_sinks)
+        restore(find(root, "latest"), base / "resumed", "resume", recorded_sinks)
     resumed = restore(
-        find(root, "latest"), tmp_path / "resumed", "resume", recorded_sinks, quiet_seconds=0
+        find(root, "latest"), base / "resumed", "resume", recorded_sinks, quiet_seconds=0
     )
     assert resumed.query_id == checkpoint.query_id and resumed.last_committed == latest.batch
     assert not original.exists()
-    (retired,) = tmp_path.glob("original.retired-*")
+    (retired,) = children(base, "original.retired-*")
     assert "Do not start a query on it" in (retired / "RETIRED.txt").read_text()
     _produce(endpoints, topic, 1)
-    _run(spark, endpoints, topic, tmp_path / "resumed", table_a, sink_id)
+    _run(spark, endpoints, topic, base / "resumed", table_a, sink_id)
     assert _table(endpoints, table_a) == dict.fromkeys(KEYS, 13)
 
     # Rescale the resumed query's state to another partition count, then carry on.
-    before = read_checkpoint(tmp_path / "resumed")
+    before = read_checkpoint(base / "resumed")
     assert before.shuffle_partitions is not None
     target = 2 if before.shuffle_partitions != 2 else 3
-    kept = rescale(spark, tmp_path / "resumed", target, root)
+    kept = rescale(spark, base / "resumed", target, root)
     assert kept is not None and kept.name.startswith("before-rescale-")
     assert kept.batch == before.last_committed
-    after = read_checkpoint(tmp_path / "resumed")
+    after = read_checkpoint(base / "resumed")
     assert after.shuffle_partitions == target and after.clean
     assert [op.current_partitions for op in after.operators] == [target]
     with pytest.raises(CheckpointError, match=f"already has {target} state partitions"):
-        rescale(spark, tmp_path / "resumed", target, root)
+        rescale(spark, base / "resumed", target, root)
     _produce(endpoints, topic, 1)
-    _run(spark, endpoints, topic, tmp_path / "resumed", table_a, sink_id)
+    _run(spark, endpoints, topic, base / "resumed", table_a, sink_id)
     assert _table(endpoints, table_a) == dict.fromkeys(KEYS, 14)
 
 
@@ -242,14 +274,14 @@ def test_state_get_reads_a_transform_with_state_variable(
     spark: SparkSession,
     endpoints: Endpoints,
     unique: str,
-    tmp_path: Path,
+    base: Location,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """transformWithState keeps one column family per state variable: `state get` finds
     the variable's name in the operator's metadata and reads it."""
     from eos_connectors.dev.harness.pipeline import running_count_processor
 
-    topic, checkpoint = f"sp-tws-{unique}", tmp_path / "tws"
+    topic, checkpoint = f"sp-tws-{unique}", base / "tws"
     create_topic(endpoints.kafka_bootstrap, topic, 2)
     _produce(endpoints, topic, 3)
     counts = (
@@ -280,7 +312,7 @@ def test_state_get_reads_a_transform_with_state_variable(
     assert "keeps state variables total: --var count is not one of them" in capsys.readouterr().err
 
 
-def _rescale_killed_midway(checkpoint: Path, partitions: int, root: Path) -> bool:
+def _rescale_killed_midway(checkpoint: Location, partitions: int, root: Location) -> bool:
     """``eos checkpoint rescale`` in a process of its own, SIGKILLed (with its JVM) as soon
     as Spark has planned the repartition batch. True when the kill came before that batch
     committed (the case this test is for), False when the rescale had finished."""
@@ -317,6 +349,11 @@ def _rescale_killed_midway(checkpoint: Path, partitions: int, root: Path) -> boo
 
 
 @pytest.mark.parametrize(
+    "base",
+    [pytest.param("hdfs", marks=pytest.mark.hdfs), pytest.param("local", marks=pytest.mark.soak)],
+    indirect=True,
+)  # CI kills rescales on HDFS; make soak on a local disk too
+@pytest.mark.parametrize(
     "steps",
     [pytest.param((3,), id="4-3"), pytest.param((8, 2), id="4-8-2", marks=pytest.mark.soak)],
 )
@@ -324,14 +361,14 @@ def test_a_rescale_killed_midway_is_refused_then_finished_exactly(
     spark: SparkSession,
     endpoints: Endpoints,
     unique: str,
-    tmp_path: Path,
+    base: Location,
     steps: tuple[int, ...],
 ) -> None:
     """Each rescale is killed between Spark planning its repartition batch and committing
     it: the query refuses to start on that checkpoint, a rescale to another count is
     refused, the same rescale run again finishes it, and the counts go on exactly."""
     topic, table, sink_id = f"rs-in-{unique}", f"rs_{unique}", f"rs-{unique}"
-    checkpoint, root = tmp_path / "checkpoint", tmp_path / "savepoints"
+    checkpoint, root = base / "checkpoint", base / "savepoints"
     create_topic(endpoints.kafka_bootstrap, topic, 2)
     _produce(endpoints, topic, 10)
     _run(spark, endpoints, topic, checkpoint, table, sink_id)

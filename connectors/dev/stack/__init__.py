@@ -17,6 +17,7 @@ from pathlib import Path
 
 from eos_connectors.core.errors import StackError
 from eos_connectors.dev.endpoints import Endpoints
+from eos_connectors.dev.stack.hdfs import HdfsService
 from eos_connectors.dev.stack.kafka import KAFKA_SETTINGS, KAFKA_VERSION, KafkaService
 from eos_connectors.dev.stack.kafka_cluster import KafkaCluster
 from eos_connectors.dev.stack.postgres import POSTGRES_SETTINGS, PostgresService
@@ -68,6 +69,7 @@ class Stack:
             for s in (KafkaService(self.root), PostgresService(self.root), RedisService(self.root))
         }
         self.master = SparkMaster(self.root)
+        self.hdfs = HdfsService(self.root)
 
     @property
     def kafka_brokers(self) -> int:
@@ -130,6 +132,28 @@ class Stack:
                 worker.wait_registered(record)
             return master.endpoint
 
+    def up_hdfs(self) -> str:
+        """Start HDFS (a NameNode and a DataNode) on loopback, reusing a running one;
+        return its ``hdfs://`` URL."""
+        with self._locked():
+            self.hdfs.check_installed()
+            return self._ensure_running(self.hdfs).endpoint
+
+    def hdfs_url(self) -> str | None:
+        """The ``hdfs://`` URL of this stack's HDFS when it runs."""
+        record = self.hdfs.running()
+        return record.endpoint if record is not None else None
+
+    def webhdfs_url(self) -> str | None:
+        """The NameNode's WebHDFS endpoint (what sinks write their checkpoint record
+        through) when this stack's HDFS runs."""
+        record = self.hdfs.running()
+        return f"http://{LOOPBACK}:{record.ports[1]}" if record is not None else None
+
+    def down_hdfs(self) -> bool:
+        with self._locked():
+            return self.hdfs.stop()
+
     def spark_master(self) -> str | None:
         """The URL of this stack's Spark master when it runs."""
         record = self.master.running()
@@ -164,7 +188,7 @@ class Stack:
         """Stop the services this stack started; return the names stopped."""
         with self._locked():
             spark = self._stop_spark()
-            stopped = [s.name for s in reversed(self.services.values()) if s.stop()]
+            stopped = [s.name for s in [*reversed(self.services.values()), self.hdfs] if s.stop()]
             cluster = self.cluster
             if cluster is not None:
                 stopped += cluster.down()
@@ -234,10 +258,14 @@ class Stack:
                     record.endpoint if record else None,
                 )
             )
+        hdfs = self.hdfs.running()
+        if hdfs is not None:
+            result.append(ServiceStatus(self.hdfs.name, True, hdfs.pid, hdfs.endpoint))
         return result
 
     def is_up(self) -> bool:
-        return all(s.running for s in self.status())
+        """Every service ``up`` starts runs (HDFS and Spark are extras, not counted)."""
+        return all(s.running for s in self.status() if s.name != self.hdfs.name)
 
     def endpoints(self) -> Endpoints:
         """Endpoints of a running stack; StackError naming what is down otherwise."""
