@@ -36,31 +36,39 @@ from eos_connectors.dev.harness.verify import Report
 pytestmark = [pytest.mark.services, pytest.mark.spark, pytest.mark.cluster]
 
 
+#: The sinks each cell writes on the cluster.
+CELL_SINKS = {
+    "running-count": {"rc-kafka", "rc-postgres", "rc-redis-increment"},
+    "records": {"rec-kafka-records"},
+}
+
+
+@pytest.mark.parametrize(
+    "cells",
+    [
+        pytest.param(("running-count",), id="running-count"),
+        # CI's budget: the records cell's minPartitions changes are proven in local mode
+        # (test_operator_actions, test_conformance); on the cluster in make soak.
+        pytest.param(("running-count", "records"), id="both", marks=pytest.mark.soak),
+    ],
+)
 def test_zombies_and_lost_executors_on_a_cluster_lose_and_duplicate_nothing(
-    spark_master: str, eos_verify: Callable[..., Report]
+    spark_master: str, eos_verify: Callable[..., Report], cells: tuple[str, ...]
 ) -> None:
     report = eos_verify(
-        records=3_000,
-        master=spark_master,
-        kills=0,
-        full_crashes="none",
-        cells=("running-count", "records"),
+        records=3_000, master=spark_master, kills=0, full_crashes="none", cells=cells
     )
     print(report.table(), report.fault_table(), sep="\n")
     assert report.ok, (report.problems, report.table(), [s.leftovers for s in report.sinks])
-    assert {s.sink for s in report.sinks} == {
-        "rc-kafka",
-        "rc-postgres",
-        "rc-redis-increment",
-        "rec-kafka-records",
-    }
+    expected = set().union(*(CELL_SINKS[c] for c in cells))
+    assert {s.sink for s in report.sinks} == expected
 
     schedule = report.plan["schedule"]
     assert set(report.fired) == set(schedule), "a planned fault point never fired"
     for entry, where in report.fired.items():
         assert where["query"] == Entry.parse(entry).query, f"{entry} fired in {where}"
     zombies = [e for e in schedule if Entry.parse(e).action == "pause"]
-    assert len(zombies) == 4, zombies  # one per sink
+    assert len(zombies) == len(expected), zombies  # one per sink
     markers = Path(report.plan["work_dir"]) / "fired"
     for zombie in zombies:
         woke = float(_json(markers / f"{zombie}.resumed")["at"])
@@ -69,7 +77,7 @@ def test_zombies_and_lost_executors_on_a_cluster_lose_and_duplicate_nothing(
         decided = (commit / str(where["batch"])).stat().st_mtime
         assert woke >= decided, f"{zombie} went on before its batch was committed"
     lost = [e for e in schedule if Entry.parse(e).action == "executor"]
-    assert len(lost) >= 5, lost
+    assert len(lost) >= 2 * len(expected) - 1, lost
 
     # Losing executors lost shuffle output: Spark re-ran map stages (fetch failures or
     # resubmitted stages) and numbered task attempts again in new stage attempts.
