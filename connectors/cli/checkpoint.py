@@ -1,4 +1,4 @@
-"""``eos checkpoint inspect|rescale``: a streaming query's checkpoint.
+"""``eos checkpoint inspect|clean|rescale``: a streaming query's checkpoint.
 
 Sink bookkeeping is read from the stores the environment names (see
 :mod:`eos_connectors.ops.stores`); lag is measured against ``EOS_KAFKA_BOOTSTRAP``.
@@ -24,6 +24,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also count the keys per operator and partition (starts a local Spark)",
     )
+    clean = actions.add_parser(
+        "clean",
+        help="remove the temporary files of batch writes a crash cut short (a query killed "
+        "while writing its first offsets file cannot start again until they are gone)",
+    )
+    clean.add_argument("path", help="the query's checkpointLocation")
     rescale = actions.add_parser(
         "rescale", help="take a savepoint, then repartition a stopped query's state"
     )
@@ -46,11 +52,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from eos_connectors.ops import inspect, state
     from eos_connectors.ops.checkpoint import read_checkpoint
+    from eos_connectors.ops.locations import location
     from eos_connectors.ops.spark import tool_session
     from eos_connectors.ops.stores import all_records
 
     if args.action == "rescale":
         return _rescale(args)
+    if args.action == "clean":
+        from eos_connectors.ops.checkpoint import remove_unfinished_writes
+
+        read_checkpoint(args.path)  # a clear error for a directory that is no checkpoint
+        removed = remove_unfinished_writes(location(args.path))
+        print("\n".join(f"removed {p}" for p in removed) or "Nothing to remove.")
+        return 0
     checkpoint = read_checkpoint(args.path)
     report = inspect.inspect(checkpoint, all_records(names_of(args)))
     if args.keys:

@@ -26,6 +26,9 @@ __all__ = ["Checkpoint", "CheckpointError", "batches", "read_checkpoint", "read_
 STATE_FILE = re.compile(r"^\.?(\d+)\.(zip|changelog|snapshot|delta)(\.crc)?$")
 #: A batch's file in ``offsets/``, ``commits/`` or operator metadata (or its checksum).
 BATCH_FILE = re.compile(r"^\.?(\d+)(\.crc)?$")
+#: A batch file Spark was writing when its process died: written to a hidden temporary
+#: file, renamed into place only once complete (``.0.<uuid>.tmp``, ``..0.<uuid>.tmp.crc``).
+UNFINISHED_FILE = re.compile(r"^\.+(\d+)\.[0-9a-f-]{36}\.tmp(\.crc)?$")
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,7 @@ class Checkpoint:
     conf: dict[str, str] = field(default_factory=dict)
     sources: tuple[dict[str, Any] | None, ...] = ()  # the last planned batch's end, per source
     operators: tuple[OperatorState, ...] = ()
+    unfinished: tuple[str, ...] = ()  # offsets/ and commits/ writes a crash cut short
 
     @property
     def clean(self) -> bool:
@@ -124,7 +128,35 @@ def read_checkpoint(path: Location | str) -> Checkpoint:
         conf=conf,
         sources=tuple(sources),
         operators=tuple(_operators(path / "state")),
+        unfinished=tuple(str(p) for p in unfinished_writes(path)),
     )
+
+
+def unfinished_writes(path: Location) -> list[Location]:
+    """Temporary files of ``offsets/`` and ``commits/`` whose batch file was never renamed
+    into place: a write cut short by a crash. Nothing reads them, and removing them is
+    safe (the batch was not planned, or not committed, and runs again); but Spark's check
+    that a new stateful query's ``offsets/`` is empty counts them, so a query killed while
+    writing its first offsets file cannot start again until they are gone."""
+    found: list[Location] = []
+    for folder in ("offsets", "commits"):
+        directory = path / folder
+        if not directory.is_dir():
+            continue
+        names = {p.name for p in directory.iterdir()}
+        for name in sorted(names):
+            match = UNFINISHED_FILE.match(name)
+            if match and match.group(1) not in names:
+                found.append(directory / name)
+    return found
+
+
+def remove_unfinished_writes(path: Location) -> list[str]:
+    """Delete :func:`unfinished_writes` of the checkpoint at ``path``; their names."""
+    removed = unfinished_writes(path)
+    for file in removed:
+        file.unlink(missing_ok=True)
+    return [str(p) for p in removed]
 
 
 def _operators(state: Location) -> list[OperatorState]:

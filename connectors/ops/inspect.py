@@ -36,6 +36,7 @@ def inspect(checkpoint: Checkpoint, sinks: list[SinkRecord] | None) -> dict[str,
         "shuffle_partitions": checkpoint.shuffle_partitions,
         "sources": [_source(i, offsets) for i, offsets in enumerate(checkpoint.sources)],
         "operators": [_operator(op) for op in checkpoint.operators],
+        "unfinished_writes": list(checkpoint.unfinished),
     }
     if sinks is not None:
         report["sinks"] = [
@@ -122,6 +123,11 @@ def report_text(report: dict[str, Any]) -> str:
         f"Watermark   {report['watermark_ms']} ms",
         f"Shuffle     {report['shuffle_partitions']} partitions (fixed at the first start)",
     ]
+    if report["unfinished_writes"]:
+        lines.append(
+            f"Unfinished {len(report['unfinished_writes'])} batch write(s) a crash cut short; "
+            "a new stateful query cannot start with them in offsets/: eos checkpoint clean"
+        )
     for source in report["sources"]:
         lines.append(f"Source {source['index']}")
         lag = source.get("lag", {})

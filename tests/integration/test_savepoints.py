@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -141,6 +142,11 @@ def _sinks(endpoints: Endpoints) -> list[SinkRecord]:
         admin.close()
 
 
+@pytest.mark.parametrize(
+    "base",
+    [pytest.param("hdfs", marks=pytest.mark.hdfs), pytest.param("local", marks=pytest.mark.soak)],
+    indirect=True,
+)  # local savepoints and resumes run in CI in test_operator_actions; here in make soak
 def test_inspect_savepoint_fork_and_resume(
     spark: SparkSession,
     endpoints: Endpoints,
@@ -350,9 +356,9 @@ def _rescale_killed_midway(checkpoint: Location, partitions: int, root: Location
 
 @pytest.mark.parametrize(
     "base",
-    [pytest.param("hdfs", marks=pytest.mark.hdfs), pytest.param("local", marks=pytest.mark.soak)],
+    [pytest.param("hdfs", marks=[pytest.mark.hdfs, pytest.mark.soak]), pytest.param("local")],
     indirect=True,
-)  # CI kills rescales on HDFS; make soak on a local disk too
+)  # CI kills rescales on a local disk (the rescale itself runs on HDFS in CI too)
 @pytest.mark.parametrize(
     "steps",
     [pytest.param((3,), id="4-3"), pytest.param((8, 2), id="4-8-2", marks=pytest.mark.soak)],
@@ -394,3 +400,55 @@ def test_a_rescale_killed_midway_is_refused_then_finished_exactly(
         rounds += 1
         _run(spark, endpoints, topic, checkpoint, table, sink_id)
         assert _table(endpoints, table) == dict.fromkeys(KEYS, rounds)
+
+
+def test_a_crash_while_writing_the_first_offsets_file_is_cleaned_and_the_query_starts(
+    spark: SparkSession,
+    endpoints: Endpoints,
+    unique: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Spark writes offsets/0 to a hidden temporary file and renames it; a process killed
+    in between leaves the temporary file, and a new stateful query then refuses to start
+    ("should be empty on batch 0") however often it is restarted. `eos checkpoint inspect`
+    shows it and `eos checkpoint clean` removes it; the query then runs exactly."""
+    from eos_connectors.dev.harness.pipeline import running_count_processor
+
+    topic, checkpoint = f"sp-tmp-{unique}", tmp_path / "checkpoint"
+    create_topic(endpoints.kafka_bootstrap, topic, 2)
+    _produce(endpoints, topic, 2)
+    left = checkpoint / "offsets" / f".0.{uuid.uuid4()}.tmp"
+    left.parent.mkdir(parents=True)
+    left.write_text("v1\n")
+
+    def run() -> None:
+        counts = (
+            earliest(spark, endpoints, topic)
+            .selectExpr("CAST(key AS STRING) AS word")
+            .groupBy("word")
+            .transformWithStateInPandas(
+                running_count_processor(), "word string, count long, delta long", "Update", "None"
+            )
+        )
+        query = (
+            counts.writeStream.format("noop")
+            .outputMode("update")
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(300)
+        if query.exception() is not None:
+            raise RuntimeError(str(query.exception()))
+
+    with pytest.raises(Exception, match="STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY"):
+        run()
+    assert main(["checkpoint", "inspect", str(checkpoint)]) == 0
+    assert "Unfinished 1 batch write(s)" in capsys.readouterr().out
+    assert main(["checkpoint", "clean", str(checkpoint)]) == 0
+    assert f"removed {left}" in capsys.readouterr().out and not left.exists()
+    run()
+    assert {r["word"]: r["total"] for r in _state_get(capsys, str(checkpoint))} == dict.fromkeys(
+        KEYS, 2
+    )

@@ -40,3 +40,24 @@ def test_webhdfs_defaults_to_the_namenodes_http_port(monkeypatch: pytest.MonkeyP
     assert WebHdfs.for_uri("hdfs://nn.example:8020/ck").base == "http://nn.example:9870"
     monkeypatch.setenv("EOS_WEBHDFS_URL", "http://gateway:50070/")
     assert WebHdfs.for_uri("hdfs://ns1/ck").base == "http://gateway:50070"
+
+
+def test_unfinished_writes_are_temporary_files_whose_batch_file_never_came(
+    tmp_path: Path,
+) -> None:
+    from eos_connectors.ops.checkpoint import remove_unfinished_writes, unfinished_writes
+
+    offsets, commits = tmp_path / "offsets", tmp_path / "commits"
+    offsets.mkdir()
+    commits.mkdir()
+    done = "3f2c1d9e-1b2a-4c3d-8e9f-0a1b2c3d4e5f"
+    for name in ("0", "1", f".1.{done}.tmp", f".2.{done}.tmp", f"..2.{done}.tmp.crc"):
+        (offsets / name).write_text("x")
+    (commits / f".1.{done}.tmp").write_text("x")
+    assert [p.name for p in unfinished_writes(tmp_path)] == [
+        f"..2.{done}.tmp.crc",
+        f".2.{done}.tmp",
+        f".1.{done}.tmp",
+    ]
+    assert len(remove_unfinished_writes(tmp_path)) == 3
+    assert sorted(p.name for p in offsets.iterdir()) == [".1." + done + ".tmp", "0", "1"]
