@@ -40,7 +40,11 @@ class BrokerView:
 
     def __init__(self, options: KafkaSourceOptions) -> None:
         self.options = options
-        self.timeout = min(30.0, options.poll_timeout_ms / 1000)
+        self.timeout = min(30.0, options.poll_timeout_ms / 1000)  # one request
+        # Asking again while leaders move, as the tasks do: one broker of a replicated
+        # cluster killed twice in a row kept a partition's leader away for over 30 s
+        # (each death is noticed after broker.session.timeout.ms, 9 s by default).
+        self.moving_limit = max(self.timeout, options.poll_timeout_ms / 1000)
         self._admin: AdminClient | None = None
         self._errors = ClientErrors()
 
@@ -118,15 +122,15 @@ class BrokerView:
     def _asking_again(self, what: str, call: Callable[[], T]) -> T:
         """Driver: ``call()``, asked again with a new admin client (fresh metadata) while
         a leader moves or a broker has gone (one of a replicated cluster died), backing
-        off, within the look-up's time limit; any other failure at once."""
-        deadline = time.monotonic() + self.timeout
+        off, within ``kafkaConsumer.pollTimeoutMs``; any other failure at once."""
+        began = time.monotonic()
         backoff = FIRST_BACKOFF_S
         while True:
             try:
                 return call()
             except (KafkaException, TimeoutError) as exc:
                 again = leader_moving(exc) or self._broker_gone(exc)
-                if not again or time.monotonic() + backoff > deadline:
+                if not again or time.monotonic() + backoff > began + self._bound(exc):
                     raise self._unavailable(what, exc) from None
                 log.info("eos_kafka: %s: %s; asking again", what, exc)
                 self._admin = None
@@ -247,7 +251,7 @@ class BrokerView:
             else IsolationLevel.READ_UNCOMMITTED
         )
         request = {TopicPartition(t, p): spec for (t, p), spec in specs.items()}
-        deadline = time.monotonic() + self.timeout
+        began = time.monotonic()
         backoff = FIRST_BACKOFF_S
         retries = self.options.fetch_offset_retries
         while True:
@@ -260,7 +264,7 @@ class BrokerView:
                     for tp, future in futures.items()
                 }
             except (KafkaException, TimeoutError) as exc:
-                wait = self._retry_wait(exc, backoff, retries, deadline)
+                wait = self._retry_wait(exc, backoff, retries, began + self._bound(exc))
                 if wait is None:
                     raise self._unavailable("list offsets", exc) from None
                 if leader_moving(exc) or self._broker_gone(exc):
@@ -278,9 +282,10 @@ class BrokerView:
         self, exc: BaseException, backoff: float, retries: int, deadline: float
     ) -> float | None:
         """How long to wait before asking for offsets again, None to give up: a leader
-        that is moving is asked again, backing off, until the look-up's time limit; any
-        other retriable error ``fetchOffset.numRetries`` times, ``fetchOffset.retryIntervalMs``
-        apart (Spark's source's options)."""
+        that is moving is asked again, backing off, until ``kafkaConsumer.pollTimeoutMs``;
+        any other retriable error ``fetchOffset.numRetries`` times,
+        ``fetchOffset.retryIntervalMs`` apart (Spark's source's options), within one
+        request's time limit."""
         moving = leader_moving(exc) or self._broker_gone(exc)
         if moving and time.monotonic() + backoff <= deadline:
             log.info("eos_kafka: a partition's leader is moving (%s); asking again.", exc)
@@ -291,6 +296,13 @@ class BrokerView:
             log.info("eos_kafka: looking offsets up failed (%s); asking again.", exc)
             return interval
         return None
+
+    def _bound(self, exc: BaseException) -> float:
+        """How long a look-up may go on asking: ``kafkaConsumer.pollTimeoutMs`` while some
+        broker answers (a leader moving, one broker gone), one request's limit when none
+        does (a wrong address, a cluster that is down, fails as fast as before)."""
+        code = exc.args[0].code() if isinstance(exc, KafkaException) and exc.args else None
+        return self.timeout if code == KafkaError._ALL_BROKERS_DOWN else self.moving_limit
 
     def _broker_gone(self, exc: BaseException) -> bool:
         """A broker went away (not: the brokers refused this client, which the error
@@ -305,7 +317,7 @@ class BrokerView:
         reason = self._errors.reason(self.admin, exc)
         return ServiceUnavailableError(
             f"Kafka at {self.options.bootstrap_servers} (option 'kafka.bootstrap.servers') did "
-            f"not answer '{what}' within {self.timeout:.0f} s: {reason}. "
+            f"not answer '{what}' within {self._bound(exc):.0f} s: {reason}. "
             "Check that the brokers run and are reachable, and the kafka.security.protocol and "
             "kafka.sasl.* options; raise kafkaConsumer.pollTimeoutMs for slow clusters."
         )
