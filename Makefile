@@ -26,17 +26,19 @@ SOAK_REPLICATED_ARGS ?= --records 1000000 --cells running-count,records,changelo
 	--kill-broker input-leader --kill-broker output-leader --kill-broker coordinator \
 	--kill-broker input-leader --kill-broker coordinator --kill-broker min-isr \
 	--network-fault postgres:reset --network-fault postgres:cut --network-fault postgres:latency \
-	--network-fault redis:reset --network-fault redis:cut --network-fault redis:latency
-soak: bootstrap ## the depth CI leaves out: soak tests, 1M records through every cell (every point a full crash), 3 rounds on a 2-worker cluster, then 1M records on a 3-broker Kafka with broker kills and network faults
+	--network-fault redis:reset --network-fault redis:cut --network-fault redis:latency \
+	--step-fault coordinator --step-fault postgres --step-fault redis
+soak: bootstrap ## the depth CI leaves out: soak tests, 1M records through every cell (every point a full crash), 3 rounds on a 2-worker cluster, then 1M records on a 3-broker Kafka with broker kills, step faults and network faults, checkpoints on HDFS
 	$(BIN)/python -m pytest -v -m soak $(PYTEST_ARGS)
 	$(BIN)/eos verify $(SOAK_ARGS) --report soak-report.json
 	$(BIN)/eos stack up --spark-workers 2
 	$(BIN)/eos verify $(SOAK_CLUSTER_ARGS) --report soak-cluster-report.json \
 		--master "$$($(BIN)/eos stack env | sed -n 's/^export EOS_SPARK_MASTER=//p')"
 	$(BIN)/eos stack down
-	$(BIN)/eos stack up --kafka-brokers 3 --spark-workers 2
-	$(BIN)/eos verify $(SOAK_REPLICATED_ARGS) --report soak-replicated-report.json \
-		--master "$$($(BIN)/eos stack env | sed -n 's/^export EOS_SPARK_MASTER=//p')"
+	$(BIN)/eos stack up --kafka-brokers 3 --spark-workers 2 --hdfs
+	eval "$$($(BIN)/eos stack env)" && $(BIN)/eos verify $(SOAK_REPLICATED_ARGS) \
+		--report soak-replicated-report.json --master "$$EOS_SPARK_MASTER" \
+		--checkpoint-root "$$EOS_HDFS_URL/soak"
 	$(BIN)/eos stack down
 
 test: bootstrap lint ## lint, then every test against real Kafka, PostgreSQL and Redis

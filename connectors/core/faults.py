@@ -11,7 +11,7 @@
   one pipeline of several queries crosses each query's points in a planned order
   (``after-prepare@3:kafka`` fires in the ``kafka`` query's batch 3 only);
 * ``=action`` says what happens there: ``kill`` (the default), a scope to kill
-  (``process``, ``group``, ``executor``) or ``pause``.
+  (``process``, ``group``, ``executor``), ``pause`` or ``hold``.
 
 ``kill`` sends SIGKILL, the way a crash would (no cleanup, no exception handler, no
 ``finally`` runs), to what ``EOS_FAULT_SCOPE`` names, or the entry's own scope:
@@ -26,6 +26,12 @@ end would send it, kills its executor JVM (Spark re-runs the task elsewhere), th
 waits until the file ``<marker dir>/<entry>.resume`` appears and goes on where it
 stopped, long after its task was given up. The harness creates that file once the
 batch is committed.
+
+``hold`` stops the process at the point, killing nothing, until the same
+``.resume`` file appears, then goes on into the next protocol step: meanwhile the
+harness crashes a service (a step fault: the transaction coordinator between a Kafka
+task's produce and its commit, PostgreSQL between the decision and its COMMIT
+PREPAREDs), so that step meets the fault exactly.
 
 ``EOS_FAULT_ROLE=driver|worker`` limits every entry to one kind of process.
 ``EOS_FAULT_MARKER=dir`` makes each entry fire once: a file named like the entry
@@ -62,7 +68,8 @@ POINTS = (
     "after-commit",
 )
 SCOPES = ("process", "group", "executor")
-ACTIONS = ("kill", *SCOPES, "pause")
+ACTIONS = ("kill", *SCOPES, "pause", "hold")
+WAITING = ("pause", "hold")  # actions that wait for the harness's .resume file
 PAUSE_LIMIT = 600.0  # a zombie nobody resumes gives up after ten minutes
 
 
@@ -157,6 +164,8 @@ def point(
         ):
             if entry.action == "pause":
                 _pause(entry)
+            elif entry.action == "hold":
+                _wait_for_resume(entry)
             else:
                 _kill(entry.scope)
             return
@@ -224,7 +233,7 @@ def _claim(
     if not marker:
         return True
     path = Path(marker)
-    if listed or entry.action == "pause":
+    if listed or entry.action in WAITING:
         path.mkdir(parents=True, exist_ok=True)
         path = path / str(entry)
     where = {"pid": os.getpid(), "role": role, "batch": batch, "query": query, "at": time.time()}
@@ -277,6 +286,11 @@ def _pause(entry: Entry) -> None:
     jvm = executor_jvm()
     if jvm is not None:
         os.kill(jvm, signal.SIGKILL)
+    _wait_for_resume(entry)
+
+
+def _wait_for_resume(entry: Entry) -> None:
+    """Wait (at most PAUSE_LIMIT) until the harness creates ``<entry>.resume``."""
     if not os.environ.get("EOS_FAULT_MARKER"):
         return  # no marker directory: nobody could resume us, so go on at once
     marker = Path(os.environ["EOS_FAULT_MARKER"])

@@ -32,6 +32,7 @@ import pytest
 
 from eos_connectors.core.faults import Entry
 from eos_connectors.dev.harness.verify import Report
+from eos_connectors.ops.locations import location
 
 pytestmark = [pytest.mark.services, pytest.mark.spark, pytest.mark.cluster]
 
@@ -73,7 +74,7 @@ def test_zombies_and_lost_executors_on_a_cluster_lose_and_duplicate_nothing(
     for zombie in zombies:
         woke = float(_json(markers / f"{zombie}.resumed")["at"])
         where = report.fired[zombie]
-        commit = Path(report.plan["work_dir"]) / "checkpoint" / str(where["query"]) / "commits"
+        commit = location(report.plan["checkpoints"]) / str(where["query"]) / "commits"
         decided = (commit / str(where["batch"])).stat().st_mtime
         assert woke >= decided, f"{zombie} went on before its batch was committed"
     lost = [e for e in schedule if Entry.parse(e).action == "executor"]

@@ -5,9 +5,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from eos_connectors.core.faults import Entry
 from eos_connectors.dev.harness.cells import CELLS, DRIVER_POINTS, CustomSink, targets
-from eos_connectors.dev.harness.verify import FAMILIES, MIXED_GROUP_CRASHES, Plan, schedule
+from eos_connectors.dev.harness.plan import check_plan, step_fault_of
+from eos_connectors.dev.harness.verify import (
+    FAMILIES,
+    MIXED_GROUP_CRASHES,
+    Plan,
+    VerifyError,
+    schedule,
+)
 
 CUSTOM = CustomSink("my_sink", "my_pkg:counts", (), None)
 
@@ -118,3 +127,33 @@ def test_an_event_is_read_whatever_the_jvm_wedged_around_it() -> None:
     for line in (event, event + jvm, jvm + event, jvm + event + jvm):
         assert parse_event(line) == {"event": "ready", "query": "rc-redis"}
     assert parse_event(jvm) is None and parse_event(EVENT_PREFIX + "{broken") is None
+
+
+def test_a_step_fault_holds_the_first_query_of_its_family_after_its_other_points() -> None:
+    plan = Plan(
+        cells=("running-count",),
+        step_faults=("coordinator", "postgres", "redis"),
+        work_dir=Path("unused"),
+    )
+    chosen = targets(plan.cells, FAMILIES, "tag")
+    entries = [Entry.parse(e) for e in schedule(plan, chosen)]
+    held = {e.query: e for e in entries if e.action == "hold"}
+    assert {q: (e.point, e.partition) for q, e in held.items()} == {
+        "rc-kafka": ("after-prepare", 0),  # a task between its produce and its commit
+        "rc-postgres": ("after-decision", None),  # the driver before its COMMIT PREPAREDs
+        "rc-redis-increment": ("after-decision", None),  # staged and decided, not applied
+    }
+    for query, entry in held.items():
+        others = [e.batch or 0 for e in entries if e.query == query and e.action != "hold"]
+        assert entry.batch is not None and entry.batch > max(others)
+        assert entry.batch < plan.batches_needed(max(len(t.points) for t in chosen))
+    assert step_fault_of(held["rc-kafka"], chosen) == "coordinator"
+    assert step_fault_of(held["rc-postgres"], chosen) == "postgres"
+
+
+def test_a_step_fault_needs_a_sink_of_its_family() -> None:
+    plan = Plan(sinks=("postgres",), step_faults=("redis",), work_dir=Path("unused"))
+    with pytest.raises(VerifyError, match="--step-fault redis needs a redis sink"):
+        check_plan(plan, lambda name, meanwhile=None: None)
+    with pytest.raises(VerifyError, match="Unknown step fault 'broker'"):
+        check_plan(Plan(step_faults=("broker",), work_dir=Path("unused")), None)

@@ -124,6 +124,23 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="checkpoints, run logs and report.json (default verify-runs/<id>)",
     )
+    parser.add_argument(
+        "--step-fault",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="crash a service at one protocol step, repeatable: coordinator (a Kafka task's "
+        "transaction coordinator, between its produce and its commit; needs "
+        "--kafka-brokers 3), postgres (between the decision and the COMMIT PREPAREDs), "
+        "redis (between the stage and the apply)",
+    )
+    parser.add_argument(
+        "--checkpoint-root",
+        default=None,
+        metavar="URI",
+        help="keep the queries' checkpoints under this URI of a shared store Spark reaches "
+        "(hdfs://..., eos stack up --hdfs gives one) instead of the work dir",
+    )
     parser.add_argument("--report", default=None, help="also write the JSON report here")
 
 
@@ -145,11 +162,13 @@ def plan_from(args: argparse.Namespace) -> Plan:
         restarts=tuple(args.restart),
         broker_kills=tuple(args.kill_broker),
         network_faults=tuple(args.network_fault),
+        step_faults=tuple(args.step_fault),
         words=args.words,
         master=args.master,
         seed=args.seed,
         stall_timeout=args.stall_timeout,
         work_dir=Path(args.work_dir or Path("verify-runs") / uuid.uuid4().hex[:8]),
+        checkpoint_root=args.checkpoint_root,
     )
 
 

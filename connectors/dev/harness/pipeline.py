@@ -31,6 +31,8 @@ from eos_connectors.dev.harness.spec import (
     PipelineSpec,
     QuerySpec,
 )
+from eos_connectors.ops.checkpoint import remove_unfinished_writes
+from eos_connectors.ops.locations import location
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -107,7 +109,7 @@ def _varied(spec: PipelineSpec, query: QuerySpec) -> dict[str, str]:
     counted in a file beside its checkpoint, so a new pipeline process goes on counting."""
     if not query.vary_min_partitions:
         return {}
-    counter = Path(spec.checkpoint) / f".{query.name}.starts"
+    counter = location(spec.checkpoint) / f".{query.name}.starts"
     starts = int(counter.read_text()) if counter.exists() else 0
     counter.parent.mkdir(parents=True, exist_ok=True)
     counter.write_text(str(starts + 1))
@@ -164,13 +166,18 @@ def running_count_processor() -> Any:
 
 
 def start_query(spark: SparkSession, spec: PipelineSpec, query: QuerySpec) -> StreamingQuery:
+    """Start ``query`` from its checkpoint, first removing the files of a batch write a
+    crash cut short (``eos checkpoint clean``, as an orchestrator restarting it would)."""
+    removed = remove_unfinished_writes(location(spec.checkpoint) / query.name)
+    if removed:
+        print_event("unfinished-writes-removed", query=query.name, files=removed)
     writer = (
         stage_frame(spark, spec, query)
         .selectExpr(*query.columns)
         .writeStream.format(query.format)
         .outputMode(query.output_mode)
         .queryName(query.name)
-        .option("checkpointLocation", str(Path(spec.checkpoint) / query.name))
+        .option("checkpointLocation", str(location(spec.checkpoint) / query.name))
     )
     for key, value in query.options.items():
         writer = writer.option(key, value)
@@ -182,7 +189,7 @@ def start_query(spark: SparkSession, spec: PipelineSpec, query: QuerySpec) -> St
 
 
 def committed(spec: PipelineSpec, query: QuerySpec) -> int:
-    commits = Path(spec.checkpoint) / query.name / "commits"
+    commits = location(spec.checkpoint) / query.name / "commits"
     return sum(1 for f in commits.iterdir() if f.name.isdigit()) if commits.exists() else 0
 
 

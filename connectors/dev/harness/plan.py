@@ -6,10 +6,18 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from eos_connectors.core import faults
 from eos_connectors.core.errors import EosError
-from eos_connectors.dev.harness.cells import CELLS, Cell, CustomSink, Target
+from eos_connectors.dev.harness.cells import (
+    CELLS,
+    DRIVER_POINTS,
+    Cell,
+    CustomSink,
+    Target,
+    targets,
+)
 from eos_connectors.dev.harness.network import NETWORK_KINDS, NETWORK_SERVICES, parse_fault
 
 FAMILIES = ("kafka", "postgres", "redis")
@@ -22,6 +30,26 @@ SERVICES = ("kafka", "postgres", "redis")
 #: min.insync.replicas, and the controller quorum lost): the query waits or fails and
 #: replays, and never writes past it.
 BROKER_ROLES = ("input-leader", "output-leader", "coordinator", "min-isr")
+#: Service faults at one protocol step (``--step-fault NAME``): the first query into a
+#: sink of the family holds at the point (:data:`faults.WAITING`), the harness crashes
+#: the service, and the query goes on into the next step, which meets the fault.
+#: ``coordinator``: a Kafka task has produced its records and not committed (task
+#: partition 0): its transaction coordinator is SIGKILLed, and the task commits while it
+#: is down (a replicated Kafka; the query must not fail). ``postgres``: the driver has
+#: decided the batch and sent no COMMIT PREPARED; ``redis``: the tasks staged, the driver
+#: decided and applied nothing: the store is SIGKILLed and started again first.
+STEP_FAULTS: dict[str, tuple[str, str]] = {
+    "coordinator": ("kafka", "after-prepare"),
+    "postgres": ("postgres", "after-decision"),
+    "redis": ("redis", "after-decision"),
+}
+
+
+class CrashService(Protocol):
+    """SIGKILLs a service of the stack (or nodes ``kafka-1,kafka-2``) and starts it again;
+    ``meanwhile`` runs while it is down."""
+
+    def __call__(self, name: str, meanwhile: Callable[[], None] | None = None) -> None: ...
 
 
 class VerifyError(EosError):
@@ -40,6 +68,7 @@ class Plan:
     restarts: tuple[str, ...] = ()  # services to SIGKILL and start again mid-run
     broker_kills: tuple[str, ...] = ()  # BROKER_ROLES: brokers to SIGKILL and restart
     network_faults: tuple[str, ...] = ()  # "service:kind" (see harness.network), mid-run
+    step_faults: tuple[str, ...] = ()  # STEP_FAULTS: a service crashed at a protocol step
     full_crashes: str = "mixed"  # "mixed": GROUP_POINTS as group crashes; "all"; "none"
     partitions: int = 2  # of each input topic
     shuffle_partitions: int = 2  # units per batch of a stateful query's sink
@@ -48,6 +77,15 @@ class Plan:
     stall_timeout: float = 240.0
     master: str | None = None  # a Spark master URL; default local mode
     work_dir: Path = field(default_factory=lambda: Path("verify-runs") / uuid.uuid4().hex[:8])
+    checkpoint_root: str | None = None  # a URI (hdfs://...): checkpoints there, not in work_dir
+
+    @property
+    def checkpoints(self) -> str:
+        """Where the queries checkpoint (``<this>/<query name>``): under ``checkpoint_root``
+        in a folder named as the work dir, else the work dir's ``checkpoint``."""
+        if self.checkpoint_root:
+            return f"{self.checkpoint_root.rstrip('/')}/{self.work_dir.name}"
+        return str(self.work_dir / "checkpoint")
 
     @property
     def custom_sinks(self) -> tuple[CustomSink, ...]:
@@ -61,8 +99,8 @@ class Plan:
     def batches_needed(self, points_per_query: int) -> int:
         """Each query crosses its own points one batch apart, from batch 1, plus the
         source's point and two to spare (kills and service restarts come at random
-        moments, whatever the batch)."""
-        return points_per_query * self.fault_rounds + 3
+        moments, whatever the batch), and a batch for a step fault after those."""
+        return points_per_query * self.fault_rounds + 3 + (1 if self.step_faults else 0)
 
     def batch_offsets(self, chosen: list[Target]) -> int:
         """``maxOffsetsPerTrigger`` of every query: enough batches for the most fault
@@ -124,10 +162,30 @@ def schedule(plan: Plan, chosen: list[Target]) -> list[str]:
         batch = len(first.points) * plan.fault_rounds + 1
         action = "group" if plan.full_crashes == "all" else first.action("source-read")
         entries.append(str(faults.Entry("source-read", batch, first.name, action)))
+    return entries + step_entries(plan, chosen)
+
+
+def step_entries(plan: Plan, chosen: list[Target]) -> list[str]:
+    """A ``hold`` entry per step fault, in the first query into a sink of its family, in
+    the batch after that query's other points and the source's."""
+    entries = []
+    for name in plan.step_faults:
+        family, point = STEP_FAULTS[name]
+        target = next(t for t in chosen if t.family == family)
+        batch = len(target.points) * plan.fault_rounds + 2
+        partition = 0 if point not in DRIVER_POINTS else None
+        entries.append(str(faults.Entry(point, batch, target.name, "hold", partition)))
     return entries
 
 
-def check_plan(plan: Plan, crash_service: Callable[[str], None] | None) -> None:
+def step_fault_of(entry: faults.Entry, chosen: list[Target]) -> str | None:
+    """The step fault a ``hold`` entry is for (by its query's sink family)."""
+    family = next((t.family for t in chosen if t.name == entry.query), None)
+    found = [n for n, (f, p) in STEP_FAULTS.items() if f == family and p == entry.point]
+    return found[0] if entry.action == "hold" and found else None
+
+
+def check_plan(plan: Plan, crash_service: CrashService | None) -> None:
     unknown = [c for c in plan.cells if c not in CELLS]
     if unknown:
         raise VerifyError(f"Unknown cell {unknown[0]!r}: cells are {', '.join(CELLS)}.")
@@ -156,7 +214,17 @@ def check_plan(plan: Plan, crash_service: Callable[[str], None] | None) -> None:
             f"Unknown network fault {bad[0]!r}: SERVICE:KIND with SERVICE one of "
             f"{', '.join(NETWORK_SERVICES)} and KIND one of {', '.join(NETWORK_KINDS)}."
         )
-    if (plan.restarts or plan.broker_kills) and crash_service is None:
+    bad = [f for f in plan.step_faults if f not in STEP_FAULTS]
+    if bad:
+        raise VerifyError(f"Unknown step fault {bad[0]!r}: one of {', '.join(STEP_FAULTS)}.")
+    families = {t.family for t in targets(plan.cells, plan.sinks, "check", (), False)}
+    missing = [f for f in plan.step_faults if STEP_FAULTS[f][0] not in families]
+    if missing:
+        raise VerifyError(
+            f"--step-fault {missing[0]} needs a {STEP_FAULTS[missing[0]][0]} sink in the run: "
+            "add it to --sinks."
+        )
+    if (plan.restarts or plan.broker_kills or plan.step_faults) and crash_service is None:
         raise VerifyError(
             "Service restarts need the package's own stack (`eos stack up`), not endpoints "
             "from EOS_* variables."

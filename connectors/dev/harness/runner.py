@@ -10,7 +10,6 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -19,10 +18,11 @@ from eos_connectors.dev.endpoints import Endpoints
 from eos_connectors.dev.harness.cells import DRIVER_POINTS, Target
 from eos_connectors.dev.harness.network import NetworkFaults
 from eos_connectors.dev.harness.pipeline import parse_event
-from eos_connectors.dev.harness.plan import Names, Plan
+from eos_connectors.dev.harness.plan import CrashService, Names, Plan, step_fault_of
 from eos_connectors.dev.harness.report import Run
 from eos_connectors.dev.harness.services import broker_nodes
 from eos_connectors.dev.harness.spec import PipelineSpec
+from eos_connectors.ops.locations import location
 
 
 def kill_group(proc: subprocess.Popen[bytes]) -> None:
@@ -48,7 +48,7 @@ class Runner:
         chosen: list[Target],
         entries: list[str],
         out: TextIO,
-        crash_service: Callable[[str], None] | None,
+        crash_service: CrashService | None,
         network: NetworkFaults | None = None,
     ) -> None:
         self.plan = plan
@@ -59,7 +59,7 @@ class Runner:
         self.crash_service = crash_service
         self.rng = random.Random(plan.seed)
         self.markers = plan.work_dir / "fired"
-        self.checkpoint = plan.work_dir / "checkpoint"
+        self.checkpoint = location(plan.checkpoints)
         self.entries = entries
         disruptions = ["kill"] * plan.kills + [f"restart {s}" for s in plan.restarts]
         self.rng.shuffle(disruptions)
@@ -215,6 +215,7 @@ class Runner:
             time.sleep(0.2)
             now = time.monotonic()
             self._resume_zombies()
+            self._step_faults()
             current = self._committed()
             if current != committed:
                 committed, last_progress = current, now
@@ -247,6 +248,27 @@ class Runner:
             batch = self.checkpoint / str(where.get("query")) / "commits" / str(where.get("batch"))
             if not resume.exists() and batch.exists():
                 resume.touch()
+
+    def _step_faults(self) -> None:
+        """A query held at a protocol step (``hold``): crash the service of its step fault
+        and let it go on (the coordinator: while it is down; a store: once it is back)."""
+        for entry in faults.fired(self.markers):
+            parsed = faults.Entry.parse(entry)
+            resume = self.markers / f"{entry}.resume"
+            name = step_fault_of(parsed, self.chosen)
+            if name is None or resume.exists():
+                continue
+            assert self.crash_service is not None
+            if name == "coordinator":
+                node = ",".join(broker_nodes(self.chosen, self.names, "coordinator"))
+                self.out.write(f"  held at {entry}: killing {node}, the coordinator\n")
+                self.crash_service(node, meanwhile=resume.touch)
+                self._outages.append(f"{node} (coordinator at {parsed.point})")
+            else:
+                self.out.write(f"  held at {entry}: restarting {name}\n")
+                self.crash_service(name)
+                resume.touch()
+                self._outages.append(f"{name} (restarted at {parsed.point})")
 
     def _next_outage(self) -> None:
         """A broker kill or a network fault (they end no run), whichever is planned next."""

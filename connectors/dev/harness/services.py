@@ -9,12 +9,12 @@ from collections.abc import Callable
 from eos_connectors.core.errors import StackError
 from eos_connectors.dev.endpoints import Endpoints
 from eos_connectors.dev.harness.cells import Target
-from eos_connectors.dev.harness.plan import Names
-
-CrashService = Callable[[str], None]
+from eos_connectors.dev.harness.plan import CrashService, Names
 
 #: How long the brokers of an outage (the ``min-isr`` role) stay down together.
 OUTAGE_SECONDS = 15.0
+#: How long a service crashed at a protocol step stays down after the step went on.
+STEP_OUTAGE_SECONDS = 4.0
 
 
 def endpoints_and_crash() -> tuple[Endpoints, CrashService | None]:
@@ -42,12 +42,17 @@ def crash_function(endpoints: Endpoints) -> CrashService | None:
     if not stack.is_up() or stack.endpoints() != endpoints:
         return None
 
-    def crash_and_restart(name: str) -> None:
+    def crash_and_restart(name: str, meanwhile: Callable[[], None] | None = None) -> None:
         """SIGKILL ``name`` and start it again; several names (``kafka-1,kafka-2``) are
-        killed together and kept down for ``OUTAGE_SECONDS`` first."""
+        killed together and kept down for ``OUTAGE_SECONDS`` first. ``meanwhile`` runs
+        once they are dead (a held step goes on), ``STEP_OUTAGE_SECONDS`` before the
+        restart."""
         names = name.split(",")
         for each in names:
             stack.kill(each)
+        if meanwhile is not None:
+            meanwhile()
+            time.sleep(STEP_OUTAGE_SECONDS)
         if len(names) > 1:
             time.sleep(OUTAGE_SECONDS)
         try:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import sys
 import uuid
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any, TextIO
 
@@ -46,6 +46,8 @@ from eos_connectors.dev.harness.plan import (
     FAMILIES,
     MIXED_GROUP_CRASHES,
     SERVICES,
+    STEP_FAULTS,
+    CrashService,
     Names,
     Plan,
     VerifyError,
@@ -61,6 +63,7 @@ __all__ = [
     "FAMILIES",
     "MIXED_GROUP_CRASHES",
     "SERVICES",
+    "STEP_FAULTS",
     "CustomSink",
     "Names",
     "Plan",
@@ -76,7 +79,7 @@ def verify(
     plan: Plan,
     endpoints: Endpoints,
     out: TextIO = sys.stderr,
-    crash_service: Callable[[str], None] | None = None,
+    crash_service: CrashService | None = None,
 ) -> Report:
     """Run ``plan`` against real services; the report says what each sink holds."""
     check_plan(plan, crash_service)
@@ -110,6 +113,7 @@ def verify(
         "custom": plan.custom.public() if plan.custom else None,
         "customs": [c.public() for c in plan.customs],
         "batch_offsets": plan.batch_offsets(chosen),
+        "checkpoints": plan.checkpoints,
     }
     report = Report({**shown, "schedule": entries}, runs, results, problems, fired)
     (plan.work_dir / "report.json").write_text(report.to_json())
