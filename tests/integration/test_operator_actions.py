@@ -137,13 +137,17 @@ def _kafka_only(monkeypatch: pytest.MonkeyPatch, endpoints: Endpoints) -> None:
         monkeypatch.setenv(name, value)
 
 
-def test_reset_refuses_while_the_owning_query_can_still_replay_or_runs(
+def test_resume_and_reset_refuse_while_the_owning_query_can_still_replay_or_runs(
     endpoints: Endpoints, unique: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``eos sinks reset`` of a Kafka sink id, given its query's checkpoint: refused while
-    the checkpoint's last batch is uncommitted (a restart replays it), while the sink
-    holds markers past that checkpoint (a stale copy, or a query that ran on), and while
-    the sink wrote recently (a live query); then done, and a new query can claim it."""
+    """One query into a Kafka sink id, two batches. Resuming a savepoint of it checks the
+    sink its checkpoint records: refused when the environment cannot reach that sink (it
+    once passed, finding no sink at all), while the sink looks alive, and with
+    ``--no-sinks``; it goes on once all is known, the original retired. ``eos sinks
+    reset`` of the sink id, given the (resumed) checkpoint: refused while its last batch
+    is uncommitted (a restart replays it), while the sink holds markers past it (a stale
+    copy, or a query that ran on), and while the sink wrote recently (a live query);
+    then done, and a new query can claim the sink id."""
     import shutil
 
     from tests.kafka_util import uncommit
@@ -160,49 +164,13 @@ def test_reset_refuses_while_the_owning_query_can_still_replay_or_runs(
     shutil.copytree(checkpoint, interrupted)
     uncommit(interrupted, 1)
 
-    def reset(path: Path, quiet: str = "0") -> tuple[int, str]:
-        return _eos(
-            "sinks", "reset", sink_id, "--checkpoint", str(path), "--quiet-seconds", quiet, "--yes"
-        )
-
-    code, said = reset(interrupted)
-    assert code == 2 and "replays that batch" in said, said
-    code, said = reset(stale)
-    assert code == 2 and "decided batch 1, past batch 0" in said, said
-    code, said = reset(checkpoint, quiet="3600")
-    assert code == 2 and "looks alive" in said, said
-    assert reset(checkpoint) == (0, "")
-    second = _to_kafka(endpoints, source, out, tmp_path / "new", sink_id, 2)
-    assert run(second, env()) == 0, "a new query claims the reset sink id"
-    counts = Counter(r.value for r in read_to_end(endpoints.kafka_bootstrap, out))
-    assert all(counts[v] == 2 for v in values), "the new query wrote its input once more"
-
-
-def test_resume_checks_the_sinks_the_checkpoint_records(
-    endpoints: Endpoints, unique: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The checkpoint records its Kafka sink; resuming it is refused when the environment
-    cannot reach that sink (it once passed, finding no sink at all), when the sink wrote a
-    batch after the savepoint, and while it looks alive; it goes on once all is known."""
-    _kafka_only(monkeypatch, endpoints)
-    source, out, _values = _input(endpoints, unique)
-    sink_id, checkpoint = f"op-{unique}", tmp_path / "checkpoint"
-    assert run(_to_kafka(endpoints, source, out, tmp_path, sink_id, 2), env()) == 0
     root = str(tmp_path / "savepoints")
     assert _eos("savepoint", "--dir", root, "create", str(checkpoint), "--name", "sp")[0] == 0
 
     def resume(to: str, *extra: str) -> tuple[int, str]:
+        target = str(tmp_path / to)
         return _eos(
-            "savepoint",
-            "--dir",
-            root,
-            "restore",
-            "sp",
-            "--to",
-            str(tmp_path / to),
-            "--mode",
-            "resume",
-            *extra,
+            "savepoint", "--dir", root, "restore", "sp", "--to", target, "--mode", "resume", *extra
         )
 
     monkeypatch.delenv("EOS_KAFKA_BOOTSTRAP")
@@ -213,8 +181,25 @@ def test_resume_checks_the_sinks_the_checkpoint_records(
     assert code == 2 and "looks alive" in said, said
     code, said = resume("r3", "--no-sinks")
     assert code == 2 and "records sinks" in said, said
-    assert resume("r4", "--quiet-seconds", "0") == (0, "")
+    assert resume("resumed", "--quiet-seconds", "0") == (0, "")
     assert not checkpoint.exists(), "the original was retired"
+
+    def reset(path: Path, quiet: str = "0") -> tuple[int, str]:
+        return _eos(
+            "sinks", "reset", sink_id, "--checkpoint", str(path), "--quiet-seconds", quiet, "--yes"
+        )
+
+    code, said = reset(interrupted)
+    assert code == 2 and "replays that batch" in said, said
+    code, said = reset(stale)
+    assert code == 2 and "decided batch 1, past batch 0" in said, said
+    code, said = reset(tmp_path / "resumed", quiet="3600")
+    assert code == 2 and "looks alive" in said, said
+    assert reset(tmp_path / "resumed") == (0, "")
+    second = _to_kafka(endpoints, source, out, tmp_path / "new", sink_id, 2)
+    assert run(second, env()) == 0, "a new query claims the reset sink id"
+    counts = Counter(r.value for r in read_to_end(endpoints.kafka_bootstrap, out))
+    assert all(counts[v] == 2 for v in values), "the new query wrote its input once more"
 
 
 def test_rescale_refuses_the_default_state_store_before_taking_anything(
