@@ -135,6 +135,14 @@ def _uri(where: Location) -> str:
     return str(where) if isinstance(where, HadoopPath) else where.resolve().as_uri()
 
 
+@dataclass(frozen=True)
+class Stat:
+    """What :meth:`HadoopPath.stat` tells (the fields of ``os.stat_result`` it has)."""
+
+    st_size: int
+    st_mtime: float  # seconds since the epoch
+
+
 class HadoopPath:
     """A path on a Hadoop file system, with the pathlib methods the tools use."""
 
@@ -206,6 +214,12 @@ class HadoopPath:
     def walk_files(self) -> Iterator[Entry]:
         for relative, size in _hadoop().files(str(self)):
             yield Entry(relative, self / relative, size)
+
+    def stat(self) -> Stat:
+        status = _hadoop().status(str(self))
+        if status is None:
+            raise CheckpointError(f"{self} does not exist.")
+        return Stat(int(status.getLen()), int(status.getModificationTime()) / 1000)
 
     def read_text(self) -> str:
         return _hadoop().read(str(self)).decode()
