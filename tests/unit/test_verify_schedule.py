@@ -157,3 +157,12 @@ def test_a_step_fault_needs_a_sink_of_its_family() -> None:
         check_plan(plan, lambda name, meanwhile=None: None)
     with pytest.raises(VerifyError, match="Unknown step fault 'broker'"):
         check_plan(Plan(step_faults=("broker",), work_dir=Path("unused")), None)
+
+
+def test_checkpoints_on_a_shared_store_are_the_runs_own() -> None:
+    first = Plan(work_dir=Path("verify"), checkpoint_root="hdfs://nn:8020/runs/")
+    second = Plan(work_dir=Path("verify"), checkpoint_root="hdfs://nn:8020/runs/")
+    assert first.checkpoints == first.checkpoints  # stable within a run
+    assert first.checkpoints.startswith("hdfs://nn:8020/runs/verify-")
+    assert first.checkpoints != second.checkpoints, "two runs would share checkpoints"
+    assert Plan(work_dir=Path("w")).checkpoints == "w/checkpoint"

@@ -78,13 +78,16 @@ class Plan:
     master: str | None = None  # a Spark master URL; default local mode
     work_dir: Path = field(default_factory=lambda: Path("verify-runs") / uuid.uuid4().hex[:8])
     checkpoint_root: str | None = None  # a URI (hdfs://...): checkpoints there, not in work_dir
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
 
     @property
     def checkpoints(self) -> str:
         """Where the queries checkpoint (``<this>/<query name>``): under ``checkpoint_root``
-        in a folder named as the work dir, else the work dir's ``checkpoint``."""
+        in a folder of this run's own (a work dir's name may repeat: a test's is always
+        ``verify``, and a query must never start from another run's checkpoint), else the
+        work dir's ``checkpoint``."""
         if self.checkpoint_root:
-            return f"{self.checkpoint_root.rstrip('/')}/{self.work_dir.name}"
+            return f"{self.checkpoint_root.rstrip('/')}/{self.work_dir.name}-{self.run_id}"
         return str(self.work_dir / "checkpoint")
 
     @property
