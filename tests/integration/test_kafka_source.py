@@ -307,7 +307,13 @@ def test_partitions_just_added_are_asked_again_until_their_leader_answers(
         view = BrokerView(parse_options(options))
         assert view.latest(view.partitions()) == {(topic, 0): 0}
         add_partitions(endpoints.kafka_bootstrap, topic, 8)
+        # the broker answering may list the new partitions some ms after the controller
+        # took them (KRaft propagates metadata): the window this test is about comes after
+        deadline = time.monotonic() + 10
         partitions = view.partitions()
+        while len(partitions) < 8 and time.monotonic() < deadline:
+            time.sleep(0.05)
+            partitions = view.partitions()
         assert len(partitions) == 8
         assert view.latest(partitions) == dict.fromkeys(partitions, 0)
 
