@@ -117,6 +117,33 @@ def _run(
         raise RuntimeError(str(error))
 
 
+def _run_processor(
+    spark: SparkSession, endpoints: Endpoints, topic: str, checkpoint: Location
+) -> None:
+    """A transformWithState running count (state variable ``total``), availableNow, into
+    the noop sink; raises if it fails."""
+    from eos_connectors.dev.harness.pipeline import running_count_processor
+
+    counts = (
+        earliest(spark, endpoints, topic)
+        .selectExpr("CAST(key AS STRING) AS word")
+        .groupBy("word")
+        .transformWithStateInPandas(
+            running_count_processor(), "word string, count long, delta long", "Update", "None"
+        )
+    )
+    query = (
+        counts.writeStream.format("noop")
+        .outputMode("update")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(300)
+    if query.exception() is not None:
+        raise RuntimeError(str(query.exception()))
+
+
 def _state_get(capsys: pytest.CaptureFixture[str], *args: str) -> list[dict[str, object]]:
     """``eos state get ... --json``'s rows, without the partition column."""
     capsys.readouterr()
@@ -285,28 +312,10 @@ def test_state_get_reads_a_transform_with_state_variable(
 ) -> None:
     """transformWithState keeps one column family per state variable: `state get` finds
     the variable's name in the operator's metadata and reads it."""
-    from eos_connectors.dev.harness.pipeline import running_count_processor
-
     topic, checkpoint = f"sp-tws-{unique}", base / "tws"
     create_topic(endpoints.kafka_bootstrap, topic, 2)
     _produce(endpoints, topic, 3)
-    counts = (
-        earliest(spark, endpoints, topic)
-        .selectExpr("CAST(key AS STRING) AS word")
-        .groupBy("word")
-        .transformWithStateInPandas(
-            running_count_processor(), "word string, count long, delta long", "Update", "None"
-        )
-    )
-    query = (
-        counts.writeStream.format("noop")
-        .outputMode("update")
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination(300)
-    assert query.exception() is None
+    _run_processor(spark, endpoints, topic, checkpoint)
 
     rows = _state_get(capsys, str(checkpoint))  # the one variable, without --var
     assert {r["word"]: r["total"] for r in rows} == dict.fromkeys(KEYS, 3)
@@ -413,8 +422,6 @@ def test_a_crash_while_writing_the_first_offsets_file_is_cleaned_and_the_query_s
     in between leaves the temporary file, and a new stateful query then refuses to start
     ("should be empty on batch 0") however often it is restarted. `eos checkpoint inspect`
     shows it and `eos checkpoint clean` removes it; the query then runs exactly."""
-    from eos_connectors.dev.harness.pipeline import running_count_processor
-
     topic, checkpoint = f"sp-tmp-{unique}", tmp_path / "checkpoint"
     create_topic(endpoints.kafka_bootstrap, topic, 2)
     _produce(endpoints, topic, 2)
@@ -422,33 +429,13 @@ def test_a_crash_while_writing_the_first_offsets_file_is_cleaned_and_the_query_s
     left.parent.mkdir(parents=True)
     left.write_text("v1\n")
 
-    def run() -> None:
-        counts = (
-            earliest(spark, endpoints, topic)
-            .selectExpr("CAST(key AS STRING) AS word")
-            .groupBy("word")
-            .transformWithStateInPandas(
-                running_count_processor(), "word string, count long, delta long", "Update", "None"
-            )
-        )
-        query = (
-            counts.writeStream.format("noop")
-            .outputMode("update")
-            .option("checkpointLocation", str(checkpoint))
-            .trigger(availableNow=True)
-            .start()
-        )
-        query.awaitTermination(300)
-        if query.exception() is not None:
-            raise RuntimeError(str(query.exception()))
-
     with pytest.raises(Exception, match="STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY"):
-        run()
+        _run_processor(spark, endpoints, topic, checkpoint)
     assert main(["checkpoint", "inspect", str(checkpoint)]) == 0
     assert "Unfinished 1 batch write(s)" in capsys.readouterr().out
     assert main(["checkpoint", "clean", str(checkpoint)]) == 0
     assert f"removed {left}" in capsys.readouterr().out and not left.exists()
-    run()
+    _run_processor(spark, endpoints, topic, checkpoint)
     assert {r["word"]: r["total"] for r in _state_get(capsys, str(checkpoint))} == dict.fromkeys(
         KEYS, 2
     )
