@@ -11,9 +11,9 @@ SIGKILLed at a time and started again while queries run:
   --kill-broker ... --step-fault ... --network-fault ... --checkpoint-root hdfs://...`),
   every fault point crossed, its checkpoints on HDFS, with a leader killed at a random
   moment, the sink's coordinator killed between a task's produce and its commit,
-  PostgreSQL and Redis restarted between a decision and its commits, PostgreSQL's
-  connections reset and Redis cut off: no query may fail on a broker's kill, and every
-  sink ends exact.
+  PostgreSQL's connections reset and Redis cut off: no query may fail on a broker's
+  kill, and every sink ends exact (make soak adds PostgreSQL and Redis restarted
+  between a decision and its commits).
 
 Cost: ~15 s to start the stack; ~60 s for the first query (each hard kill stalls the
 batch in flight until the controller fences the dead broker, ~9 s by default), in
@@ -162,15 +162,15 @@ def test_a_conformance_cell_on_a_replicated_kafka_with_brokers_killed(
 ) -> None:
     """The running-count cell into every sink, its checkpoints on HDFS, with the input's
     leader killed at a random moment, the sink's coordinator killed between a task's
-    produce and its commit, PostgreSQL and Redis restarted between a decision and its
-    commits, and a network fault per store (make soak: every role at random moments)."""
+    produce and its commit, and a network fault per store (make soak: every broker role
+    at random moments, and PostgreSQL and Redis restarted between a decision and its
+    commits: ``--step-fault postgres --step-fault redis``)."""
     work = tmp_path / "verify"
     args = ["verify", "--cells", "running-count", "--sinks", "kafka,postgres,redis"]
     args += ["--kills", "0", "--kill-broker", "input-leader"]
     # one network fault per store in the same run (test_network_faults.py: every kind)
     args += ["--network-fault", "postgres:reset", "--network-fault", "redis:cut"]
-    for step in ("coordinator", "postgres", "redis"):
-        args += ["--step-fault", step]
+    args += ["--step-fault", "coordinator"]
     args += ["--checkpoint-root", f"{hdfs_url}/verify"]
     done = _eos(replicated, *args, "--records", "6000", "--work-dir", str(work))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
@@ -180,8 +180,6 @@ def test_a_conformance_cell_on_a_replicated_kafka_with_brokers_killed(
     assert "(input-leader)" in killed, report["runs"]
     assert "postgres network reset" in killed and "redis network cut" in killed
     assert "(coordinator at after-prepare)" in killed, killed
-    assert "postgres (restarted at after-decision)" in killed, killed
-    assert "redis (restarted at after-decision)" in killed, killed
     sinks = {
         s["sink"]: (s["lost"], s["duplicated"], s["wrong"], len(s["leftovers"]))
         for s in report["sinks"]
