@@ -222,15 +222,20 @@ class KafkaCluster:
         except Exception:
             return set()
 
-    def leader(self, topic: str, partition: int, timeout: float = 30) -> int:
-        """The node that leads ``topic``'s ``partition`` now."""
+    def leader(self, topic: str, partition: int, timeout: float = 60) -> int:
+        """The node that leads ``topic``'s ``partition`` now; asked again while the cluster
+        does not answer or has no leader for it (recovering from an outage)."""
+        from confluent_kafka import KafkaException
         from confluent_kafka.admin import AdminClient
 
         admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
         deadline = time.monotonic() + timeout
         while True:
-            meta = admin.list_topics(topic, timeout=10).topics[topic]
-            found = meta.partitions.get(partition)
+            try:
+                meta = admin.list_topics(topic, timeout=10).topics[topic]
+                found = meta.partitions.get(partition)
+            except KafkaException:  # no broker answered in time: the cluster is recovering
+                found = None
             if found is not None and found.leader > 0:
                 return int(found.leader)
             if time.monotonic() > deadline:
