@@ -93,7 +93,7 @@ def copy_file(source: Location, target: Location) -> bool:
                 raise
         shutil.copy2(source, target)
         return False
-    _hadoop().copy(str(_uri(source)), str(_uri(target)))
+    _hadoop().copy(_uri(source), _uri(target))
     return False
 
 
@@ -275,8 +275,12 @@ class _Hadoop:
         path = self._path(uri)
 
         def look() -> Any:
-            fs = self._fs(path)
-            return fs.getFileStatus(path) if fs.exists(path) else None
+            try:  # one round trip to the NameNode, not exists() and then the status
+                return self._fs(path).getFileStatus(path)
+            except Exception as exc:
+                if "java.io.FileNotFoundException" in _first_line(exc):
+                    return None
+                raise
 
         return self._call("look at", uri, look)
 

@@ -214,8 +214,9 @@ class Runner:
         while proc.poll() is None:
             time.sleep(0.2)
             now = time.monotonic()
-            self._resume_zombies()
-            self._step_faults()
+            fired = faults.fired(self.markers)  # one look at the markers a tick
+            self._resume_zombies(fired)
+            self._step_faults(fired)
             current = self._committed()
             if current != committed:
                 committed, last_progress = current, now
@@ -238,10 +239,10 @@ class Runner:
             return done_disruption if proc.returncode != 0 else "exited"
         return "exited"
 
-    def _resume_zombies(self) -> None:
+    def _resume_zombies(self, fired: dict[str, dict[str, object]]) -> None:
         """A paused task attempt (a zombie, its executor killed) goes on once its batch
         is committed: it then prepares after the decision (protocol rule 4)."""
-        for entry, where in faults.fired(self.markers).items():
+        for entry, where in fired.items():
             if faults.Entry.parse(entry).action != "pause":
                 continue
             resume = self.markers / f"{entry}.resume"
@@ -249,10 +250,10 @@ class Runner:
             if not resume.exists() and batch.exists():
                 resume.touch()
 
-    def _step_faults(self) -> None:
+    def _step_faults(self, fired: dict[str, dict[str, object]]) -> None:
         """A query held at a protocol step (``hold``): crash the service of its step fault
         and let it go on (the coordinator: while it is down; a store: once it is back)."""
-        for entry in faults.fired(self.markers):
+        for entry in fired:
             parsed = faults.Entry.parse(entry)
             resume = self.markers / f"{entry}.resume"
             name = step_fault_of(parsed, self.chosen)
