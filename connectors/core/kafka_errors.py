@@ -62,6 +62,11 @@ REFUSED = frozenset(
 )
 
 
+def error_code(exc: BaseException) -> int | None:
+    """librdkafka's error code in ``exc``, None when it is not a client error."""
+    return exc.args[0].code() if isinstance(exc, KafkaException) and exc.args else None
+
+
 def leader_moving(exc: BaseException) -> bool:
     """Whether ``exc`` says a partition's leader is moving (ask again soon)."""
     return isinstance(exc, KafkaException) and exc.args[0].code() in LEADER_MOVING
@@ -72,19 +77,28 @@ class ClientErrors:
 
     def __init__(self) -> None:
         self.last: str | None = None
+        self.last_code: int | None = None
         self.refused = False  # the brokers refused the client's credentials or TLS
         self._secrets: list[str] = []
 
     def __call__(self, error: KafkaError) -> None:
         self.last = error.str()
+        self.last_code = error.code()
         self.refused = self.refused or error.code() in REFUSED
 
     def broker_gone(self, exc: BaseException) -> bool:
         """Whether ``exc`` says a broker went away (ask another), and not that the
         brokers refused this client (a failed sign-in also reads as a transport
         failure; its reason reaches the error callback only)."""
-        code = exc.args[0].code() if isinstance(exc, KafkaException) and exc.args else None
-        return code in BROKER_GONE and not self.refused
+        return error_code(exc) in BROKER_GONE and not self.refused
+
+    def timed_out_on_lost_broker(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is a request that timed out while the client's last error was a
+        lost connection: a broker it waited for (the controller an admin request goes to,
+        a partition's leader) may have died since its metadata named it, or none answers
+        at all; the caller tells which."""
+        timed_out = isinstance(exc, TimeoutError) or error_code(exc) == KafkaError._TIMED_OUT
+        return timed_out and self.last_code == KafkaError._TRANSPORT and not self.refused
 
     def watching(self, config: Mapping[str, Any]) -> dict[str, Any]:
         """``config`` with this as the client's error callback (its secrets kept to redact)."""
@@ -95,6 +109,7 @@ class ClientErrors:
         """Why ``exc`` happened, with the last client error; no secret of the client's config."""
         client.poll(0)  # serves the error callbacks queued during the call
         reason = exc.args[0].str() if isinstance(exc, KafkaException) and exc.args else str(exc)
+        reason = reason or f"no answer in time ({type(exc).__name__})"
         if self.last:
             reason = f"{reason} (the client's last error: {self.last})"
         return redact(reason, self._secrets)

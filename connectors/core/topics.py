@@ -43,9 +43,28 @@ Settings = Mapping[str, Any]
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int = 1, **config: str) -> None:
+    """Create ``topic`` and wait until the brokers' metadata lists each partition with a
+    leader: the creation's answer comes when the controller has it, a moment before the
+    brokers serve it (a broker with thousands of topics listed a topic just created on
+    one listener as missing on its other listener)."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     # replication -1: the brokers' default.replication.factor (3 on the replicated stack)
     admin.create_topics([NewTopic(topic, partitions, -1, config=config)])[topic].result(TIMEOUT)
+    deadline = time.monotonic() + TIMEOUT
+    while not _served(admin, topic, partitions):
+        if time.monotonic() > deadline:
+            raise ServiceUnavailableError(
+                f"Kafka at {bootstrap} created topic {topic!r} but does not list its "
+                f"{partitions} partition(s) with leaders after {TIMEOUT:.0f} s."
+            )
+        time.sleep(0.05)
+
+
+def _served(admin: AdminClient, topic: str, partitions: int) -> bool:
+    meta = admin.list_topics(topic, timeout=TIMEOUT).topics.get(topic)
+    if meta is None or meta.error is not None or len(meta.partitions) != partitions:
+        return False
+    return all(p.leader >= 0 for p in meta.partitions.values())
 
 
 def end_offsets(

@@ -21,7 +21,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
 from eos_connectors.core.errors import ConfigError, EosError, ServiceUnavailableError
-from eos_connectors.core.kafka_errors import ClientErrors, leader_moving
+from eos_connectors.core.kafka_errors import ClientErrors, error_code, leader_moving
 from eos_connectors.sources.kafka.offsets import Offsets, TopicPartitionKey
 from eos_connectors.sources.kafka.options import EARLIEST, LATEST, KafkaSourceOptions
 
@@ -33,6 +33,7 @@ T = TypeVar("T")
 
 FIRST_BACKOFF_S = 0.05
 MAX_BACKOFF_S = 1.0
+PROBE_TIMEOUT_S = 5.0
 
 
 class BrokerView:
@@ -40,7 +41,8 @@ class BrokerView:
 
     def __init__(self, options: KafkaSourceOptions) -> None:
         self.options = options
-        self.timeout = min(30.0, options.poll_timeout_ms / 1000)  # one request
+        # one request: at most half the time a look-up may take, leaving time to ask again
+        self.timeout = min(30.0, options.poll_timeout_ms / 2000)
         # Asking again while leaders move, as the tasks do: one broker of a replicated
         # cluster killed twice in a row kept a partition's leader away for over 30 s
         # (each death is noticed after broker.session.timeout.ms, 9 s by default).
@@ -131,7 +133,7 @@ class BrokerView:
             except (KafkaException, TimeoutError) as exc:
                 again = leader_moving(exc) or self._broker_gone(exc)
                 if not again or time.monotonic() + backoff > began + self._bound(exc):
-                    raise self._unavailable(what, exc) from None
+                    raise self._unavailable(what, exc, began) from None
                 log.info("eos_kafka: %s: %s; asking again", what, exc)
                 self._admin = None
             time.sleep(backoff)
@@ -266,7 +268,7 @@ class BrokerView:
             except (KafkaException, TimeoutError) as exc:
                 wait = self._retry_wait(exc, backoff, retries, began + self._bound(exc))
                 if wait is None:
-                    raise self._unavailable("list offsets", exc) from None
+                    raise self._unavailable("list offsets", exc, began) from None
                 if leader_moving(exc) or self._broker_gone(exc):
                     # librdkafka's admin client may go on sending the leader epoch it
                     # cached before the leader moved, and be refused for it until the
@@ -301,7 +303,7 @@ class BrokerView:
         """How long a look-up may go on asking: ``kafkaConsumer.pollTimeoutMs`` while some
         broker answers (a leader moving, one broker gone), one request's limit when none
         does (a wrong address, a cluster that is down, fails as fast as before)."""
-        code = exc.args[0].code() if isinstance(exc, KafkaException) and exc.args else None
+        code = error_code(exc)
         return self.timeout if code == KafkaError._ALL_BROKERS_DOWN else self.moving_limit
 
     def _broker_gone(self, exc: BaseException) -> bool:
@@ -309,15 +311,31 @@ class BrokerView:
         callbacks served now would say)."""
         if self._admin is not None:
             self._admin.poll(0)
-        return self._errors.broker_gone(exc)
+        if self._errors.broker_gone(exc):
+            return True
+        return self._errors.timed_out_on_lost_broker(exc) and self._some_broker_answers()
 
-    def _unavailable(self, what: str, exc: BaseException) -> ServiceUnavailableError:
-        """The error for a failed look-up, with the broker's reason (an authentication
-        failure reads as one); the client settings' secrets are redacted from it."""
+    def _some_broker_answers(self) -> bool:
+        """Whether a broker answers a metadata request now (a new client, so that a dead
+        broker its metadata names is not the one asked). On a replicated cluster an admin
+        request waits for the broker the metadata named controller: killed, it times the
+        request out although the other brokers answer (seen when the harness killed a
+        transaction coordinator that was also that broker)."""
+        probe = AdminClient(self._errors.watching(self.options.client_config()))
+        try:
+            probe.list_topics(timeout=min(PROBE_TIMEOUT_S, self.timeout))
+        except KafkaException:
+            return False
+        return True
+
+    def _unavailable(self, what: str, exc: BaseException, began: float) -> ServiceUnavailableError:
+        """The error for a failed look-up asked since ``began``, with the broker's reason (an
+        authentication failure reads as one); the client settings' secrets redacted."""
         reason = self._errors.reason(self.admin, exc)
+        asked = time.monotonic() - began
         return ServiceUnavailableError(
             f"Kafka at {self.options.bootstrap_servers} (option 'kafka.bootstrap.servers') did "
-            f"not answer '{what}' within {self._bound(exc):.0f} s: {reason}. "
+            f"not answer '{what}' in {asked:.0f} s: {reason}. "
             "Check that the brokers run and are reachable, and the kafka.security.protocol and "
             "kafka.sasl.* options; raise kafkaConsumer.pollTimeoutMs for slow clusters."
         )

@@ -36,6 +36,8 @@ from confluent_kafka import Producer
 from eos_connectors.core.topics import create_topic, read_to_end
 from eos_connectors.dev.stack import Stack
 from eos_connectors.dev.stack.kafka_cluster import KafkaCluster, java_hash
+from eos_connectors.sources.kafka.broker import BrokerView
+from eos_connectors.sources.kafka.options import parse_options
 from tests.pipeline_util import ROOT, committed_batches, env, kill_group
 
 pytestmark = [pytest.mark.services, pytest.mark.spark]
@@ -154,6 +156,31 @@ def test_one_broker_killed_at_a_time_never_fails_the_query(
     assert committed_batches(checkpoint) >= RECORDS // PER_BATCH
     values = [r.value for r in read_to_end(bootstrap, out)]
     assert len(values) == RECORDS and set(values) == {str(i).encode() for i in range(RECORDS)}
+
+
+def test_the_source_asks_again_when_the_broker_named_controller_dies(
+    cluster: KafkaCluster, unique: str
+) -> None:
+    """The source's driver describes topics every batch, an admin request librdkafka sends to
+    the broker its metadata names controller. Killed, that broker times the request out
+    while the others answer: the driver asks again with fresh metadata, within
+    ``kafkaConsumer.pollTimeoutMs``, instead of failing the query (a CI run failed the
+    replicated cell's queries so when the killed coordinator was that broker). ~15 s."""
+    topic = f"ctl-{unique}"
+    create_topic(cluster.bootstrap, topic, 2)
+    options = {"kafka.bootstrap.servers": cluster.bootstrap, "subscribe": topic}
+    view = BrokerView(parse_options({**options, "kafkaConsumer.pollTimeoutMs": "24000"}))
+    ids = view.topic_ids([topic])
+    controller = view.admin.list_topics(timeout=10).controller_id
+    assert ids and controller in cluster.node_ids()
+    cluster.kill(controller)
+    try:
+        began = time.monotonic()
+        assert view.topic_ids([topic]) == ids
+        assert view.latest([(topic, 0), (topic, 1)]) == {(topic, 0): 0, (topic, 1): 0}
+        assert time.monotonic() - began < 24
+    finally:
+        cluster.start(controller)
 
 
 @pytest.mark.hdfs
