@@ -1,5 +1,6 @@
 """The conformance cells on a real Spark pipeline: every fault point of every sink fires in
-its own query, the pipeline is killed and Redis is restarted, and every sink ends exact.
+its own query, Redis is restarted, and every sink ends exact (the whole pipeline killed at
+random moments: test_connect in CI, make soak's `eos verify` runs).
 
 One harness run (``eos verify``) holds every query of the three cells (see
 connectors/harness/cells.py) plus the example SQLite sink of a connector author
@@ -45,7 +46,7 @@ def test_every_cell_crosses_every_point_of_every_sink(
         "eos_sqlite", f"{__name__}:read_sqlite", options, "examples.sqlite_sink:SqliteDataSource"
     )
     report = eos_verify(
-        records=4_000, cells=tuple(CELLS), custom=custom, kills=1, restarts=("redis",)
+        records=4_000, cells=tuple(CELLS), custom=custom, kills=0, restarts=("redis",)
     )
     print(report.table(), report.fault_table(), sep="\n")
     assert report.ok, (report.problems, report.table(), [s.leftovers for s in report.sinks])
@@ -68,9 +69,8 @@ def test_every_cell_crosses_every_point_of_every_sink(
     assert len(whole) == MIXED_GROUP_CRASHES + len(restarts_records), whole
     assert restarts_records, "the records cell restarts its query with another minPartitions"
     assert len(_min_partitions(report)) > 1, "minPartitions never changed between starts"
-    # The run the group point ended was a crash, plus the random kill and the Redis
-    # crash.
-    assert report.crashes >= len({report.run_of(e) for e in whole}) + 2
+    # The run the group point ended was a crash, plus the Redis crash.
+    assert report.crashes >= len({report.run_of(e) for e in whole}) + 1
     assert all(s.expected > 1_000 for s in report.sinks)
 
     # The event-time cell's input had records that are late however the batches fall
