@@ -5,6 +5,7 @@ calls made on it (retried only where librdkafka says so), and its log.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -26,6 +27,18 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 CALL_TIMEOUT = 60.0
 RETRY_SECONDS = 30.0
+#: How long past ``CALL_TIMEOUT`` a librdkafka call may block before the task gives up
+#: on it. send_offsets_to_transaction() can block for good when the consumer group's
+#: coordinator broker died: librdkafka never checks the coordinator request's timeout
+#: (confluentinc/librdkafka#5456), and a coordinator it dropped from its metadata is
+#: never asked again (#5511). Seen on a 3-broker cluster: a pooled producer's call hung
+#: 3 minutes after the harness killed the coordinator, and the query with it.
+OVERRUN_SECONDS = 10.0
+
+
+class StuckCallError(KafkaSinkError):
+    """A librdkafka call did not return within its time limit; its producer is left to
+    the thread that still waits in it, and is never used or closed again."""
 
 
 def fenced_producer(options: KafkaSinkOptions, name: str) -> Producer:
@@ -135,7 +148,7 @@ def call(call: Callable[[], T], what: str) -> T:
     attempt = 0
     while True:
         try:
-            return call()
+            return bounded(call, what, CALL_TIMEOUT + OVERRUN_SECONDS)
         except KafkaException as exc:
             error = error_of(exc)
             action = classify(error)
@@ -144,6 +157,35 @@ def call(call: Callable[[], T], what: str) -> T:
             log.warning("%s: %s; retrying", what, error.str())
             time.sleep(min(2.0, 0.2 * 2**attempt))
             attempt += 1
+
+
+def bounded(call: Callable[[], T], what: str, limit: float) -> T:
+    """``call()`` on a helper thread, its result or its error; :class:`StuckCallError`
+    when it has not returned after ``limit`` seconds (librdkafka's calls cannot be
+    interrupted: the thread is left waiting, and the task fails so that Spark retries it
+    with a new producer, whose init_transactions() fences the stuck one). A thread costs
+    ~0.1 ms against the milliseconds of a broker round trip; three calls per task."""
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append((True, call()))
+        except BaseException as exc:  # handed to the caller's thread
+            outcome.append((False, exc))
+
+    helper = threading.Thread(target=run, name=f"eos-kafka {what}", daemon=True)
+    helper.start()
+    helper.join(limit)
+    if not outcome:
+        raise StuckCallError(
+            f"{what} did not return within {limit:.0f} s (a librdkafka call that waits for "
+            "a coordinator broker that died: confluentinc/librdkafka#5456). Its producer is "
+            "dropped; Spark retries the task with a new one, which fences the old."
+        )
+    done, value = outcome[0]
+    if not done:
+        raise value
+    return value  # type: ignore[no-any-return]
 
 
 def abort_quietly(producer: Producer) -> None:

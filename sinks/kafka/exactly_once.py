@@ -53,6 +53,7 @@ from eos_connectors.core.protocol import Lineage, SinkClaimedError
 from eos_connectors.sinks.kafka.claim import ensure_claimed
 from eos_connectors.sinks.kafka.clients import (
     CALL_TIMEOUT,
+    StuckCallError,
     abort_quietly,
     call,
     is_fenced,
@@ -277,6 +278,8 @@ class KafkaExactlyOnceWriter(DataSourceStreamArrowWriter):
             batches = rows(rows_in.all(), self.options.topic, self.options.changes)
             count = finish(producer, task, batches, sid, steps)
             marker.known = (task.batch_id + 1, task.query_id)
+        except StuckCallError:
+            raise  # another call on it would wait behind the stuck one: left to be fenced
         except Exception as exc:  # a crash (or a simulated one) leaves it open, for fencing
             abort_quietly(producer)
             explain_timeout(exc, self.options, time.monotonic() - began)

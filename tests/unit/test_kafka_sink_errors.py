@@ -113,3 +113,24 @@ def test_a_timestamp_column_of_another_type_is_refused_at_start() -> None:
     schema = StructType([StructField("value", BinaryType()), StructField("timestamp", LongType())])
     with pytest.raises(ConfigError, match="Column 'timestamp' must be timestamp"):
         check_schema(schema, has_topic_option=True)
+
+
+def test_a_librdkafka_call_that_never_returns_fails_the_task_in_bounded_time() -> None:
+    """send_offsets_to_transaction() can block for good when the group coordinator died
+    (confluentinc/librdkafka#5456): the task gives the call up after its limit."""
+    import threading
+    import time
+
+    from eos_connectors.sinks.kafka.clients import StuckCallError, bounded
+
+    never = threading.Event()
+    began = time.monotonic()
+    with pytest.raises(StuckCallError, match="send_offsets_to_transaction did not return"):
+        bounded(never.wait, "send_offsets_to_transaction", 0.2)
+    assert time.monotonic() - began < 2
+    never.set()  # the helper thread ends
+    assert bounded(lambda: 7, "x", 5) == 7
+    error = KafkaError(KafkaError._TIMED_OUT, retriable=True)
+    with pytest.raises(KafkaException) as raised:  # the call's own error, as it was
+        bounded(lambda: (_ for _ in ()).throw(KafkaException(error)), "x", 5)
+    assert error_of(raised.value) is error
