@@ -363,8 +363,12 @@ def test_a_batch_without_the_sinks_figure_wrote_its_state_in_complete_mode() -> 
 
 
 def test_memory_is_split_into_the_jvm_the_driver_and_the_workers_as_rss_and_pss() -> None:
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    # sampled once the child says it runs: right after the spawn it may have mapped
+    # nothing yet (its memory read as 0 under load)
+    script = "import time; print('up', flush=True); time.sleep(30)"
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     try:
+        assert child.stdout is not None and child.stdout.readline() == "up\n"
         memory = Memory()
         root = psutil.Process()
         memory.sample(root, [root, psutil.Process(child.pid)])
