@@ -19,6 +19,9 @@ TLS_ENV_NAMES = (
     "EOS_KAFKA_TRUSTSTORE_PASSWORD",
 )
 SASL_MECHANISM = "SCRAM-SHA-512"
+#: The brokers' listeners for network faults: "proxy=listener,..." per broker, the
+#: address the broker advertises there (where a fault proxy listens) and the one it binds
+PROXIED_ENV_NAME = "EOS_KAFKA_PROXIED"
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,10 @@ class Endpoints:
     postgres_dsn: str
     redis_url: str
     kafka_sasl: KafkaSasl | None = None  # the broker's SASL listener, where there is one
+    #: per broker, (address it advertises, address it binds) of a listener meant to be
+    #: reached through a fault proxy listening at the first (`eos verify --network-fault
+    #: kafka:...`); empty for brokers started without one
+    kafka_proxied: tuple[tuple[str, str], ...] = ()
 
     def __repr__(self) -> str:  # the DSN's and URL's passwords never reach a log line
         return (
@@ -112,12 +119,23 @@ class Endpoints:
                 "set all three (see `eos stack env`) or none."
             )
         kafka, postgres, redis = values
-        return cls(kafka, postgres, redis, KafkaSasl.from_env(env))
+        proxied = tuple(
+            (proxy, bound)
+            for pair in env.get(PROXIED_ENV_NAME, "").split(",")
+            if pair
+            for proxy, _, bound in [pair.partition("=")]
+        )
+        return cls(kafka, postgres, redis, KafkaSasl.from_env(env), proxied)
 
     def as_env(self) -> dict[str, str]:
         values = (self.kafka_bootstrap, self.postgres_dsn, self.redis_url)
         sasl = self.kafka_sasl.as_env() if self.kafka_sasl else {}
-        return {**dict(zip(ENV_NAMES, values, strict=True)), **sasl}
+        proxied = ",".join(f"{proxy}={bound}" for proxy, bound in self.kafka_proxied)
+        return {
+            **dict(zip(ENV_NAMES, values, strict=True)),
+            **sasl,
+            **({PROXIED_ENV_NAME: proxied} if proxied else {}),
+        }
 
     def exports(self) -> str:
         return "".join(f"export {k}={shlex.quote(v)}\n" for k, v in self.as_env().items())

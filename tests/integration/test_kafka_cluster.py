@@ -11,7 +11,8 @@ SIGKILLed at a time and started again while queries run:
   --kill-broker ... --step-fault ... --network-fault ... --checkpoint-root hdfs://...`),
   every fault point crossed, its checkpoints on HDFS, with a leader killed at a random
   moment, the sink's coordinator killed between a task's produce and its commit,
-  PostgreSQL's connections reset and Redis cut off: no query may fail on a broker's
+  every broker's connections reset (through its proxied listener), PostgreSQL's reset
+  and Redis cut off: no query may fail on a broker's
   kill, and every sink ends exact (make soak adds PostgreSQL and Redis restarted
   between a decision and its commits).
 
@@ -195,8 +196,9 @@ def test_a_conformance_cell_on_a_replicated_kafka_with_brokers_killed(
     work = tmp_path / "verify"
     args = ["verify", "--cells", "running-count", "--sinks", "kafka,postgres,redis"]
     args += ["--kills", "0", "--kill-broker", "input-leader"]
-    # one network fault per store in the same run (test_network_faults.py: every kind)
+    # one network fault per service in the same run (test_network_faults.py: every kind)
     args += ["--network-fault", "postgres:reset", "--network-fault", "redis:cut"]
+    args += ["--network-fault", "kafka:reset"]  # every broker's connections: source and sink
     args += ["--step-fault", "coordinator"]
     args += ["--checkpoint-root", f"{hdfs_url}/verify"]
     done = _eos(replicated, *args, "--records", "6000", "--work-dir", str(work))
@@ -206,6 +208,7 @@ def test_a_conformance_cell_on_a_replicated_kafka_with_brokers_killed(
     killed = " ".join(r["service_crashed"] or "" for r in report["runs"])
     assert "(input-leader)" in killed, report["runs"]
     assert "postgres network reset" in killed and "redis network cut" in killed
+    assert "kafka network reset" in killed, killed
     assert "(coordinator at after-prepare)" in killed, killed
     sinks = {
         s["sink"]: (s["lost"], s["duplicated"], s["wrong"], len(s["leftovers"]))

@@ -1,7 +1,8 @@
 """Network faults through a real TCP proxy (Toxiproxy, built from its Go module) between
-the pipeline and PostgreSQL and Redis, in the middle of the running-count cell whose
+the pipeline and Kafka (each broker's proxied listener: source and sink), PostgreSQL and
+Redis, in the middle of the running-count cell whose
 fault points also fire: connections reset mid-transaction, answers held back for seconds,
-a store cut off for a while. In `make soak`; CI runs one fault per store in
+a service cut off for a while. In `make soak`; CI runs one fault per service in
 test_kafka_cluster's cell. Each sink must end exact with
 nothing left in doubt (a query that failed on the fault is restarted by the harness's
 pipeline, as an operator would, and replays).
@@ -25,9 +26,10 @@ def test_resets_delays_and_cuts_between_the_pipeline_and_its_stores(
     eos_verify: Callable[..., Report],
 ) -> None:
     faults = ("postgres:reset", "redis:reset", "postgres:cut", "redis:latency")
+    faults += ("kafka:reset", "kafka:latency", "kafka:cut")
     report = eos_verify(
         cells=("running-count",),
-        sinks=("postgres", "redis"),
+        sinks=("kafka", "postgres", "redis"),
         network_faults=faults,
         full_crashes="none",
         kills=0,
@@ -39,6 +41,7 @@ def test_resets_delays_and_cuts_between_the_pipeline_and_its_stores(
         service, _, kind = fault.partition(":")
         assert f"{service} network {kind}" in seen, report.runs
     assert {s.sink: (s.lost, s.duplicated, s.wrong, len(s.leftovers)) for s in report.sinks} == {
+        "rc-kafka": (0, 0, 0, 0),
         "rc-postgres": (0, 0, 0, 0),
         "rc-redis-increment": (0, 0, 0, 0),
     }

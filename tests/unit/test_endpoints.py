@@ -52,3 +52,13 @@ def test_the_sasl_ssl_listener_travels_through_the_environment_and_hides_its_pas
     assert "s3cret" not in repr(sasl) and "tru5t" not in repr(sasl)
     plain_only = KafkaSasl("h:9094", "eos", "s3cret")
     assert plain_only.java_options() == {} and "EOS_KAFKA_TRUSTSTORE" not in plain_only.as_env()
+
+
+def test_the_brokers_proxied_listeners_travel_through_the_environment() -> None:
+    proxied = (("127.0.0.1:7001", "127.0.0.1:6001"), ("127.0.0.1:7002", "127.0.0.1:6002"))
+    endpoints = Endpoints("h:1", "postgresql://x", "redis://y", kafka_proxied=proxied)
+    env = endpoints.as_env()
+    assert env["EOS_KAFKA_PROXIED"] == "127.0.0.1:7001=127.0.0.1:6001,127.0.0.1:7002=127.0.0.1:6002"
+    assert Endpoints.from_env(env) == endpoints
+    plain = Endpoints("h:1", "postgresql://x", "redis://y")
+    assert "EOS_KAFKA_PROXIED" not in plain.as_env() and Endpoints.from_env(plain.as_env()) == plain

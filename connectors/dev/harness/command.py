@@ -72,7 +72,8 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="SERVICE:KIND",
         help="put a TCP fault proxy (Toxiproxy) between the pipeline and SERVICE "
-        "(postgres, redis) and, mid-run, reset its connections (reset), delay its answers "
+        "(kafka: every broker, postgres, redis) and, mid-run, reset its connections (reset), "
+        "delay its answers "
         "(latency) or cut it off (cut) for a few seconds (repeatable)",
     )
     parser.add_argument(

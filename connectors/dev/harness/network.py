@@ -2,7 +2,10 @@
 (:mod:`eos_connectors.dev.stack.toxiproxy`).
 
 The pipeline reaches each service named in a plan's ``network_faults`` through its own
-proxy; the harness's checks reach the services directly. A fault is ``service:kind``:
+proxy; the harness's checks reach the services directly. Kafka's brokers each have a
+listener advertised at its proxy's address (the stack's ``PROXIED`` listener), so a
+client that bootstraps through the proxies also reaches every partition leader and
+coordinator through them. A fault is ``service:kind``:
 
 - ``reset``: every connection is reset (TCP RST) for a few seconds, transactions and
   scripts in flight included; new connections are reset as soon as they send;
@@ -22,10 +25,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+from eos_connectors.core.errors import StackError
 from eos_connectors.dev.endpoints import Endpoints
 from eos_connectors.dev.stack.toxiproxy import Toxiproxy
 
-NETWORK_SERVICES = ("postgres", "redis")
+NETWORK_SERVICES = ("kafka", "postgres", "redis")
 NETWORK_KINDS = ("reset", "latency", "cut")
 FAULT_SECONDS = 4.0
 STREAMS = ("upstream", "downstream")
@@ -59,37 +63,62 @@ class NetworkFaults:
 
     proxy: Toxiproxy
     services: tuple[str, ...]
+    brokers: int = 0  # Kafka proxies, one per broker
 
     @classmethod
     def start(
         cls, where: Path, endpoints: Endpoints, services: tuple[str, ...]
     ) -> tuple[NetworkFaults, Endpoints]:
         """Proxies for ``services``; the endpoints the pipeline uses through them."""
+        if "kafka" in services and not endpoints.kafka_proxied:
+            raise StackError(
+                "--network-fault kafka:... needs brokers with a proxied listener: restart "
+                "the stack's Kafka (`eos stack down`, then `eos stack up`) to add one."
+            )
         proxy = Toxiproxy(where)
         proxy.start()
         piped = endpoints
+        if "kafka" in services:
+            for node, (listen, bound) in enumerate(endpoints.kafka_proxied, 1):
+                proxy.proxy(f"kafka-{node}", bound, listen=listen)
+            bootstrap = ",".join(listen for listen, _ in endpoints.kafka_proxied)
+            piped = replace(piped, kafka_bootstrap=bootstrap, kafka_sasl=None)
         if "postgres" in services:
             made = proxy.proxy("postgres", upstream(endpoints.postgres_dsn))
             piped = replace(piped, postgres_dsn=through(endpoints.postgres_dsn, made.listen))
         if "redis" in services:
             made = proxy.proxy("redis", upstream(endpoints.redis_url))
             piped = replace(piped, redis_url=through(endpoints.redis_url, made.listen))
-        return cls(proxy, services), piped
+        brokers = len(endpoints.kafka_proxied) if "kafka" in services else 0
+        return cls(proxy, services, brokers), piped
+
+    def proxies(self, service: str) -> list[str]:
+        """The proxies of ``service``: one per Kafka broker, one for a store."""
+        if service == "kafka":
+            return [f"kafka-{node}" for node in range(1, self.brokers + 1)]
+        return [service]
 
     def inject(self, service: str, kind: str) -> None:
-        """Run one fault for ``FAULT_SECONDS`` (a latency fault: until its answers came)."""
+        """Run one fault for ``FAULT_SECONDS`` (a latency fault: until its answers came),
+        on every proxy of ``service`` at once."""
+        proxies = self.proxies(service)
         if kind == "cut":
-            self.proxy.set_enabled(service, False)
+            for proxy in proxies:
+                self.proxy.set_enabled(proxy, False)
             time.sleep(FAULT_SECONDS)
-            self.proxy.set_enabled(service, True)
+            for proxy in proxies:
+                self.proxy.set_enabled(proxy, True)
             return
-        if kind == "reset":
-            names = [self.proxy.add_toxic(service, "reset_peer", s, timeout=0) for s in STREAMS]
-        else:
-            names = [self.proxy.add_toxic(service, "latency", "downstream", latency=LATENCY_MS)]
+        added = []
+        for proxy in proxies:
+            if kind == "reset":
+                names = [self.proxy.add_toxic(proxy, "reset_peer", s, timeout=0) for s in STREAMS]
+            else:
+                names = [self.proxy.add_toxic(proxy, "latency", "downstream", latency=LATENCY_MS)]
+            added += [(proxy, name) for name in names]
         time.sleep(FAULT_SECONDS)
-        for name in names:
-            self.proxy.remove_toxic(service, name)
+        for proxy, name in added:
+            self.proxy.remove_toxic(proxy, name)
 
     def stop(self) -> None:
         self.proxy.stop()

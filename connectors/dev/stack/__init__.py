@@ -285,7 +285,13 @@ class Stack:
         postgres, redis = records["postgres"], records["redis"]
         assert postgres is not None and redis is not None
         if cluster is not None:  # a plain listener per node, no SASL ones
-            return Endpoints(cluster.bootstrap, postgres.endpoint, redis.endpoint)
+            layout = cluster.layout()
+            return Endpoints(
+                layout.bootstrap,
+                postgres.endpoint,
+                redis.endpoint,
+                kafka_proxied=layout.proxied_addresses,
+            )
         kafka = records["kafka"]
         assert kafka is not None and isinstance(self.services["kafka"], KafkaService)
         return Endpoints(
@@ -293,6 +299,7 @@ class Stack:
             postgres_dsn=postgres.endpoint,
             redis_url=redis.endpoint,
             kafka_sasl=self.services["kafka"].sasl(kafka),
+            kafka_proxied=self.services["kafka"].proxied(kafka),
         )
 
     def _ensure_running(self, service: Service) -> ServiceRecord:

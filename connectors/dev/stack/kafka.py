@@ -250,6 +250,22 @@ def format_storage(java: list[str], config: Path, cluster_id: str, where: Path) 
         raise StackError(f"{exc}\nData directory: {data}") from exc
 
 
+@dataclass(frozen=True)
+class ProxiedListener:
+    """A plain listener bound on one port and advertised on another, where a fault
+    proxy (the harness's Toxiproxy) listens and forwards to it: a client that
+    bootstraps through the proxy is told the proxy's address for every later
+    connection too, so all its traffic to the broker crosses the proxy."""
+
+    bound: str
+    advertised: str
+    security: str = "PROXIED:PLAINTEXT"
+
+
+def proxied_listener(bound: int, advertised: int) -> ProxiedListener:
+    return ProxiedListener(f"PROXIED://{LOOPBACK}:{bound}", f"PROXIED://{LOOPBACK}:{advertised}")
+
+
 def cluster_id() -> str:
     """A random Kafka cluster id (22 characters of URL-safe base64). Like Kafka's own
     Uuid.randomUuid, never one starting with '-', which the storage tool would take for
@@ -291,16 +307,24 @@ class KafkaService(Service):
         return record
 
     @staticmethod
-    def _ports(old: tuple[int, ...]) -> tuple[int, int, int, int]:
-        """The plain, controller, SASL and SASL_SSL ports: the previous ones where still
-        free."""
+    def _ports(old: tuple[int, ...]) -> tuple[int, ...]:
+        """The plain, controller, SASL and SASL_SSL ports, and the proxied listener's
+        bound and advertised ports (:func:`proxied_listener`): the previous ones where
+        still free."""
         chosen: list[int] = []
-        for i in range(4):
+        for i in range(6):
             port = free_port(old[i] if i < len(old) else None)
             while port in chosen:
                 port = free_port()
             chosen.append(port)
-        return chosen[0], chosen[1], chosen[2], chosen[3]
+        return tuple(chosen)
+
+    def proxied(self, record: ServiceRecord) -> tuple[tuple[str, str], ...]:
+        """The broker's proxied listener: (advertised, bound) address (none for a broker
+        started before it had one)."""
+        if len(record.ports) < 6:
+            return ()
+        return ((f"{LOOPBACK}:{record.ports[5]}", f"{LOOPBACK}:{record.ports[4]}"),)
 
     def sasl_user(self) -> tuple[str, str]:
         """The SASL listener's user and its password, made once per stack directory."""
@@ -337,7 +361,8 @@ class KafkaService(Service):
         heap = os.environ.get("EOS_KAFKA_HEAP", "1g")
         return [*java_command(self.dir, heap, classpath), main, *args]
 
-    def _write_config(self, port: int, controller_port: int, sasl_port: int, tls_port: int) -> None:
+    def _write_config(self, *ports: int) -> None:
+        port, controller_port, sasl_port, tls_port, bound, advertised = ports
         self.dir.mkdir(parents=True, exist_ok=True)
         tls = tls_material(self.dir / "tls")
         listeners = (
@@ -345,17 +370,20 @@ class KafkaService(Service):
             f"SASL_PLAINTEXT://{LOOPBACK}:{sasl_port}",
             f"SASL_SSL://{LOOPBACK}:{tls_port}",
         )
+        proxied = proxied_listener(bound, advertised)
         scram = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
         settings = {
             **KAFKA_SETTINGS,
             "controller.quorum.voters": f"1@{LOOPBACK}:{controller_port}",
-            "listeners": ",".join((*listeners, f"CONTROLLER://{LOOPBACK}:{controller_port}")),
-            "advertised.listeners": ",".join(listeners),
+            "listeners": ",".join(
+                (*listeners, proxied.bound, f"CONTROLLER://{LOOPBACK}:{controller_port}")
+            ),
+            "advertised.listeners": ",".join((*listeners, proxied.advertised)),
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
             "listener.security.protocol.map": (
                 "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL,"
-                "CONTROLLER:PLAINTEXT"
+                f"{proxied.security},CONTROLLER:PLAINTEXT"
             ),
             "sasl.enabled.mechanisms": SASL_MECHANISM,
             # The broker's side of SCRAM needs a login module; users live in the metadata log.

@@ -27,6 +27,7 @@ from eos_connectors.dev.stack.kafka import (
     ensure_jars,
     format_storage,
     java_command,
+    proxied_listener,
 )
 from eos_connectors.dev.stack.process import (
     LOOPBACK,
@@ -60,10 +61,17 @@ def cluster_settings(nodes: int) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Layout:
-    """The cluster's id and each node's (client port, controller port), node ids from 1."""
+    """The cluster's id and each node's (client port, controller port) and its proxied
+    listener's (bound port, advertised port), node ids from 1."""
 
     cluster_id: str
     ports: tuple[tuple[int, int], ...]
+    proxied: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def proxied_addresses(self) -> tuple[tuple[str, str], ...]:
+        """Per node, the proxied listener's (advertised, bound) address."""
+        return tuple((f"{LOOPBACK}:{a}", f"{LOOPBACK}:{b}") for b, a in self.proxied)
 
     @property
     def bootstrap(self) -> str:
@@ -122,17 +130,26 @@ class KafkaCluster:
         path = self.dir / "cluster.json"
         if path.exists():
             raw = json.loads(path.read_text())
-            return Layout(raw["cluster_id"], tuple((a, b) for a, b in raw["ports"]))
+            ports = tuple((a, b) for a, b in raw["ports"])
+            proxied = tuple((a, b) for a, b in raw.get("proxied", ()))
+            if proxied:
+                return Layout(raw["cluster_id"], ports, proxied)
+            layout = Layout(raw["cluster_id"], ports, self._pairs())  # made before proxies
+        else:
+            layout = Layout(cluster_id(), self._pairs(), self._pairs())
+        self.dir.mkdir(parents=True, exist_ok=True)
+        raw = {"cluster_id": layout.cluster_id, "ports": layout.ports, "proxied": layout.proxied}
+        path.write_text(json.dumps(raw))
+        return layout
+
+    def _pairs(self) -> tuple[tuple[int, int], ...]:
+        """Two free ports per node."""
         chosen: list[int] = []
         while len(chosen) < 2 * self.nodes:
             port = free_port()
             if port not in chosen:
                 chosen.append(port)
-        pairs = tuple((chosen[2 * i], chosen[2 * i + 1]) for i in range(self.nodes))
-        layout = Layout(cluster_id(), pairs)
-        self.dir.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"cluster_id": layout.cluster_id, "ports": pairs}))
-        return layout
+        return tuple((chosen[2 * i], chosen[2 * i + 1]) for i in range(self.nodes))
 
     def wait_ready(self, layout: Layout | None = None, timeout: float = 180) -> None:
         """Until every node is a registered broker of the cluster."""
@@ -189,17 +206,21 @@ class KafkaCluster:
         where = self.node_dir(node)
         where.mkdir(parents=True, exist_ok=True)
         client, controller = layout.ports[node - 1]
+        proxied = proxied_listener(*layout.proxied[node - 1])
         free_port(client)  # a killed node's ports may linger in FIN_WAIT2 for a while
         free_port(controller)
+        plain, control = f"PLAINTEXT://{LOOPBACK}:{client}", f"CONTROLLER://{LOOPBACK}:{controller}"
         settings = {
             **cluster_settings(self.nodes),
             "node.id": str(node),
             "controller.quorum.voters": layout.voters,
-            "listeners": f"PLAINTEXT://{LOOPBACK}:{client},CONTROLLER://{LOOPBACK}:{controller}",
-            "advertised.listeners": f"PLAINTEXT://{LOOPBACK}:{client}",
+            "listeners": f"{plain},{proxied.bound},{control}",
+            "advertised.listeners": f"{plain},{proxied.advertised}",
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "listener.security.protocol.map": (
+                f"PLAINTEXT:PLAINTEXT,{proxied.security},CONTROLLER:PLAINTEXT"
+            ),
             "log.dirs": str(where / "data"),
         }
         self._config(node).write_text("".join(f"{k}={v}\n" for k, v in settings.items()))

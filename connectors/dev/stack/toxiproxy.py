@@ -102,9 +102,9 @@ class Toxiproxy:
             terminate(self.pid, timeout=10)
             self.pid = None
 
-    def proxy(self, name: str, upstream: str) -> Proxy:
-        """A proxy to ``upstream`` (host:port) on a free loopback port."""
-        listen = f"{LOOPBACK}:{free_port()}"
+    def proxy(self, name: str, upstream: str, listen: str | None = None) -> Proxy:
+        """A proxy to ``upstream`` (host:port) on ``listen``, else a free loopback port."""
+        listen = listen or f"{LOOPBACK}:{free_port()}"
         body = {"name": name, "listen": listen, "upstream": upstream, "enabled": True}
         self._call("POST", "/proxies", body)
         return Proxy(name, listen, upstream)
