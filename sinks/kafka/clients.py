@@ -34,6 +34,12 @@ RETRY_SECONDS = 30.0
 #: never asked again (#5511). Seen on a 3-broker cluster: a pooled producer's call hung
 #: 3 minutes after the harness killed the coordinator, and the query with it.
 OVERRUN_SECONDS = 10.0
+#: How long a task waits for send_offsets_to_transaction(), which adds the marker before
+#: any record: it takes milliseconds, the length of a coordinator's move when its broker
+#: dies (9-23 s here), or for ever when librdkafka lost the group coordinator (even a
+#: single broker cut off for 4 s does it). Past this the task fences in a new producer
+#: and goes on; nothing of the stuck one's transaction was written yet.
+SEND_OFFSETS_LIMIT = 20.0
 
 
 class StuckCallError(KafkaSinkError):
@@ -41,7 +47,23 @@ class StuckCallError(KafkaSinkError):
     the thread that still waits in it, and is never used or closed again."""
 
 
-def fenced_producer(options: KafkaSinkOptions, name: str) -> Producer:
+class BrokerLoss:
+    """A producer's error callback: whether librdkafka reported a lost broker connection.
+    Such a producer is not kept for the next batch: one whose coordinator's broker died
+    can block in send_offsets_to_transaction() for good (:data:`OVERRUN_SECONDS`), and a
+    new producer (5-7 ms) starts from fresh metadata."""
+
+    def __init__(self) -> None:
+        self.seen = False
+
+    def __call__(self, error: KafkaError) -> None:
+        if error.code() in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN):
+            self.seen = True
+
+
+def fenced_producer(
+    options: KafkaSinkOptions, name: str, loss: BrokerLoss | None = None
+) -> Producer:
     """A new producer; its init_transactions() fences every older one of ``name``."""
     producer = Producer(
         {
@@ -50,6 +72,7 @@ def fenced_producer(options: KafkaSinkOptions, name: str) -> Producer:
             # a failed record fails commit_transaction(): no report per delivered record
             "delivery.report.only.error": True,
             "logger": LIBRDKAFKA_LOG,
+            **({"error_cb": loss} if loss is not None else {}),
         }
     )
     # No metadata request first: with eager connections (CONNECT_AT_ONCE)
@@ -140,15 +163,16 @@ def _produce_failed(producer: Producer, topic: str, exc: KafkaException) -> Kafk
     return KafkaSinkError(f"Producing a record to topic {topic!r} failed: {reason}")
 
 
-def call(call: Callable[[], T], what: str) -> T:
+def call(call: Callable[[], T], what: str, limit: float = CALL_TIMEOUT + OVERRUN_SECONDS) -> T:
     """Run a transactional call, retrying only what :func:`classify` says to retry, for
     up to ``RETRY_SECONDS`` (a coordinator that moves when its broker dies takes the
-    broker's session timeout, ~9 s by default, to come back)."""
+    broker's session timeout, ~9 s by default, to come back); each try given up after
+    ``limit`` seconds (:func:`bounded`)."""
     deadline = time.monotonic() + RETRY_SECONDS
     attempt = 0
     while True:
         try:
-            return bounded(call, what, CALL_TIMEOUT + OVERRUN_SECONDS)
+            return bounded(call, what, limit)
         except KafkaException as exc:
             error = error_of(exc)
             action = classify(error)

@@ -53,6 +53,7 @@ from eos_connectors.core.protocol import Lineage, SinkClaimedError
 from eos_connectors.sinks.kafka.claim import ensure_claimed
 from eos_connectors.sinks.kafka.clients import (
     CALL_TIMEOUT,
+    SEND_OFFSETS_LIMIT,
     StuckCallError,
     abort_quietly,
     call,
@@ -278,10 +279,9 @@ class KafkaExactlyOnceWriter(DataSourceStreamArrowWriter):
             batches = rows(rows_in.all(), self.options.topic, self.options.changes)
             count = finish(producer, task, batches, sid, steps)
             marker.known = (task.batch_id + 1, task.query_id)
-        except StuckCallError:
-            raise  # another call on it would wait behind the stuck one: left to be fenced
         except Exception as exc:  # a crash (or a simulated one) leaves it open, for fencing
-            abort_quietly(producer)
+            if not stuck(exc):  # a call on a stuck producer waits behind the stuck one
+                abort_quietly(producer)
             explain_timeout(exc, self.options, time.monotonic() - began)
             raise
         return TaskReport(task.batch_id, task.partition, count, skipped=False)
@@ -318,6 +318,11 @@ class FirstRows:
             yield from self._batches
 
 
+def stuck(exc: BaseException) -> bool:
+    """Whether ``exc`` is, or comes from, a librdkafka call that never returned."""
+    return isinstance(exc, StuckCallError) or isinstance(exc.__cause__, StuckCallError)
+
+
 def explain_timeout(exc: Exception, options: KafkaSinkOptions, open_seconds: float) -> None:
     """A transaction open longer than ``transaction.timeout.ms`` is aborted by the broker,
     which bumps the producer's epoch: the next call fails as fenced. Say which setting to
@@ -346,7 +351,10 @@ def begin(producer: Producer, marker: MarkerGroup, task: TaskIdentity) -> None:
         call(
             lambda: producer.send_offsets_to_transaction(offsets, metadata, CALL_TIMEOUT),
             "send_offsets_to_transaction",
+            SEND_OFFSETS_LIMIT,
         )
+    except StuckCallError as exc:  # nothing written yet: another producer takes over
+        raise _StaleProducerError(str(exc)) from exc
     except KafkaSinkError as exc:
         if is_fenced(exc):  # nothing to abort: the producer is done for, and is dropped
             raise _StaleProducerError(str(exc)) from exc
@@ -375,6 +383,8 @@ def finish(
     began = time.perf_counter()
     try:
         call(lambda: producer.commit_transaction(CALL_TIMEOUT), "commit_transaction")
+    except StuckCallError as exc:  # applied or not: a new producer's fencing tells
+        raise _FencedAtCommitError(str(exc)) from exc
     except KafkaSinkError as exc:
         if is_fenced(exc):
             raise _FencedAtCommitError(str(exc)) from exc.__cause__

@@ -10,7 +10,7 @@ from typing import Any
 from confluent_kafka import Producer
 
 from eos_connectors.core.secrets import settings_digest
-from eos_connectors.sinks.kafka.clients import LIBRDKAFKA_LOG, fenced_producer
+from eos_connectors.sinks.kafka.clients import LIBRDKAFKA_LOG, BrokerLoss, fenced_producer
 from eos_connectors.sinks.kafka.marker import MarkerGroup
 from eos_connectors.sinks.kafka.options import KafkaSinkOptions
 
@@ -27,6 +27,7 @@ class ClientPool:
     def __init__(self, size: int = 32) -> None:
         self.size = size
         self._idle: OrderedDict[tuple[str, str], tuple[Producer, MarkerGroup]] = OrderedDict()
+        self._losses: dict[int, BrokerLoss] = {}  # by id() of the producers made here
         self.created = 0  # producers made (and fenced in): for tests and the profile
 
     def take(self, options: KafkaSinkOptions, name: str) -> tuple[Producer | None, MarkerGroup]:
@@ -40,11 +41,22 @@ class ClientPool:
     def new_producer(self, options: KafkaSinkOptions, name: str) -> Producer:
         """A new producer of ``name``, fenced in (it fences every other one)."""
         self.created += 1
-        return fenced_producer(options, name)
+        loss = BrokerLoss()
+        producer = fenced_producer(options, name, loss)
+        self._forget_dropped()
+        self._losses[id(producer)] = loss
+        return producer
 
     def give_back(
         self, options: KafkaSinkOptions, name: str, producer: Producer, marker: MarkerGroup
     ) -> None:
+        """Keep the pair for the task partition's next batch, unless the producer lost a
+        broker connection meanwhile (:class:`BrokerLoss`): then both are dropped."""
+        loss = self._losses.get(id(producer))
+        if loss is not None and loss.seen:
+            del self._losses[id(producer)]
+            marker.close()
+            return
         self._idle[_pool_key(options, name)] = (producer, marker)  # taken out: goes last
         while len(self._idle) > self.size:
             _, (_, oldest) = self._idle.popitem(last=False)
@@ -54,6 +66,14 @@ class ClientPool:
         """Drop a task's pair after an error (the producer may be fenced or mid-transaction:
         it is never given back, and goes with its last reference)."""
         marker.close()
+
+    def _forget_dropped(self) -> None:
+        """Forget the callbacks of producers dropped after an error (the pool never sees
+        them again): only idle ones and the few tasks hold are kept."""
+        if len(self._losses) <= 2 * self.size:
+            return
+        idle = {id(producer) for producer, _ in self._idle.values()}
+        self._losses = {k: v for k, v in self._losses.items() if k in idle}
 
 
 def _pool_key(options: KafkaSinkOptions, name: str) -> tuple[str, str]:

@@ -244,6 +244,45 @@ def test_a_new_producer_has_looked_the_topic_up_before_its_first_row(
     assert _values(endpoints, writer, "read_committed") == _expected(range(1))
 
 
+def test_a_producer_that_lost_its_broker_is_replaced_and_not_kept(
+    endpoints: Endpoints, unique: str, tmp_path: Path
+) -> None:
+    """A task whose broker is cut off by a real TCP proxy for 4 s (through its proxied
+    listener) while it begins its transaction still commits, and the next batch does
+    not reuse that producer: librdkafka's send_offsets_to_transaction() may block for
+    good after it lost the group coordinator (librdkafka#5456), and then the task fences
+    in a new producer after SEND_OFFSETS_LIMIT; a producer that lost a broker and went
+    on is not kept either. 5-25 s."""
+    import threading
+
+    from eos_connectors.dev.harness.network import NetworkFaults
+
+    if not endpoints.kafka_proxied:
+        pytest.skip("this broker has no proxied listener (restart the stack's Kafka)")
+    topic = f"ks-lost-{unique}"
+    create_topic(endpoints.kafka_bootstrap, topic, 2)
+    network, piped = NetworkFaults.start(tmp_path / "toxiproxy", endpoints, ("kafka",))
+    try:
+        bootstrap = piped.kafka_bootstrap
+        options = sink_options(
+            {"kafka.bootstrap.servers": bootstrap, "topic": topic, "sinkId": f"lost-{unique}"}
+        )
+        writer, pool = KafkaExactlyOnceWriter(options), ClientPool()
+        for batch in range(2):
+            writer.write_task(_task(batch), iter(_rows(batch)), pool)
+        assert pool.created == 1, "kept while its brokers stayed"
+        cut = threading.Thread(target=network.inject, args=("kafka", "cut"))
+        cut.start()
+        time.sleep(0.5)
+        writer.write_task(_task(2), iter(_rows(2)), pool)  # waits out the cut
+        cut.join()
+        writer.write_task(_task(3), iter(_rows(3)), pool)
+        assert pool.created == 2, "the producer that lost its broker was not kept"
+    finally:
+        network.stop()
+    assert _values(endpoints, writer, "read_committed") == _expected(range(4))
+
+
 def test_at_least_once_producers_are_kept_per_worker_and_dropped_after_a_failure(
     endpoints: Endpoints, unique: str
 ) -> None:
