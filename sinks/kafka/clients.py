@@ -50,7 +50,7 @@ class StuckCallError(KafkaSinkError):
 class BrokerLoss:
     """A producer's error callback: whether librdkafka reported a lost broker connection.
     Such a producer is not kept for the next batch: one whose coordinator's broker died
-    can block in send_offsets_to_transaction() for good (:data:`OVERRUN_SECONDS`), and a
+    can block in send_offsets_to_transaction() for good (:data:`SEND_OFFSETS_LIMIT`), and a
     new producer (5-7 ms) starts from fresh metadata."""
 
     def __init__(self) -> None:
@@ -186,9 +186,9 @@ def call(call: Callable[[], T], what: str, limit: float = CALL_TIMEOUT + OVERRUN
 def bounded(call: Callable[[], T], what: str, limit: float) -> T:
     """``call()`` on a helper thread, its result or its error; :class:`StuckCallError`
     when it has not returned after ``limit`` seconds (librdkafka's calls cannot be
-    interrupted: the thread is left waiting, and the task fails so that Spark retries it
-    with a new producer, whose init_transactions() fences the stuck one). A thread costs
-    ~0.1 ms against the milliseconds of a broker round trip; three calls per task."""
+    interrupted: the thread is left waiting in it, and the producer is never called
+    again; a new producer's init_transactions() fences it). A thread costs ~0.1 ms
+    against the milliseconds of a broker round trip; three calls per task."""
     outcome: list[Any] = []
 
     def run() -> None:
@@ -202,9 +202,9 @@ def bounded(call: Callable[[], T], what: str, limit: float) -> T:
     helper.join(limit)
     if not outcome:
         raise StuckCallError(
-            f"{what} did not return within {limit:.0f} s (a librdkafka call that waits for "
-            "a coordinator broker that died: confluentinc/librdkafka#5456). Its producer is "
-            "dropped; Spark retries the task with a new one, which fences the old."
+            f"{what} did not return within {limit:.0f} s (librdkafka waits for a coordinator "
+            "it lost for good: confluentinc/librdkafka#5456). Its producer is dropped; a new "
+            "one fences it."
         )
     done, value = outcome[0]
     if not done:
