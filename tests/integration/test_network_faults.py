@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.services, pytest.mark.spark]
 def test_resets_delays_and_cuts_between_the_pipeline_and_its_stores(
     eos_verify: Callable[..., Report],
 ) -> None:
-    faults = ("postgres:reset", "redis:reset", "postgres:cut", "redis:latency")
+    faults: tuple[str, ...] = ("postgres:reset", "redis:reset", "postgres:cut", "redis:latency")
     faults += ("kafka:reset", "kafka:latency", "kafka:cut")
     report = eos_verify(
         cells=("running-count",),
