@@ -69,7 +69,7 @@ def error_code(exc: BaseException) -> int | None:
 
 def leader_moving(exc: BaseException) -> bool:
     """Whether ``exc`` says a partition's leader is moving (ask again soon)."""
-    return isinstance(exc, KafkaException) and exc.args[0].code() in LEADER_MOVING
+    return error_code(exc) in LEADER_MOVING
 
 
 class ClientErrors:

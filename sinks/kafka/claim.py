@@ -34,7 +34,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from eos_connectors.core.errors import EosError
 from eos_connectors.core.protocol import Lineage, SinkClaimedError
-from eos_connectors.sinks.kafka.clients import OVERRUN_SECONDS, bounded
+from eos_connectors.sinks.kafka.clients import CALL_LIMIT, bounded
 from eos_connectors.sinks.kafka.errors import FENCED_CODES, error_of
 from eos_connectors.sinks.kafka.marker import marker_consumer
 from eos_connectors.sinks.kafka.marker_log import Marker, decode, encode, read_settled
@@ -148,10 +148,10 @@ def _commit_claim(
     producer.begin_transaction()
     offsets = [TopicPartition(options.marker_topic, 0, CLAIMED, metadata=query_id)]
     metadata = consumer.consumer_group_metadata()
-    bounded(  # may block for good on a dead group coordinator (see clients.OVERRUN_SECONDS)
+    bounded(  # may block for good on a lost group coordinator (see clients.OVERRUN_SECONDS)
         lambda: producer.send_offsets_to_transaction(offsets, metadata, CALL_TIMEOUT),
         "send_offsets_to_transaction",
-        CALL_TIMEOUT + OVERRUN_SECONDS,
+        CALL_LIMIT,
     )
     claim = encode(Marker(0, query_id, options.marker_topic))
     producer.produce(options.marker_log, claim, name.encode(), partition=0)

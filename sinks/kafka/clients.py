@@ -40,6 +40,8 @@ OVERRUN_SECONDS = 10.0
 #: single broker cut off for 4 s does it). Past this the task fences in a new producer
 #: and goes on; nothing of the stuck one's transaction was written yet.
 SEND_OFFSETS_LIMIT = 20.0
+#: How long a task waits for any other transactional call.
+CALL_LIMIT = CALL_TIMEOUT + OVERRUN_SECONDS
 
 
 class StuckCallError(KafkaSinkError):
@@ -61,20 +63,26 @@ class BrokerLoss:
             self.seen = True
 
 
-def fenced_producer(
-    options: KafkaSinkOptions, name: str, loss: BrokerLoss | None = None
-) -> Producer:
+class TransactionalProducer(Producer):
+    """A sink task's transactional producer, with what its error callback saw."""
+
+    loss: BrokerLoss
+
+
+def fenced_producer(options: KafkaSinkOptions, name: str) -> TransactionalProducer:
     """A new producer; its init_transactions() fences every older one of ``name``."""
-    producer = Producer(
+    loss = BrokerLoss()
+    producer = TransactionalProducer(
         {
             **options.producer_config(),
             "transactional.id": name,
             # a failed record fails commit_transaction(): no report per delivered record
             "delivery.report.only.error": True,
             "logger": LIBRDKAFKA_LOG,
-            **({"error_cb": loss} if loss is not None else {}),
+            "error_cb": loss,
         }
     )
+    producer.loss = loss
     # No metadata request first: with eager connections (CONNECT_AT_ONCE)
     # init_transactions() takes 5-7 ms alone (it waited ~500 ms one time in three
     # without them, and a metadata request first still left it at ~60 ms).
@@ -163,7 +171,7 @@ def _produce_failed(producer: Producer, topic: str, exc: KafkaException) -> Kafk
     return KafkaSinkError(f"Producing a record to topic {topic!r} failed: {reason}")
 
 
-def call(call: Callable[[], T], what: str, limit: float = CALL_TIMEOUT + OVERRUN_SECONDS) -> T:
+def call(call: Callable[[], T], what: str, limit: float = CALL_LIMIT) -> T:
     """Run a transactional call, retrying only what :func:`classify` says to retry, for
     up to ``RETRY_SECONDS`` (a coordinator that moves when its broker dies takes the
     broker's session timeout, ~9 s by default, to come back); each try given up after

@@ -55,6 +55,7 @@ from eos_connectors.sinks.kafka.clients import (
     CALL_TIMEOUT,
     SEND_OFFSETS_LIMIT,
     StuckCallError,
+    TransactionalProducer,
     abort_quietly,
     call,
     is_fenced,
@@ -146,14 +147,14 @@ class KafkaExactlyOnceWriter(DataSourceStreamArrowWriter):
 
     def _attempts(
         self,
-        pooled: Producer | None,
+        pooled: TransactionalProducer | None,
         marker: MarkerGroup,
         task: TaskIdentity,
         rows_in: FirstRows,
         sid: str,
         steps: timing.TaskSteps,
         pool: ClientPool,
-    ) -> tuple[TaskReport, Producer | None]:
+    ) -> tuple[TaskReport, TransactionalProducer | None]:
         """Task: 2. where the task partition stands (:meth:`_stand`): its marker read stably,
         its owner checked, a producer fenced in where needed, all before any transaction;
         3. a marked batch, or no rows, ends here with no transaction; 4. at the first row,
@@ -196,7 +197,7 @@ class KafkaExactlyOnceWriter(DataSourceStreamArrowWriter):
         task: TaskIdentity,
         sid: str,
         pool: ClientPool,
-    ) -> tuple[TaskReport, Producer | None]:
+    ) -> tuple[TaskReport, TransactionalProducer | None]:
         """Task: a producer fenced at its commit, seen when the transaction coordinator's
         broker died: the commit may have been applied before the client retried it. A
         new producer is fenced in (which ends the old transaction either way) and the
@@ -218,13 +219,13 @@ class KafkaExactlyOnceWriter(DataSourceStreamArrowWriter):
 
     def _stand(
         self,
-        producer: Producer | None,
+        producer: TransactionalProducer | None,
         fresh: bool,
         marker: MarkerGroup,
         task: TaskIdentity,
         sid: str,
         pool: ClientPool,
-    ) -> tuple[Producer | None, bool]:
+    ) -> tuple[TransactionalProducer | None, bool]:
         """Task: a quick read of the marker first, to refuse another query's task
         partition before fencing anybody and to skip a marked batch with no producer; a
         pooled producer whose marker moved since its own last commit (another producer of
@@ -260,7 +261,7 @@ class KafkaExactlyOnceWriter(DataSourceStreamArrowWriter):
 
     def _attempt(
         self,
-        producer: Producer,
+        producer: TransactionalProducer,
         marker: MarkerGroup,
         task: TaskIdentity,
         rows_in: FirstRows,

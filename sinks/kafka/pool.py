@@ -10,7 +10,11 @@ from typing import Any
 from confluent_kafka import Producer
 
 from eos_connectors.core.secrets import settings_digest
-from eos_connectors.sinks.kafka.clients import LIBRDKAFKA_LOG, BrokerLoss, fenced_producer
+from eos_connectors.sinks.kafka.clients import (
+    LIBRDKAFKA_LOG,
+    TransactionalProducer,
+    fenced_producer,
+)
 from eos_connectors.sinks.kafka.marker import MarkerGroup
 from eos_connectors.sinks.kafka.options import KafkaSinkOptions
 
@@ -26,11 +30,14 @@ class ClientPool:
 
     def __init__(self, size: int = 32) -> None:
         self.size = size
-        self._idle: OrderedDict[tuple[str, str], tuple[Producer, MarkerGroup]] = OrderedDict()
-        self._losses: dict[int, BrokerLoss] = {}  # by id() of the producers made here
+        self._idle: OrderedDict[tuple[str, str], tuple[TransactionalProducer, MarkerGroup]] = (
+            OrderedDict()
+        )
         self.created = 0  # producers made (and fenced in): for tests and the profile
 
-    def take(self, options: KafkaSinkOptions, name: str) -> tuple[Producer | None, MarkerGroup]:
+    def take(
+        self, options: KafkaSinkOptions, name: str
+    ) -> tuple[TransactionalProducer | None, MarkerGroup]:
         """``name``'s idle producer and marker consumer, taken out of the pool, or no
         producer (the task fences one in once it has read the marker) and a new consumer."""
         idle = self._idle.pop(_pool_key(options, name), None)
@@ -38,23 +45,21 @@ class ClientPool:
             return idle
         return None, MarkerGroup(options, name)
 
-    def new_producer(self, options: KafkaSinkOptions, name: str) -> Producer:
+    def new_producer(self, options: KafkaSinkOptions, name: str) -> TransactionalProducer:
         """A new producer of ``name``, fenced in (it fences every other one)."""
         self.created += 1
-        loss = BrokerLoss()
-        producer = fenced_producer(options, name, loss)
-        self._forget_dropped()
-        self._losses[id(producer)] = loss
-        return producer
+        return fenced_producer(options, name)
 
     def give_back(
-        self, options: KafkaSinkOptions, name: str, producer: Producer, marker: MarkerGroup
+        self,
+        options: KafkaSinkOptions,
+        name: str,
+        producer: TransactionalProducer,
+        marker: MarkerGroup,
     ) -> None:
         """Keep the pair for the task partition's next batch, unless the producer lost a
         broker connection meanwhile (:class:`BrokerLoss`): then both are dropped."""
-        loss = self._losses.get(id(producer))
-        if loss is not None and loss.seen:
-            del self._losses[id(producer)]
+        if producer.loss.seen:
             marker.close()
             return
         self._idle[_pool_key(options, name)] = (producer, marker)  # taken out: goes last
@@ -66,14 +71,6 @@ class ClientPool:
         """Drop a task's pair after an error (the producer may be fenced or mid-transaction:
         it is never given back, and goes with its last reference)."""
         marker.close()
-
-    def _forget_dropped(self) -> None:
-        """Forget the callbacks of producers dropped after an error (the pool never sees
-        them again): only idle ones and the few tasks hold are kept."""
-        if len(self._losses) <= 2 * self.size:
-            return
-        idle = {id(producer) for producer, _ in self._idle.values()}
-        self._losses = {k: v for k, v in self._losses.items() if k in idle}
 
 
 def _pool_key(options: KafkaSinkOptions, name: str) -> tuple[str, str]:

@@ -266,10 +266,11 @@ class BrokerView:
                     for tp, future in futures.items()
                 }
             except (KafkaException, TimeoutError) as exc:
-                wait = self._retry_wait(exc, backoff, retries, began + self._bound(exc))
+                moving = leader_moving(exc) or self._broker_gone(exc)  # may probe: once
+                wait = self._retry_wait(exc, moving, backoff, retries, began + self._bound(exc))
                 if wait is None:
                     raise self._unavailable("list offsets", exc, began) from None
-                if leader_moving(exc) or self._broker_gone(exc):
+                if moving:
                     # librdkafka's admin client may go on sending the leader epoch it
                     # cached before the leader moved, and be refused for it until the
                     # time bound (seen on a 3-broker cluster with one broker killed): a
@@ -281,14 +282,13 @@ class BrokerView:
             backoff = min(2 * backoff, MAX_BACKOFF_S)
 
     def _retry_wait(
-        self, exc: BaseException, backoff: float, retries: int, deadline: float
+        self, exc: BaseException, moving: bool, backoff: float, retries: int, deadline: float
     ) -> float | None:
         """How long to wait before asking for offsets again, None to give up: a leader
         that is moving is asked again, backing off, until ``kafkaConsumer.pollTimeoutMs``;
         any other retriable error ``fetchOffset.numRetries`` times,
         ``fetchOffset.retryIntervalMs`` apart (Spark's source's options), within one
-        request's time limit."""
-        moving = leader_moving(exc) or self._broker_gone(exc)
+        request's time limit. ``moving``: a leader moves or a broker is gone."""
         if moving and time.monotonic() + backoff <= deadline:
             log.info("eos_kafka: a partition's leader is moving (%s); asking again.", exc)
             return backoff
