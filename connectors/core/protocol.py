@@ -38,6 +38,7 @@ module holds the order of the steps and every crash case (see docs/protocol.md).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import re
 import time
@@ -57,7 +58,9 @@ from eos_connectors.core.errors import EosError
 log = logging.getLogger(__name__)
 
 UNIT_SEPARATOR = "|"
-COMMIT_RETRIES = 5
+#: How long the driver keeps asking the store to commit a decided unit (a connection
+#: lost, a store restarting, the driver cut off it): the Kafka sink's calls wait as long.
+COMMIT_RETRY_SECONDS = 30.0
 # "<task attempt id>-<run>-<query tag>"; a bare attempt number or "<id>-<run>" is a unit
 # of an older version of this package, still recognised so recovery settles it.
 _ATTEMPT = re.compile(r"^\d+(-[0-9a-z]+){0,2}$")
@@ -503,7 +506,10 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter, UnitStore):
         return recorded
 
     def _commit_with_retries(self, unit: UnitId) -> None:
-        for attempt in range(COMMIT_RETRIES):
+        """Driver: commit ``unit`` (decided: committing it again is harmless), asking again
+        after a growing pause, up to 2 s, for ``COMMIT_RETRY_SECONDS``."""
+        deadline, waited = time.monotonic() + COMMIT_RETRY_SECONDS, 0.0
+        for attempt in itertools.count():
             outcome = self.commit_unit(unit)
             if outcome in (Outcome.COMMITTED, Outcome.ALREADY_COMMITTED):
                 return
@@ -514,9 +520,13 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter, UnitStore):
                     "protocol rolled it back (a manual ROLLBACK PREPARED, a FLUSHALL, another "
                     "query with the same sinkId). Restore the target from its source."
                 )
-            if outcome is Outcome.FAILED:
+            if outcome is Outcome.FAILED or time.monotonic() >= deadline:
                 break
-            time.sleep(min(2.0, 0.1 * 2**attempt))
+            if waited >= COMMIT_RETRY_SECONDS:  # the pauses alone (a test's clock stands)
+                break
+            pause = min(2.0, 0.1 * 2**attempt)
+            time.sleep(pause)
+            waited += pause
         raise ProtocolError(
             f"Could not commit unit {unit}. The decision is recorded: restart the query "
             "and recovery commits it."

@@ -14,6 +14,7 @@ import pytest
 
 from eos_connectors.core.context import TaskIdentity, query_tag
 from eos_connectors.core.protocol import (
+    COMMIT_RETRY_SECONDS,
     Decision,
     Outcome,
     PreparedUnit,
@@ -66,7 +67,8 @@ def test_derived_sink_ids_are_stable_and_differ_by_target() -> None:
 def test_retry_outcomes_are_retried_and_failure_says_what_to_do(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("eos_connectors.core.protocol.time.sleep", lambda _s: None)
+    pauses: list[float] = []
+    monkeypatch.setattr("eos_connectors.core.protocol.time.sleep", pauses.append)
     writer = _writer()
     real_commit = writer.commit_unit
     outcomes = iter([Outcome.RETRY, Outcome.RETRY])
@@ -79,8 +81,13 @@ def test_retry_outcomes_are_retried_and_failure_says_what_to_do(
 
     stuck = writer.prepare_task(_task(2, task_id=2), iter(_rows()))
     monkeypatch.setattr(writer, "commit_unit", lambda unit: Outcome.RETRY)
+    pauses.clear()
     with pytest.raises(ProtocolError, match="restart the query and recovery commits it"):
         writer.commit([stuck], 2)
+    # asked again for COMMIT_RETRY_SECONDS (a driver cut off its store for a while), never
+    # more than 2 s apart
+    assert COMMIT_RETRY_SECONDS <= sum(pauses) <= COMMIT_RETRY_SECONDS + 2, pauses
+    assert max(pauses) == 2.0
     decision = writer.find_decision("s", 2)
     assert decision is not None and decision.units == (stuck.unit,)
 
