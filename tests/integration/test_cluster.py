@@ -16,6 +16,11 @@ The records cell's query (no shuffle: the source's split is the Kafka sink's tas
 partitions) also crashes whole after a task committed, and restarts with another
 ``minPartitions`` each time, among lost executors and a zombie of its own.
 
+The running-count run also cuts the driver alone off PostgreSQL for 8 s once it has
+decided a batch (``--step-fault postgres-partition``: the driver reaches PostgreSQL
+through a proxy of its own, the executors' tasks through theirs): its COMMIT PREPAREDs
+fail, it asks again until the partition ends, and the query goes on without failing.
+
 The driver's points and other whole-pipeline crashes are left to the local-mode cells
 (tests/integration/test_conformance.py): the driver is one local process on a cluster
 too, so there they prove nothing more and cost a query restart or a new application.
@@ -23,7 +28,9 @@ too, so there they prove nothing more and cost a query restart or a new applicat
 
 from __future__ import annotations
 
+import json
 import re
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,6 +38,7 @@ from typing import Any
 import pytest
 
 from eos_connectors.core.faults import Entry
+from eos_connectors.dev.harness.network import DRIVER_ADDRESS
 from eos_connectors.dev.harness.verify import Report
 from eos_connectors.ops.locations import location
 
@@ -57,7 +65,12 @@ def test_zombies_and_lost_executors_on_a_cluster_lose_and_duplicate_nothing(
     spark_master: str, eos_verify: Callable[..., Report], cells: tuple[str, ...]
 ) -> None:
     report = eos_verify(
-        records=3_000, master=spark_master, kills=0, full_crashes="none", cells=cells
+        records=3_000,
+        master=spark_master,
+        kills=0,
+        full_crashes="none",
+        cells=cells,
+        step_faults=("postgres-partition",),
     )
     print(report.table(), report.fault_table(), sep="\n")
     assert report.ok, (report.problems, report.table(), [s.leftovers for s in report.sinks])
@@ -77,6 +90,7 @@ def test_zombies_and_lost_executors_on_a_cluster_lose_and_duplicate_nothing(
         commit = location(report.plan["checkpoints"]) / str(where["query"]) / "commits"
         decided = (commit / str(where["batch"])).stat().st_mtime
         assert woke >= decided, f"{zombie} went on before its batch was committed"
+    _check_the_driver_alone_was_cut_off(report)
     lost = [e for e in schedule if Entry.parse(e).action == "executor"]
     assert len(lost) >= 2 * len(expected) - 1, lost
 
@@ -87,8 +101,27 @@ def test_zombies_and_lost_executors_on_a_cluster_lose_and_duplicate_nothing(
     assert re.search(r"FetchFailed|Resubmitt|Lost executor", logs), "no executor was ever lost"
 
 
-def _json(path: Path) -> dict[str, Any]:
-    import json
+def _check_the_driver_alone_was_cut_off(report: Report) -> None:
+    """The partition ran; the driver and the tasks each reached PostgreSQL through their
+    own proxy (Toxiproxy's log names the proxy of every client it accepted); the driver's
+    commit met the partition and waited it out (no query failed); nothing but the
+    driver's proxy ever refused a connection."""
+    outages = " ".join(run.service_crashed or "" for run in report.runs)
+    assert "postgres driver partition (at after-decision)" in outages, report.runs
+    assert not [r.query_failures for r in report.runs if r.query_failures], report.runs
+    work = Path(report.plan["work_dir"])
+    accepted: Counter[str] = Counter()
+    for line in (work / "toxiproxy" / "toxiproxy.log").read_text().splitlines():
+        entry = json.loads(line)
+        if entry.get("message") == "Accepted client":
+            accepted[str(entry.get("name"))] += 1
+    assert accepted["postgres"] and accepted["postgres-driver"], accepted
+    logs = "\n".join(p.read_text(errors="replace") for p in work.glob("run-*.log"))
+    refused = set(re.findall(r'connection to server at "([0-9.]+)", port \d+ failed', logs))
+    assert refused == {DRIVER_ADDRESS}, refused
+    assert re.search(r"COMMIT PREPARED \S+: .*; retrying", logs), "the commit never retried"
 
+
+def _json(path: Path) -> dict[str, Any]:
     loaded: dict[str, Any] = json.loads(path.read_text())
     return loaded

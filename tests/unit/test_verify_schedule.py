@@ -9,7 +9,7 @@ import pytest
 
 from eos_connectors.core.faults import Entry
 from eos_connectors.dev.harness.cells import CELLS, DRIVER_POINTS, CustomSink, targets
-from eos_connectors.dev.harness.plan import check_plan, step_fault_of
+from eos_connectors.dev.harness.plan import check_plan, step_entries
 from eos_connectors.dev.harness.verify import (
     FAMILIES,
     MIXED_GROUP_CRASHES,
@@ -147,8 +147,35 @@ def test_a_step_fault_holds_the_first_query_of_its_family_after_its_other_points
         others = [e.batch or 0 for e in entries if e.query == query and e.action != "hold"]
         assert entry.batch is not None and entry.batch > max(others)
         assert entry.batch < plan.batches_needed(max(len(t.points) for t in chosen))
-    assert step_fault_of(held["rc-kafka"], chosen) == "coordinator"
-    assert step_fault_of(held["rc-postgres"], chosen) == "postgres"
+    named = step_entries(plan, chosen)
+    assert named[str(held["rc-kafka"])] == "coordinator"
+    assert named[str(held["rc-postgres"])] == "postgres"
+
+
+def test_two_step_faults_of_one_sink_hold_in_batches_of_their_own() -> None:
+    plan = Plan(
+        cells=("running-count",),
+        sinks=("postgres",),
+        step_faults=("postgres", "postgres-partition"),
+        master="spark://127.0.0.1:7077",
+        work_dir=Path("unused"),
+    )
+    chosen = targets(plan.cells, plan.sinks, "tag")
+    named = step_entries(plan, chosen)
+    held = {name: Entry.parse(entry) for entry, name in named.items()}
+    assert held["postgres"].point == held["postgres-partition"].point == "after-decision"
+    assert held["postgres-partition"].batch == (held["postgres"].batch or 0) + 1
+    needed = plan.batches_needed(max(len(t.points) for t in chosen))
+    assert all((e.batch or 0) < needed for e in held.values())
+    check_plan(plan, lambda name, meanwhile=None: None)
+    alone = Plan(**{**plan.__dict__, "step_faults": ("postgres-partition",)})
+    check_plan(alone, None)  # a partition needs no stack of the package's own
+
+
+def test_the_driver_partition_needs_a_cluster() -> None:
+    plan = Plan(sinks=("postgres",), step_faults=("postgres-partition",), work_dir=Path("u"))
+    with pytest.raises(VerifyError, match="needs a Spark standalone cluster"):
+        check_plan(plan, None)
 
 
 def test_a_step_fault_needs_a_sink_of_its_family() -> None:

@@ -133,7 +133,8 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
         help="crash a service at one protocol step, repeatable: coordinator (a Kafka task's "
         "transaction coordinator, between its produce and its commit; needs "
         "--kafka-brokers 3), postgres (between the decision and the COMMIT PREPAREDs), "
-        "redis (between the stage and the apply)",
+        "redis (between the stage and the apply), postgres-partition (the Spark driver "
+        "alone cut off PostgreSQL once it decided a batch; needs --master spark://...)",
     )
     parser.add_argument(
         "--checkpoint-root",

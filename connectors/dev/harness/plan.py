@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,11 +39,15 @@ BROKER_ROLES = ("input-leader", "output-leader", "coordinator", "min-isr")
 #: is down (a replicated Kafka; the query must not fail). ``postgres``: the driver has
 #: decided the batch and sent no COMMIT PREPARED; ``redis``: the tasks staged, the driver
 #: decided and applied nothing: the store is SIGKILLed and started again first.
+#: ``postgres-partition`` (a Spark standalone cluster): the driver has decided the batch
+#: and is cut off PostgreSQL for a while (:mod:`.network`), its tasks are not.
 STEP_FAULTS: dict[str, tuple[str, str]] = {
     "coordinator": ("kafka", "after-prepare"),
     "postgres": ("postgres", "after-decision"),
     "redis": ("redis", "after-decision"),
+    "postgres-partition": ("postgres", "after-decision"),
 }
+DRIVER_PARTITION = "postgres-partition"
 
 
 class CrashService(Protocol):
@@ -102,8 +107,10 @@ class Plan:
     def batches_needed(self, points_per_query: int) -> int:
         """Each query crosses its own points one batch apart, from batch 1, plus the
         source's point and two to spare (kills and service restarts come at random
-        moments, whatever the batch), and a batch for a step fault after those."""
-        return points_per_query * self.fault_rounds + 3 + (1 if self.step_faults else 0)
+        moments, whatever the batch), and a batch for each step fault of one sink family
+        after those."""
+        by_family = Counter(STEP_FAULTS[f][0] for f in self.step_faults if f in STEP_FAULTS)
+        return points_per_query * self.fault_rounds + 3 + max(by_family.values(), default=0)
 
     def batch_offsets(self, chosen: list[Target]) -> int:
         """``maxOffsetsPerTrigger`` of every query: enough batches for the most fault
@@ -165,27 +172,23 @@ def schedule(plan: Plan, chosen: list[Target]) -> list[str]:
         batch = len(first.points) * plan.fault_rounds + 1
         action = "group" if plan.full_crashes == "all" else first.action("source-read")
         entries.append(str(faults.Entry("source-read", batch, first.name, action)))
-    return entries + step_entries(plan, chosen)
+    return entries + list(step_entries(plan, chosen))
 
 
-def step_entries(plan: Plan, chosen: list[Target]) -> list[str]:
-    """A ``hold`` entry per step fault, in the first query into a sink of its family, in
-    the batch after that query's other points and the source's."""
-    entries = []
+def step_entries(plan: Plan, chosen: list[Target]) -> dict[str, str]:
+    """A ``hold`` entry per step fault (and the fault it is for), in the first query into
+    a sink of its family, in the batches after that query's other points and the
+    source's: one batch each."""
+    entries: dict[str, str] = {}
+    taken: Counter[str] = Counter()
     for name in plan.step_faults:
         family, point = STEP_FAULTS[name]
         target = next(t for t in chosen if t.family == family)
-        batch = len(target.points) * plan.fault_rounds + 2
+        batch = len(target.points) * plan.fault_rounds + 2 + taken[target.name]
+        taken[target.name] += 1
         partition = 0 if point not in DRIVER_POINTS else None
-        entries.append(str(faults.Entry(point, batch, target.name, "hold", partition)))
+        entries[str(faults.Entry(point, batch, target.name, "hold", partition))] = name
     return entries
-
-
-def step_fault_of(entry: faults.Entry, chosen: list[Target]) -> str | None:
-    """The step fault a ``hold`` entry is for (by its query's sink family)."""
-    family = next((t.family for t in chosen if t.name == entry.query), None)
-    found = [n for n, (f, p) in STEP_FAULTS.items() if f == family and p == entry.point]
-    return found[0] if entry.action == "hold" and found else None
 
 
 def check_plan(plan: Plan, crash_service: CrashService | None) -> None:
@@ -227,7 +230,14 @@ def check_plan(plan: Plan, crash_service: CrashService | None) -> None:
             f"--step-fault {missing[0]} needs a {STEP_FAULTS[missing[0]][0]} sink in the run: "
             "add it to --sinks."
         )
-    if (plan.restarts or plan.broker_kills or plan.step_faults) and crash_service is None:
+    if DRIVER_PARTITION in plan.step_faults and not plan.on_cluster:
+        raise VerifyError(
+            f"--step-fault {DRIVER_PARTITION} needs a Spark standalone cluster "
+            "(--master spark://...): in local mode the tasks run under the driver's "
+            "process, so the driver cannot be cut off PostgreSQL alone."
+        )
+    crashes = [f for f in plan.step_faults if f != DRIVER_PARTITION]
+    if (plan.restarts or plan.broker_kills or crashes) and crash_service is None:
         raise VerifyError(
             "Service restarts need the package's own stack (`eos stack up`), not endpoints "
             "from EOS_* variables."

@@ -18,7 +18,13 @@ from eos_connectors.dev.endpoints import Endpoints
 from eos_connectors.dev.harness.cells import DRIVER_POINTS, Target
 from eos_connectors.dev.harness.network import NetworkFaults
 from eos_connectors.dev.harness.pipeline import parse_event
-from eos_connectors.dev.harness.plan import CrashService, Names, Plan, step_fault_of
+from eos_connectors.dev.harness.plan import (
+    DRIVER_PARTITION,
+    CrashService,
+    Names,
+    Plan,
+    step_entries,
+)
 from eos_connectors.dev.harness.report import Run
 from eos_connectors.dev.harness.services import broker_nodes
 from eos_connectors.dev.harness.spec import PipelineSpec
@@ -69,6 +75,7 @@ class Runner:
         self.broker_kills = list(plan.broker_kills)
         self.rng.shuffle(self.broker_kills)
         self.network = network
+        self._step_entries = step_entries(plan, chosen)  # hold entry -> its step fault
         self.network_faults = list(plan.network_faults)
         self.rng.shuffle(self.network_faults)
         self._outages: list[str] = []
@@ -256,8 +263,14 @@ class Runner:
         for entry in fired:
             parsed = faults.Entry.parse(entry)
             resume = self.markers / f"{entry}.resume"
-            name = step_fault_of(parsed, self.chosen)
+            name = self._step_entries.get(entry)
             if name is None or resume.exists():
+                continue
+            if name == DRIVER_PARTITION:
+                assert self.network is not None
+                self.out.write(f"  held at {entry}: cutting the driver off PostgreSQL\n")
+                self.network.partition_driver(meanwhile=resume.touch)
+                self._outages.append(f"postgres driver partition (at {parsed.point})")
                 continue
             assert self.crash_service is not None
             if name == "coordinator":
@@ -311,6 +324,8 @@ class Runner:
     def _env(self) -> dict[str, str]:
         environment = {k: v for k, v in os.environ.items() if not k.startswith("EOS_FAULT")}
         environment.update(self.endpoints.as_env())
+        if self.network is not None:
+            environment.update(self.network.driver_env())
         # the package is installed; the working directory holds a connector author's
         # own modules (--sink-register, --sink-reader)
         paths = [str(Path.cwd()), environment.get("PYTHONPATH", "")]

@@ -43,6 +43,7 @@ from eos_connectors.dev.harness.data import (
 from eos_connectors.dev.harness.network import NetworkFaults
 from eos_connectors.dev.harness.plan import (
     BROKER_ROLES,
+    DRIVER_PARTITION,
     FAMILIES,
     MIXED_GROUP_CRASHES,
     SERVICES,
@@ -95,9 +96,13 @@ def verify(
     ensure_class_archive()
     entries = schedule(plan, chosen)
     network, piped = None, endpoints
-    services = tuple(dict.fromkeys(f.partition(":")[0] for f in plan.network_faults))
+    apart = DRIVER_PARTITION in plan.step_faults
+    faulted = [f.partition(":")[0] for f in plan.network_faults] + (["postgres"] if apart else [])
+    services = tuple(dict.fromkeys(faulted))
     if services:  # the pipeline goes through the proxies, the checks straight to the services
-        network, piped = NetworkFaults.start(plan.work_dir / "toxiproxy", endpoints, services)
+        network, piped = NetworkFaults.start(
+            plan.work_dir / "toxiproxy", endpoints, services, driver_apart=apart
+        )
     try:
         runner = Runner(plan, piped, names, chosen, entries, out, crash_service, network)
         runs, problems = runner.run_to_the_end()
