@@ -28,7 +28,7 @@ SOAK_REPLICATED_ARGS ?= --records 1000000 --cells running-count,records,changelo
 	--network-fault postgres:reset --network-fault postgres:cut --network-fault postgres:latency \
 	--network-fault redis:reset --network-fault redis:cut --network-fault redis:latency \
 	--network-fault kafka:reset --network-fault kafka:cut --network-fault kafka:latency \
-	--step-fault coordinator --step-fault postgres --step-fault redis
+	--step-fault coordinator --step-fault postgres --step-fault redis --step-fault postgres-partition
 soak: bootstrap ## the depth CI leaves out: soak tests, 1M records through every cell (every point a full crash), 3 rounds on a 2-worker cluster, then 1M records on a 3-broker Kafka with broker kills, step faults and network faults, checkpoints on HDFS
 	$(BIN)/python -m pytest -v -m soak $(PYTEST_ARGS)
 	$(BIN)/eos verify $(SOAK_ARGS) --report soak-report.json

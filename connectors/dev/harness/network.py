@@ -46,7 +46,7 @@ from eos_connectors.dev.stack.toxiproxy import Toxiproxy
 NETWORK_SERVICES = ("kafka", "postgres", "redis")
 NETWORK_KINDS = ("reset", "latency", "cut")
 FAULT_SECONDS = 4.0
-PARTITION_SECONDS = 8.0  # past the driver's commit retries and its query's restart
+PARTITION_SECONDS = 8.0  # within the driver's commit retries (COMMIT_RETRY_SECONDS)
 DRIVER_ADDRESS = "127.0.0.2"  # loopback too: the whole 127/8 is
 STREAMS = ("upstream", "downstream")
 LATENCY_MS = 6000
@@ -91,7 +91,7 @@ class NetworkFaults:
         driver_apart: bool = False,
     ) -> tuple[NetworkFaults, Endpoints]:
         """Proxies for ``services``; the endpoints the pipeline uses through them. With
-        ``driver_apart``, PostgreSQL's driver proxy too (see :func:`driver_env`)."""
+        ``driver_apart``, PostgreSQL's driver proxy too (see :meth:`driver_env`)."""
         if "kafka" in services and not endpoints.kafka_proxied:
             raise StackError(
                 "--network-fault kafka:... needs brokers with a proxied listener: restart "
