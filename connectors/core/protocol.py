@@ -38,24 +38,24 @@ module holds the order of the steps and every crash case (see docs/protocol.md).
 from __future__ import annotations
 
 import hashlib
-import itertools
 import logging
 import re
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, TypeVar
 
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
 from eos_connectors.core import faults, timing
 from eos_connectors.core.ahead import RowsAhead
 from eos_connectors.core.context import TaskIdentity, query_tag
-from eos_connectors.core.errors import EosError
+from eos_connectors.core.errors import EosError, ServiceUnavailableError
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 UNIT_SEPARATOR = "|"
 #: How long the driver keeps asking the store to commit a decided unit (a connection
@@ -417,13 +417,14 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter, UnitStore):
             return
         query = prepared[0].query_name
         began = time.perf_counter()
-        self._claim(sink_id, prepared)
-        decision = self._decide(sink_id, batchId, prepared)
+        patience = Patience()
+        patience.reaching(lambda: self._claim(sink_id, prepared))
+        decision = patience.reaching(lambda: self._decide(sink_id, batchId, prepared))
         faults.point("after-decision", batchId, role="driver", query=query)
         for index, unit in enumerate(decision.units):
             if index == 1:
                 faults.point("between-commits", batchId, role="driver", query=query)
-            self._commit_with_retries(unit)
+            self._commit_with_retries(unit, patience)
         self.recover(sink_id, batchId, decision)
         faults.point("after-commit", batchId, role="driver", query=query)
         self.prune_decisions(sink_id, batchId - self.keep_decisions)
@@ -505,11 +506,11 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter, UnitStore):
             )
         return recorded
 
-    def _commit_with_retries(self, unit: UnitId) -> None:
+    def _commit_with_retries(self, unit: UnitId, patience: Patience | None = None) -> None:
         """Driver: commit ``unit`` (decided: committing it again is harmless), asking again
-        after a growing pause, up to 2 s, for ``COMMIT_RETRY_SECONDS``."""
-        deadline, waited = time.monotonic() + COMMIT_RETRY_SECONDS, 0.0
-        for attempt in itertools.count():
+        while the batch's :class:`Patience` (or a new one) lasts."""
+        patience = patience or Patience()
+        while True:
             outcome = self.commit_unit(unit)
             if outcome in (Outcome.COMMITTED, Outcome.ALREADY_COMMITTED):
                 return
@@ -520,17 +521,48 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter, UnitStore):
                     "protocol rolled it back (a manual ROLLBACK PREPARED, a FLUSHALL, another "
                     "query with the same sinkId). Restore the target from its source."
                 )
-            if outcome is Outcome.FAILED or time.monotonic() >= deadline:
+            if outcome is Outcome.FAILED or not patience.wait():
                 break
-            if waited >= COMMIT_RETRY_SECONDS:  # the pauses alone (a test's clock stands)
-                break
-            pause = min(2.0, 0.1 * 2**attempt)
-            time.sleep(pause)
-            waited += pause
         raise ProtocolError(
             f"Could not commit unit {unit}. The decision is recorded: restart the query "
             "and recovery commits it."
         )
+
+
+class Patience:
+    """Driver: one batch commit's patience with a store it cannot reach (a connection
+    lost, the store restarting, the driver cut off it), ``COMMIT_RETRY_SECONDS`` from its
+    first failure, with pauses growing to 2 s. Claiming and deciding are asked again only
+    when the store was not reached at all (:class:`ServiceUnavailableError` from a hook:
+    nothing ran); committing a decided unit whenever it says :attr:`Outcome.RETRY`."""
+
+    def __init__(self) -> None:
+        self.deadline: float | None = None
+        self.waited = 0.0  # the pauses alone: a test's clock may stand still
+        self.attempt = 0
+
+    def wait(self) -> bool:
+        """Pause before the next try; False, without pausing, once the patience is spent."""
+        now = time.monotonic()
+        if self.deadline is None:
+            self.deadline = now + COMMIT_RETRY_SECONDS
+        if now >= self.deadline or self.waited >= COMMIT_RETRY_SECONDS:
+            return False
+        pause = min(2.0, 0.1 * 2**self.attempt)
+        time.sleep(pause)
+        self.waited += pause
+        self.attempt += 1
+        return True
+
+    def reaching(self, call: Callable[[], T]) -> T:
+        """``call()``, asked again while the store cannot be reached and patience lasts."""
+        while True:
+            try:
+                return call()
+            except ServiceUnavailableError as exc:
+                if not self.wait():
+                    raise
+                log.warning("%s; asking again", exc)
 
 
 def _mid_prepare_point(rows: Iterator[Any], task: TaskIdentity) -> Iterator[Any]:

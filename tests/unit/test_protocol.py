@@ -9,10 +9,12 @@ retries, the watermark skip and refusals.
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import pytest
 
 from eos_connectors.core.context import TaskIdentity, query_tag
+from eos_connectors.core.errors import ServiceUnavailableError
 from eos_connectors.core.protocol import (
     COMMIT_RETRY_SECONDS,
     Decision,
@@ -90,6 +92,39 @@ def test_retry_outcomes_are_retried_and_failure_says_what_to_do(
     assert max(pauses) == 2.0
     decision = writer.find_decision("s", 2)
     assert decision is not None and decision.units == (stuck.unit,)
+
+
+def test_a_store_the_driver_cannot_reach_is_asked_again_before_claim_and_decision(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A driver cut off its store (nothing ran: ServiceUnavailableError) claims and
+    decides once it answers again, within one batch's patience; past it, the error."""
+    pauses: list[float] = []
+    monkeypatch.setattr("eos_connectors.core.protocol.time.sleep", pauses.append)
+    writer = _writer()
+    cut = {"claim": 2, "decide": 3}
+    for hook in cut:
+        real = getattr(writer, hook)
+
+        def flaky(*args: Any, _hook: str = hook, _real: Any = real) -> Any:
+            if cut[_hook]:
+                cut[_hook] -= 1
+                raise ServiceUnavailableError("the store at ... is unreachable")
+            return _real(*args)
+
+        monkeypatch.setattr(writer, hook, flaky)
+    message = writer.prepare_task(_task(1), iter(_rows()))
+    writer.commit([message], 1)
+    assert message.unit in memory_server(writer.server_name).committed
+    assert pauses == [0.1, 0.2, 0.4, 0.8, 1.6]  # one patience for the whole batch
+
+    cut["claim"] = 10**6  # never back
+    pauses.clear()
+    late = writer.prepare_task(_task(2, task_id=2), iter(_rows()))
+    with pytest.raises(ServiceUnavailableError):
+        writer.commit([late], 2)
+    assert COMMIT_RETRY_SECONDS <= sum(pauses) <= COMMIT_RETRY_SECONDS + 2
+    assert writer.find_decision("s", 2) is None
 
 
 def test_recovery_commits_decided_and_rolls_back_undecided_earlier_units() -> None:

@@ -163,7 +163,9 @@ def test_two_step_faults_of_one_sink_hold_in_batches_of_their_own() -> None:
     chosen = targets(plan.cells, plan.sinks, "tag")
     named = step_entries(plan, chosen)
     held = {name: Entry.parse(entry) for entry, name in named.items()}
-    assert held["postgres"].point == held["postgres-partition"].point == "after-decision"
+    assert (held["postgres"].point, held["postgres"].partition) == ("after-decision", None)
+    partition = held["postgres-partition"]
+    assert (partition.point, partition.partition) == ("after-prepare", 0)  # a task
     assert held["postgres-partition"].batch == (held["postgres"].batch or 0) + 1
     needed = plan.batches_needed(max(len(t.points) for t in chosen))
     assert all((e.batch or 0) < needed for e in held.values())

@@ -134,7 +134,7 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
         "transaction coordinator, between its produce and its commit; needs "
         "--kafka-brokers 3), postgres (between the decision and the COMMIT PREPAREDs), "
         "redis (between the stage and the apply), postgres-partition (the Spark driver "
-        "alone cut off PostgreSQL once it decided a batch; needs --master spark://...)",
+        "alone cut off PostgreSQL while a batch's tasks prepare; needs --master spark://...)",
     )
     parser.add_argument(
         "--checkpoint-root",

@@ -14,8 +14,8 @@ coordinator through them. A fault is ``service:kind``:
   ones refused.
 
 The step fault ``postgres-partition`` (see :mod:`.plan`; a Spark standalone cluster only)
-cuts the Spark driver alone off PostgreSQL for ``PARTITION_SECONDS`` once it decided a
-batch, while the executors' tasks still reach the server. PostgreSQL then has two
+cuts the Spark driver alone off PostgreSQL for ``PARTITION_SECONDS`` once a task of a
+batch has prepared, while the executors' tasks still reach the server. PostgreSQL then has two
 proxies on one port: the tasks' on 127.0.0.1 (the address in the pipeline's DSN) and the
 driver's on 127.0.0.2. The pipeline's process, and so the driver's JVM and the Python
 workers it starts (they run the sinks' driver hooks), has ``PGHOSTADDR`` set to

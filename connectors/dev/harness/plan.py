@@ -39,13 +39,14 @@ BROKER_ROLES = ("input-leader", "output-leader", "coordinator", "min-isr")
 #: is down (a replicated Kafka; the query must not fail). ``postgres``: the driver has
 #: decided the batch and sent no COMMIT PREPARED; ``redis``: the tasks staged, the driver
 #: decided and applied nothing: the store is SIGKILLed and started again first.
-#: ``postgres-partition`` (a Spark standalone cluster): the driver has decided the batch
-#: and is cut off PostgreSQL for a while (:mod:`.network`), its tasks are not.
+#: ``postgres-partition`` (a Spark standalone cluster): a task has prepared (task
+#: partition 0), and the driver alone is cut off PostgreSQL for a while
+#: (:mod:`.network`) as the batch's tasks finish: its claim, decision and commits meet it.
 STEP_FAULTS: dict[str, tuple[str, str]] = {
     "coordinator": ("kafka", "after-prepare"),
     "postgres": ("postgres", "after-decision"),
     "redis": ("redis", "after-decision"),
-    "postgres-partition": ("postgres", "after-decision"),
+    "postgres-partition": ("postgres", "after-prepare"),
 }
 DRIVER_PARTITION = "postgres-partition"
 
