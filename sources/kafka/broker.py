@@ -34,6 +34,7 @@ T = TypeVar("T")
 FIRST_BACKOFF_S = 0.05
 MAX_BACKOFF_S = 1.0
 PROBE_TIMEOUT_S = 5.0
+LOG_ENDS = (type(OffsetSpec.latest()), type(OffsetSpec.earliest()))
 
 
 class BrokerView:
@@ -261,12 +262,19 @@ class BrokerView:
                 futures = self.admin.list_offsets(
                     request, isolation_level=isolation, request_timeout=self.timeout
                 )
-                return {
+                found = {
                     (tp.topic, tp.partition): int(future.result(timeout=self.timeout).offset)
                     for tp, future in futures.items()
                 }
-            except (KafkaException, TimeoutError) as exc:
-                moving = leader_moving(exc) or self._broker_gone(exc)  # may probe: once
+                unanswered = sorted(
+                    tp for tp, spec in specs.items() if _unanswered(found[tp], spec)
+                )
+                if not unanswered:
+                    return found
+                raise NoOffsetError(unanswered)
+            except (KafkaException, TimeoutError, NoOffsetError) as exc:
+                moving = isinstance(exc, NoOffsetError) or leader_moving(exc)
+                moving = moving or self._broker_gone(exc)  # may probe: once
                 wait = self._retry_wait(exc, moving, backoff, retries, began + self._bound(exc))
                 if wait is None:
                     raise self._unavailable("list offsets", exc, began) from None
@@ -339,6 +347,24 @@ class BrokerView:
             "Check that the brokers run and are reachable, and the kafka.security.protocol and "
             "kafka.sasl.* options; raise kafkaConsumer.pollTimeoutMs for slow clusters."
         )
+
+
+class NoOffsetError(Exception):
+    """Driver: librdkafka answered a look-up without an offset for some partitions and
+    without an error (seen as -1001 for a partition whose leader had just been killed
+    on a 3-broker cluster): asked again like a leader that moves, never used."""
+
+    def __init__(self, partitions: list[TopicPartitionKey]) -> None:
+        named = ", ".join(f"{topic}-{partition}" for topic, partition in partitions)
+        super().__init__(f"no offset for {named} (a leader is moving)")
+
+
+def _unanswered(offset: int, spec: Any) -> bool:
+    """Not an offset: below 0 for the log's start or end; for a timestamp, -1 says no
+    record at or after it (Kafka's answer), anything else below 0 is none."""
+    if type(spec) in LOG_ENDS:
+        return offset < 0
+    return offset < -1
 
 
 def _unknown_topic(exc: BaseException) -> bool:
