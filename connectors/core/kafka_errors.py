@@ -50,6 +50,11 @@ BROKER_GONE = frozenset(
 )
 
 
+#: The client's last error said it lost a broker, or all of them (a network cut off
+#: the whole cluster for a few seconds: its admin requests then waited for a controller
+#: until they timed out, though every broker answered again; seen in make soak).
+CONNECTION_LOST = frozenset({KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN})
+
 #: The brokers refused the client: never a broker that went away.
 REFUSED = frozenset(
     {
@@ -98,7 +103,7 @@ class ClientErrors:
         a partition's leader) may have died since its metadata named it, or none answers
         at all; the caller tells which."""
         timed_out = isinstance(exc, TimeoutError) or error_code(exc) == KafkaError._TIMED_OUT
-        return timed_out and self.last_code == KafkaError._TRANSPORT and not self.refused
+        return timed_out and self.last_code in CONNECTION_LOST and not self.refused
 
     def watching(self, config: Mapping[str, Any]) -> dict[str, Any]:
         """``config`` with this as the client's error callback (its secrets kept to redact)."""

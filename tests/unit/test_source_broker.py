@@ -12,9 +12,10 @@ from concurrent.futures import Future
 from typing import Any
 
 import pytest
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from eos_connectors.core.errors import ServiceUnavailableError
+from eos_connectors.core.kafka_errors import ClientErrors
 from eos_connectors.sources.kafka import broker
 from eos_connectors.sources.kafka.options import parse_options
 
@@ -81,3 +82,16 @@ def test_no_offset_for_good_fails_clearly_and_a_timestamp_without_records_is_an_
     # Kafka's -1 for a timestamp past every record is an answer, not a missing one
     view = _view(monkeypatch, [{0: -1, 1: 40}])
     assert view.for_times({("t", 0): 5, ("t", 1): 5}) == {("t", 0): -1, ("t", 1): 40}
+
+
+@pytest.mark.parametrize("lost", [KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN])
+def test_a_timeout_after_losing_one_broker_or_all_of_them_may_be_asked_again(lost: int) -> None:
+    """Whether to probe the cluster and ask again: a request timed out after the client
+    lost a connection, one broker's or (a network cut) every broker's."""
+    errors = ClientErrors()
+    timed_out = KafkaException(KafkaError(KafkaError._TIMED_OUT))
+    assert not errors.timed_out_on_lost_broker(timed_out)
+    errors(KafkaError(lost))
+    assert errors.timed_out_on_lost_broker(timed_out)
+    errors(KafkaError(KafkaError._AUTHENTICATION))  # refused: never a broker that went
+    assert not errors.timed_out_on_lost_broker(timed_out)
