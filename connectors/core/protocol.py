@@ -511,7 +511,11 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter, UnitStore):
         while the batch's :class:`Patience` (or a new one) lasts."""
         patience = patience or Patience()
         while True:
-            outcome = self.commit_unit(unit)
+            try:
+                outcome = self.commit_unit(unit)
+            except ServiceUnavailableError as exc:  # not reached: nothing ran
+                log.warning("committing %s: %s; asking again", unit, exc)
+                outcome = Outcome.RETRY
             if outcome in (Outcome.COMMITTED, Outcome.ALREADY_COMMITTED):
                 return
             if outcome is Outcome.MISSING:
@@ -534,7 +538,8 @@ class Patience:
     lost, the store restarting, the driver cut off it), ``COMMIT_RETRY_SECONDS`` from its
     first failure, with pauses growing to 2 s. Claiming and deciding are asked again only
     when the store was not reached at all (:class:`ServiceUnavailableError` from a hook:
-    nothing ran); committing a decided unit whenever it says :attr:`Outcome.RETRY`."""
+    nothing ran); committing a decided unit then too, and whenever the store says
+    :attr:`Outcome.RETRY`."""
 
     def __init__(self) -> None:
         self.deadline: float | None = None

@@ -323,9 +323,6 @@ class PostgresExactlyOnceWriter(TwoPhaseCommitWriter):
             log.warning("COMMIT PREPARED %s: %s; retrying", unit, _first_line(exc, self.options))
             self._drop()
             return Outcome.RETRY
-        except ServiceUnavailableError as exc:  # no new connection either, for now
-            log.warning("COMMIT PREPARED %s: %s; retrying", unit, exc)
-            return Outcome.RETRY
         return Outcome.COMMITTED
 
     def rollback_unit(self, unit: UnitId) -> None:
