@@ -48,10 +48,11 @@ test: bootstrap lint ## lint, then every test against real Kafka, PostgreSQL and
 unit: bootstrap ## the tests that need no server
 	$(BIN)/python -m pytest -v tests/unit $(PYTEST_ARGS)
 
-lint: bootstrap ## ruff and mypy
+lint: bootstrap ## ruff, mypy and the layer contracts (import-linter)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 bench-test: bootstrap ## the benchmark smoke tests (each pipeline of make bench runs and counts right)
 	$(BIN)/python -m pytest -v -m bench $(PYTEST_ARGS)

@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     from eos_connectors.ops import inspect, state
     from eos_connectors.ops.checkpoint import read_checkpoint
     from eos_connectors.ops.locations import location
-    from eos_connectors.ops.spark import tool_session
+    from eos_connectors.ops.session import tool_session
     from eos_connectors.ops.stores import all_records
 
     if args.action == "rescale":
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
 def _rescale(args: argparse.Namespace) -> int:
     from eos_connectors.ops import savepoints
     from eos_connectors.ops.checkpoint import read_checkpoint
-    from eos_connectors.ops.spark import tool_session
+    from eos_connectors.ops.session import tool_session
 
     root = savepoints.savepoint_root(args.dir)
     read_checkpoint(args.path)  # a clear error before Spark starts

@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     from eos_connectors.ops import savepoints, state
     from eos_connectors.ops.checkpoint import read_checkpoint
     from eos_connectors.ops.locations import location
-    from eos_connectors.ops.spark import tool_session
+    from eos_connectors.ops.session import tool_session
 
     point = None
     if args.savepoint is not None:

@@ -94,7 +94,7 @@ def spark_source(bootstrap: str, topic: str, records: int) -> list[Measurement]:
     analogue of the raw loop, which also leaves client set-up out) and the
     query's wall time including start, offset resolution and stop.
     """
-    from eos_connectors.ops.spark import local_session
+    from eos_connectors.ops.session import local_session
 
     spark = local_session("eos-bench")
     sink = SinkSpec("noop", {})
@@ -114,7 +114,7 @@ def postgres_sink(bootstrap: str, topic: str, records: int) -> list[Measurement]
     """Every record's (word, partition, offset) appended to PostgreSQL with COPY:
     committed plainly by each task (at-least-once), then through prepared
     transactions committed by the driver (exactly-once). Batch time, same run."""
-    from eos_connectors.ops.spark import local_session
+    from eos_connectors.ops.session import local_session
 
     dsn = bench_endpoints().postgres_dsn
     spark = local_session("eos-bench")
@@ -151,7 +151,7 @@ def kafka_sink(bootstrap: str, topic: str, records: int) -> list[Measurement]:
     """Every record copied to a new topic by the eos_kafka sink: an idempotent producer
     per task (at-least-once), then one transaction per task with its progress marker
     (exactly-once). Batch time, same run, after a warm-up pair."""
-    from eos_connectors.ops.spark import local_session
+    from eos_connectors.ops.session import local_session
 
     spark = local_session("eos-bench")
     measured = []
@@ -183,7 +183,7 @@ def redis_sink(bootstrap: str, topic: str, records: int) -> list[Measurement]:
     INCRBY of each task's per-key sums. Batch time, same run, after a warm-up pair."""
     import redis
 
-    from eos_connectors.ops.spark import local_session
+    from eos_connectors.ops.session import local_session
 
     url = bench_endpoints().redis_url
     client = redis.Redis.from_url(url)

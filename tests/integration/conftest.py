@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 def spark(endpoints: Endpoints, request: pytest.FixtureRequest) -> Iterator[SparkSession]:
     """The session's local Spark; HDFS first when a selected test keeps its checkpoint
     there (the JVM, and so its Python workers, must start with EOS_WEBHDFS_URL set)."""
-    from eos_connectors.ops.spark import local_session
+    from eos_connectors.ops.session import local_session
 
     if any(item.get_closest_marker("hdfs") for item in request.session.items):
         request.getfixturevalue("hdfs_url")

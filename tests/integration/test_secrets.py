@@ -321,7 +321,7 @@ def test_the_errors_still_say_what_is_wrong(endpoints: Endpoints) -> None:
 SPARK_SCRIPT = textwrap.dedent(
     """
     import json, sys
-    from eos_connectors.ops.spark import local_session
+    from eos_connectors.ops.session import local_session
 
     cases = json.load(open(sys.argv[1]))
     spark = local_session(app="eos-secrets")

@@ -115,7 +115,7 @@ def test_a_crashed_batch_replays_the_same_offsets_and_records(
     assert run(command, env()) == 0
     assert (checkpoint / "offsets" / "2").read_text() == planned  # replayed, not re-planned
     _check_every_batch(endpoints, topic, tmp_path, visible)
-    # Written through the raw local file system (eos_connectors.ops.spark.LOCAL_FILES_RAW).
+    # Written through the raw local file system (eos_connectors.ops.session.LOCAL_FILES_RAW).
     assert not list(checkpoint.rglob("*.crc")), "checksum files beside the checkpoint's"
 
 

@@ -1,4 +1,4 @@
-"""Spark's Python workers fork from eos_connectors.core.worker_daemon, with the task modules in,
+"""Spark's Python workers fork from eos_connectors.worker_daemon, with the task modules in,
 and import PySpark compiled (eos_connectors.ops.spark_home)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import sys
 import pytest
 from pyspark.sql import SparkSession
 
-from eos_connectors.core.worker_daemon import PRELOAD
 from eos_connectors.ops.spark_home import installed_spark_home
+from eos_connectors.worker_daemon import PRELOAD
 
 pytestmark = pytest.mark.spark
 
@@ -71,7 +71,7 @@ def test_workers_start_with_the_imported_objects_frozen_out_of_the_collector(
 
 
 def test_workers_talk_to_spark_over_a_unix_socket(spark: SparkSession) -> None:
-    """spark.python.unix.domain.socket.enabled (eos_connectors.ops.spark.BASE_CONF): a task's
+    """spark.python.unix.domain.socket.enabled (eos_connectors.ops.session.BASE_CONF): a task's
     hand-over to its worker and back skips the loopback TCP stack."""
 
     def unix(_: object) -> str | None:

@@ -28,7 +28,7 @@ def main() -> None:
     args = parser.parse_args()
     os.environ["EOS_FAULT_PGID"] = str(os.getpgid(0))
 
-    from eos_connectors.ops.spark import local_session
+    from eos_connectors.ops.session import local_session
 
     spark = local_session("batch-job")
     records = (

@@ -46,7 +46,7 @@ def main() -> None:
     parser.add_argument("--jars", default="")
     args = parser.parse_args()
 
-    from eos_connectors.ops.spark import local_session
+    from eos_connectors.ops.session import local_session
 
     conf = {"spark.jars": args.jars} if args.jars else {}
     spark = local_session(f"parity-{args.format}", conf=conf)

@@ -66,16 +66,3 @@ def test_the_command_line_imports_no_tooling_until_a_command_needs_it() -> None:
 
 
 OPERATOR_COMMANDS = ("sinks", "checkpoint", "savepoint", "state")
-
-
-def test_the_runtime_never_imports_the_tooling() -> None:
-    """What runs in a Spark job (the formats, the core, the connectors) imports none of
-    the operator tools, the command line or the development tooling."""
-    code = (
-        "import eos_connectors.formats, eos_connectors.core.protocol\n"
-        "import eos_connectors.sinks.postgres, eos_connectors.sinks.redis\n"
-        "import eos_connectors.core.worker_daemon"
-    )
-    loaded = _modules_after(code)
-    tooling = ("eos_connectors.dev", "eos_connectors.cli", "eos_connectors.ops")
-    assert sorted(m for m in loaded if m.startswith(tooling)) == []

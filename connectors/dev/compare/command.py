@@ -116,7 +116,7 @@ def ensure_quix() -> None:
 def run_compare(args: argparse.Namespace) -> int:
     from eos_connectors.dev.bench import bench_endpoints, fill_topic
     from eos_connectors.dev.compare.jars import spark_kafka_jars
-    from eos_connectors.ops.spark import ensure_class_archive
+    from eos_connectors.dev.warm_up import ensure_class_archive
 
     report.require_matplotlib()  # the chart comes at the end of a run: fail now, not then
     if args.report_only:

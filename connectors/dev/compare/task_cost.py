@@ -9,7 +9,7 @@ source reader, under three worker set-ups, each in its own Spark session:
 * PySpark's defaults (``pyspark.daemon``, loopback TCP), and the same over Unix
   domain sockets;
 * this package's daemon, which imports the task modules and freezes them out of
-  the garbage collector before it forks (``eos_connectors.core.worker_daemon``);
+  the garbage collector before it forks (``eos_connectors.worker_daemon``);
 * the same over Unix domain sockets: this package's sessions (``BASE_CONF``).
 
 Run as ``eos bench tasks``; ``python -m eos_connectors.dev.compare.task_cost <set-up>``
@@ -100,7 +100,7 @@ def _median_ms(job: Callable[[], object]) -> float:
 
 def measure(setup: str) -> dict[str, float]:
     """The median job time of each kind of task under ``setup`` (see :data:`SETUPS`)."""
-    from eos_connectors.ops.spark import local_session
+    from eos_connectors.ops.session import local_session
 
     spark = local_session("eos-bench-tasks", cores=2, conf=SETUPS[setup])
     try:

@@ -373,7 +373,8 @@ def main(argv: list[str] | None = None) -> None:
     os.environ["EOS_FAULT_PGID"] = str(os.getpgid(0))
     if len(args) == 3:
         os.nice(STANDBY_NICENESS)  # its start-up must not starve the run it stands by for
-    from eos_connectors.ops.spark import local_session, warm_up
+    from eos_connectors.dev.warm_up import warm_up
+    from eos_connectors.ops.session import local_session
 
     spark = local_session(spec.app, cores=spec.cores, conf=spec.conf, master=spec.master)
     register_sources(spark, spec.register)

@@ -84,7 +84,7 @@ def verify(
 ) -> Report:
     """Run ``plan`` against real services; the report says what each sink holds."""
     check_plan(plan, crash_service)
-    from eos_connectors.ops.spark import ensure_class_archive
+    from eos_connectors.dev.warm_up import ensure_class_archive
 
     names = Names(uuid.uuid4().hex[:10])
     chosen = targets(plan.cells, plan.sinks, names.tag, plan.custom_sinks, plan.on_cluster)

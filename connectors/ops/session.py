@@ -1,29 +1,26 @@
-"""A SparkSession set up for this package's pipelines, demos and tests.
+"""A SparkSession set up for this package's tools, pipelines, demos and tests.
 
 ``local_session()`` gives a ``local[N]`` session (or one on ``master``) with the
-package's data sources registered. Starting one costs a fresh JVM about 12 s on
-a 2-core machine, most of it loading and verifying Spark's classes; with a
-class-data-sharing archive of those classes (``ensure_class_archive()``, built
-once per machine into the package's cache) it takes about 6 s. The harness and
-the tests restart Spark for every crash they inject, so they build it first.
+package's data sources registered; ``tool_session()`` the one an operator tool
+runs in. Starting one costs a fresh JVM about 12 s on a 2-core machine, most of
+it loading and verifying Spark's classes; with a class-data-sharing archive of
+those classes (built once per machine into the package's cache by the
+development tooling, :mod:`eos_connectors.dev.warm_up`) it takes about 6 s. A
+session maps the archive when it is there and starts without it otherwise.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from eos_connectors.core.errors import EosError
 from eos_connectors.ops.cache import cache_root
 from eos_connectors.ops.spark_home import installed_spark_home, linked_spark_home, starting_spark
 
@@ -65,11 +62,11 @@ BASE_CONF: dict[str, str] = {
     "spark.python.worker.reuse": "true",
     # Tasks hand over to their Python workers, and the streaming source's driver-side
     # runner answers Spark, over Unix domain sockets instead of loopback TCP: with the
-    # workers' garbage collection cut (eos_connectors.core.worker_daemon.freeze), a local[2] job
+    # workers' garbage collection cut (eos_connectors.worker_daemon.freeze), a local[2] job
     # of four Python data source write tasks went from 133 to 59 ms (median of 25).
     "spark.python.unix.domain.socket.enabled": "true",
     # Workers fork with pyarrow, pandas, confluent-kafka and the connectors imported.
-    "spark.python.daemon.module": "eos_connectors.core.worker_daemon",
+    "spark.python.daemon.module": "eos_connectors.worker_daemon",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.sql.streaming.stateStore.providerClass": (
         "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -113,7 +110,7 @@ def local_session(
     if is_connect(master):
         spark = _start_connect(app, master, cores, settings)
     else:
-        spark = _start(app, master, with_class_archive(settings))
+        spark = start_classic(app, master, with_class_archive(settings))
     register(spark)
     return spark
 
@@ -179,7 +176,7 @@ def cluster_conf(master: str) -> dict[str, str]:
     }
 
 
-def _start(app: str, master: str, settings: Mapping[str, str]) -> SparkSession:
+def start_classic(app: str, master: str, settings: Mapping[str, str]) -> SparkSession:
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # listen on loopback only
@@ -214,7 +211,7 @@ def _lift_shell_threshold(spark: SparkSession, level: str) -> None:
 
 # -- the class-data-sharing archive ------------------------------------------------------
 
-_QUIET_CDS = "-Xlog:cds=off -Xlog:cds+dynamic=off"
+QUIET_CDS = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 
 
 def class_archive_path() -> Path:
@@ -237,172 +234,13 @@ def with_class_archive(settings: dict[str, str]) -> dict[str, str]:
     wanted = os.environ.get("EOS_SPARK_CLASS_ARCHIVE", "1") != "0"
     if not wanted or not archive.exists() or any(k in settings for k in _CLASS_PATH_CONF):
         return settings
-    return _with_java_option(settings, f"-XX:SharedArchiveFile={archive} {_QUIET_CDS}")
+    return with_java_option(settings, f"-XX:SharedArchiveFile={archive} {QUIET_CDS}")
 
 
-def _with_java_option(settings: dict[str, str], option: str) -> dict[str, str]:
+def with_java_option(settings: dict[str, str], option: str) -> dict[str, str]:
     key = "spark.driver.extraJavaOptions"
     current = settings.get(key, "")
     return {**settings, key: f"{current} {option}".strip()}
-
-
-def ensure_class_archive(timeout: float = 300.0) -> Path | None:
-    """Build the archive once (about 25 s); None when building it failed (Spark then
-    starts without it: slower, never wrong). Safe to call from concurrent processes."""
-    archive = class_archive_path()
-    if archive.exists() or os.environ.get("EOS_SPARK_CLASS_ARCHIVE") == "0":
-        return archive if archive.exists() else None
-    archive.parent.mkdir(parents=True, exist_ok=True)
-    with _locked(archive.with_suffix(".lock")):
-        if archive.exists():
-            return archive
-        with tempfile.TemporaryDirectory(dir=archive.parent) as work:
-            partial = Path(work) / archive.name
-            command = [sys.executable, "-m", "eos_connectors.ops.spark", str(partial)]
-            env = {**os.environ, "EOS_SPARK_CLASS_ARCHIVE": "0"}
-            try:
-                subprocess.run(command, env=env, timeout=timeout, check=True, capture_output=True)
-            except (subprocess.SubprocessError, OSError) as exc:
-                print(
-                    f"eos: building Spark's class archive failed ({exc}); Spark starts without it",
-                    file=sys.stderr,
-                )
-                return None
-            if not partial.exists():
-                return None
-            partial.replace(archive)
-    return archive
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with open(path, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _archive_workload(out: Path) -> None:
-    """Run what the package's pipelines run (Python data sources, a stateful stage on
-    RocksDB, a Python streaming writer), then exit: the JVM writes the classes it
-    loaded to ``out`` as it exits."""
-    settings = _with_java_option(dict(BASE_CONF), f"-XX:ArchiveClassesAtExit={out} {_QUIET_CDS}")
-    spark = _start("eos-cds", f"local[2,{TASK_ATTEMPTS}]", settings)
-    spark.sparkContext.setLogLevel("ERROR")
-    from eos_connectors.registry import register
-
-    register(spark)
-    warm_up(spark, stateful_processor=True)
-    spark.stop()
-    _wait_for_jvm_exit()
-
-
-def warm_up(spark: SparkSession, stateful_processor: bool = False) -> None:
-    """Run a small streaming query through a Python source, an aggregation and a Python
-    sink (and a ``transformWithStateInPandas`` one), so the JVM has loaded their classes
-    and started PySpark's worker daemons before a real query needs them (about 12 s
-    on a 2-core machine)."""
-    from eos_connectors.dev.harness.pipeline import running_count_processor
-
-    spark.dataSource.register(_warm_up_source())
-    with tempfile.TemporaryDirectory() as work:
-        words = spark.readStream.format("eos_warm_up").load()
-        frames = [("count", words.groupBy("word").count(), "complete")]
-        if stateful_processor:
-            processed = words.groupBy("word").transformWithStateInPandas(
-                statefulProcessor=running_count_processor(),
-                outputStructType="word string, count long, delta long",
-                outputMode="Append",
-                timeMode="None",
-            )
-            frames.append(("state", processed, "append"))
-        for name, frame, mode in frames:
-            query = (
-                frame.writeStream.format("eos_warm_up")
-                .outputMode(mode)
-                .option("checkpointLocation", f"{work}/{name}")
-                .trigger(availableNow=True)
-                .queryName(f"eos-warm-up-{name}")
-                .start()
-            )
-            query.awaitTermination(120)
-
-
-def _wait_for_jvm_exit(timeout: float = 120.0) -> None:
-    """Close the gateway JVM's stdin (it exits on that) and wait: the archive is written
-    while the JVM exits, after this Python process would otherwise be gone."""
-    from pyspark import SparkContext
-
-    process = getattr(SparkContext._gateway, "proc", None)
-    if process is None:
-        return
-    with contextlib.suppress(OSError):
-        process.stdin.close()
-    process.wait(timeout)
-
-
-class _WarmUpReader:  # the methods PySpark's DataSourceStreamReader calls
-    def initialOffset(self) -> dict[str, int]:
-        return {"offset": 0}
-
-    def latestOffset(self) -> dict[str, int]:
-        return {"offset": 2}
-
-    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[Any]:
-        from pyspark.sql.datasource import InputPartition
-
-        return [InputPartition(i) for i in range(start["offset"], end["offset"])]
-
-    def read(self, partition: Any) -> Iterator[tuple[str]]:
-        yield from ((f"w{i % 7}",) for i in range(100))
-
-    def commit(self, end: dict[str, int]) -> None:
-        pass
-
-
-def _warm_up_source() -> Any:
-    from pyspark.sql.datasource import (
-        DataSource,
-        DataSourceStreamReader,
-        DataSourceStreamWriter,
-        WriterCommitMessage,
-    )
-
-    class Reader(_WarmUpReader, DataSourceStreamReader):  # type: ignore[misc]
-        pass
-
-    class Writer(DataSourceStreamWriter):  # type: ignore[misc]
-        def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
-            for _ in iterator:
-                pass
-            return WriterCommitMessage()
-
-        def commit(self, messages: list[Any], batchId: int) -> None:
-            pass
-
-    class Source(DataSource):  # type: ignore[misc]
-        @classmethod
-        def name(cls) -> str:
-            return "eos_warm_up"
-
-        def schema(self) -> str:
-            return "word string"
-
-        def streamReader(self, schema: Any) -> Any:
-            return Reader()
-
-        def streamWriter(self, schema: Any, overwrite: bool) -> Any:
-            return Writer()
-
-    return Source
-
-
-if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        raise SystemExit(EosError("usage: python -m eos_connectors.ops.spark ARCHIVE_PATH"))
-    _archive_workload(Path(sys.argv[1]))
 
 
 @contextlib.contextmanager
