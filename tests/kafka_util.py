@@ -10,6 +10,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewPartitions
 
+from eos_connectors.core.kafka_config import plaintext
 from eos_connectors.core.topics import create_topic
 from eos_connectors.ops.locations import Location
 
@@ -26,7 +27,7 @@ def recreate_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
     deadline = time.monotonic() + 60
     while True:  # the name is free once the brokers have finished deleting
         try:
-            create_topic(bootstrap, topic, partitions)
+            create_topic(plaintext(bootstrap), topic, partitions)
             return
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS or time.monotonic() > deadline:

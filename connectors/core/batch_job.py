@@ -40,13 +40,13 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from eos_connectors.core import options as opt
 from eos_connectors.core.context import NotInStreamingTaskError, TaskIdentity
 from eos_connectors.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-TXN_VERSION = "txnVersion"
-MAX_VERSION = 2**63 - 1
+TXN_VERSION = opt.TXN_VERSION.name
 
 
 class SinkOptions(Protocol):
@@ -135,11 +135,8 @@ def batch_job(
             "load with the same number and nothing is written twice. Or set "
             "deliveryGuarantee=at-least-once."
         )
-    if not text.isdigit() or int(text) > MAX_VERSION:
-        raise ConfigError(
-            f"Option '{TXN_VERSION}' must be a whole number from 0 to {MAX_VERSION}, got {text!r}."
-        )
-    return BatchJob(sink_id, int(text), uuid.uuid4().hex)
+    version: int = opt.TXN_VERSION.parse(text, opt.TXN_VERSION.name)
+    return BatchJob(sink_id, version, uuid.uuid4().hex)
 
 
 def refuse_in_stream(options: Mapping[str, str], connector: str) -> None:

@@ -40,8 +40,33 @@ from pyspark.sql.types import (
 from eos_connectors.core import options as opt
 from eos_connectors.core.errors import ConfigError
 
+DELETE_COLUMN = opt.Option(
+    "deleteColumn",
+    opt.required_text,
+    "the column that says a row is a delete: a boolean, or compared as text with "
+    "`deleteValue` ([change-streams.md](change-streams.md))",
+)
+DELETE_VALUE = opt.Option(
+    "deleteValue",
+    lambda value, _name: value,
+    "with `deleteColumn`: the value that marks a delete (Debezium's `op` = `d`)",
+)
+DELETE_WHEN_VALUES_NULL = opt.Option(
+    "deleteWhenValuesNull",
+    opt.boolean,
+    "a row whose value columns are all null deletes its key, as a Kafka tombstone does",
+    default=False,
+)
+ORDER_COLUMNS = opt.Option(
+    "orderColumns",
+    opt.names,
+    "the order of one key's changes within a task, ascending, the last one wins "
+    "(`partition,offset`, or a sequence such as Debezium's `source.lsn`); distinct and "
+    "not null among one key's changes",
+    default=(),
+)
 #: The options every keyed sink takes for change streams.
-CHANGE_OPTIONS = frozenset({"deleteColumn", "deleteValue", "deleteWhenValuesNull", "orderColumns"})
+CHANGE_OPTIONS = (DELETE_COLUMN, DELETE_VALUE, DELETE_WHEN_VALUES_NULL, ORDER_COLUMNS)
 _ORDERABLE = (
     ByteType,
     ShortType,
@@ -86,9 +111,9 @@ class ChangeRules:
 
 
 def parse_changes(options: Mapping[str, str], connector: str) -> ChangeRules:
-    """The change-stream options from a sink's lower-cased options."""
-    column = options.get("deletecolumn", "").strip() or None
-    value = options.get("deletevalue")
+    """Driver: the change-stream options from a sink's lower-cased options."""
+    column = DELETE_COLUMN.value(options)
+    value = DELETE_VALUE.value(options)
     if value is not None and column is None:
         raise ConfigError(
             f"{connector}: option 'deleteValue' needs 'deleteColumn' (the column it is "
@@ -97,8 +122,8 @@ def parse_changes(options: Mapping[str, str], connector: str) -> ChangeRules:
     return ChangeRules(
         delete_column=column,
         delete_value=value,
-        delete_when_values_null=opt.boolean(options, "deleteWhenValuesNull", False),
-        order_columns=opt.names(options, "orderColumns"),
+        delete_when_values_null=DELETE_WHEN_VALUES_NULL.value(options),
+        order_columns=ORDER_COLUMNS.value(options),
     )
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from eos_connectors.core.errors import ConfigError
+from eos_connectors.core.errors import ConfigError, keeping_code
 
 _PLAIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
 _SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
@@ -178,8 +178,11 @@ def _store_kind(location: str, declared: str | None, what: str) -> str:
     try:
         head = path.read_bytes()[:4]
     except OSError as exc:
-        raise ConfigError(
-            f"Option '{option}': cannot read {location} on the driver ({exc.strerror})."
+        raise keeping_code(
+            ConfigError(
+                f"Option '{option}': cannot read {location} on the driver ({exc.strerror})."
+            ),
+            exc,
         ) from None
     java_only = _MAGIC.get(head)
     if java_only is not None:

@@ -17,13 +17,13 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from confluent_kafka import Consumer, IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 from confluent_kafka.cimpl import NewTopic
 
 from eos_connectors.core.errors import ServiceUnavailableError
+from eos_connectors.core.kafka_config import KafkaConfig, bootstrap, connection
 from eos_connectors.core.kafka_errors import leader_moving
 
 TIMEOUT = 30.0
@@ -38,23 +38,19 @@ class Record:
     timestamp: int = field(default=0, compare=False)  # milliseconds, as the broker has it
 
 
-#: Client settings beyond the bootstrap servers (SASL, TLS): ``settings=`` of each helper.
-Settings = Mapping[str, Any]
-
-
-def create_topic(bootstrap: str, topic: str, partitions: int = 1, **config: str) -> None:
-    """Create ``topic`` and wait until the brokers' metadata lists each partition with a
-    leader: the creation's answer comes when the controller has it, a moment before the
-    brokers serve it (a broker with thousands of topics listed a topic just created on
-    one listener as missing on its other listener)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+def create_topic(kafka: KafkaConfig, topic: str, partitions: int = 1, **config: str) -> None:
+    """Create ``topic`` on the cluster ``kafka`` reaches and wait until the brokers'
+    metadata lists each partition with a leader: the creation's answer comes when the
+    controller has it, a moment before the brokers serve it (a broker with thousands of
+    topics listed a topic just created on one listener as missing on its other one)."""
+    admin = AdminClient(connection(kafka))
     # replication -1: the brokers' default.replication.factor (3 on the replicated stack)
     admin.create_topics([NewTopic(topic, partitions, -1, config=config)])[topic].result(TIMEOUT)
     deadline = time.monotonic() + TIMEOUT
     while not _served(admin, topic, partitions):
         if time.monotonic() > deadline:
             raise ServiceUnavailableError(
-                f"Kafka at {bootstrap} created topic {topic!r} but does not list its "
+                f"Kafka at {bootstrap(kafka)} created topic {topic!r} but does not list its "
                 f"{partitions} partition(s) with leaders after {TIMEOUT:.0f} s."
             )
         time.sleep(0.05)
@@ -68,7 +64,7 @@ def _served(admin: AdminClient, topic: str, partitions: int) -> bool:
 
 
 def end_offsets(
-    bootstrap: str, topic: str, isolation: str = "read_committed", settings: Settings | None = None
+    kafka: KafkaConfig, topic: str, isolation: str = "read_committed"
 ) -> dict[int, int]:
     """Partition -> end offset now: the last stable offset under read_committed, else the
     high watermark. A leader that is moving (a broker of a replicated cluster restarted)
@@ -76,17 +72,15 @@ def end_offsets(
     deadline = time.monotonic() + TIMEOUT
     while True:
         try:
-            return _end_offsets(bootstrap, topic, isolation, settings)
+            return _end_offsets(kafka, topic, isolation)
         except KafkaException as exc:
             if not leader_moving(exc) or time.monotonic() > deadline:
                 raise
         time.sleep(0.5)
 
 
-def _end_offsets(
-    bootstrap: str, topic: str, isolation: str, settings: Settings | None
-) -> dict[int, int]:
-    admin = AdminClient({**(settings or {}), "bootstrap.servers": bootstrap})
+def _end_offsets(kafka: KafkaConfig, topic: str, isolation: str) -> dict[int, int]:
+    admin = AdminClient(connection(kafka))
     metadata = admin.list_topics(topic, timeout=TIMEOUT).topics[topic]
     level = (
         IsolationLevel.READ_COMMITTED
@@ -102,25 +96,23 @@ READ_POLL_SECONDS = 0.05
 
 
 def read_to_end(
-    bootstrap: str,
+    kafka: KafkaConfig,
     topic: str,
     isolation: str = "read_committed",
     ranges: Mapping[int, tuple[int, int]] | None = None,
     timeout: float = 120.0,
-    settings: Settings | None = None,
     settled: bool = False,
 ) -> list[Record]:
     """Every record of ``topic`` (or of ``ranges``: partition -> [start, end)) as a plain
     confluent-kafka consumer under ``isolation`` returns it, in partition and offset order;
     ``settled``: to the high watermark, every transaction open now ended (see above)."""
     if ranges is None:
-        ends = end_offsets(bootstrap, topic, "read_uncommitted" if settled else isolation, settings)
+        ends = end_offsets(kafka, topic, "read_uncommitted" if settled else isolation)
         ranges = {p: (0, end) for p, end in ends.items()}
     wanted = {p: r for p, r in ranges.items() if r[1] > r[0]}
     consumer = Consumer(
         {
-            **(settings or {}),
-            "bootstrap.servers": bootstrap,
+            **connection(kafka),
             "group.id": f"eos-read-{uuid.uuid4().hex}",
             "enable.auto.commit": False,
             "isolation.level": isolation,

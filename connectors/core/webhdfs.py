@@ -17,9 +17,10 @@ import os
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from http import HTTPStatus
 from urllib.parse import quote, urlencode, urlparse
 
-from eos_connectors.core.errors import EosError
+from eos_connectors.core.errors import EosError, keeping_code
 
 DEFAULT_HTTP_PORT = 9870
 TIMEOUT_SECONDS = 10.0
@@ -57,16 +58,20 @@ class WebHdfs:
                 return body
         except urllib.error.HTTPError as exc:
             detail = exc.read().decode(errors="replace")[:300]
-            raise WebHdfsError(f"WebHDFS {method} {_op(url)}: HTTP {exc.code} {detail}") from None
+            raise keeping_code(
+                WebHdfsError(f"WebHDFS {method} {_op(url)}: HTTP {exc.code} {detail}"), exc
+            ) from None
         except OSError as exc:
-            raise WebHdfsError(f"WebHDFS at {self.base} did not answer: {exc}") from None
+            raise keeping_code(
+                WebHdfsError(f"WebHDFS at {self.base} did not answer: {exc}"), exc
+            ) from None
 
     def read_text(self, path: str) -> str | None:
         """The file at ``path``, None when there is none."""
         try:
             return self._call("GET", self._url(path, "OPEN")).decode()
         except WebHdfsError as exc:
-            if "HTTP 404" in str(exc):
+            if exc.code == str(HTTPStatus.NOT_FOUND):
                 return None
             raise
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from eos_connectors.core.kafka_config import plaintext
 from eos_connectors.core.topics import create_topic
 from eos_connectors.dev.endpoints import Endpoints
 
@@ -39,7 +40,7 @@ class Measurement:
 
 def fill_topic(bootstrap: str, topic: str, records: int, keys: int = KEYS) -> None:
     """``records`` records of about 100 bytes over ``keys`` keys, spread over the partitions."""
-    create_topic(bootstrap, topic, PARTITIONS)
+    create_topic(plaintext(bootstrap), topic, PARTITIONS)
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
@@ -157,7 +158,7 @@ def kafka_sink(bootstrap: str, topic: str, records: int) -> list[Measurement]:
     measured = []
     for guarantee in GUARANTEES * 2:
         out = f"{topic}-{guarantee}-{uuid.uuid4().hex[:6]}"
-        create_topic(bootstrap, out, PARTITIONS)
+        create_topic(plaintext(bootstrap), out, PARTITIONS)
         options = {
             "kafka.bootstrap.servers": bootstrap,
             "topic": out,
@@ -236,7 +237,7 @@ def _stateful_kafka(
 
     assert isinstance(spark, SparkSession)
     out = f"{topic}-counts-{guarantee}-{uuid.uuid4().hex[:6]}"
-    create_topic(bootstrap, out, PARTITIONS)
+    create_topic(plaintext(bootstrap), out, PARTITIONS)
     counts = (
         spark.readStream.format("eos_kafka")
         .option("kafka.bootstrap.servers", bootstrap)

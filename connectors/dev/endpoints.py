@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from eos_connectors.core.errors import ConfigError
+from eos_connectors.core.kafka_config import plaintext
 from eos_connectors.core.secrets import redact
 
 ENV_NAMES = ("EOS_KAFKA_BOOTSTRAP", "EOS_POSTGRES_DSN", "EOS_REDIS_URL")
@@ -97,6 +98,11 @@ class Endpoints:
     #: reached through a fault proxy listening at the first (`eos verify --network-fault
     #: kafka:...`); empty for brokers started without one
     kafka_proxied: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def kafka(self) -> dict[str, str]:
+        """librdkafka's settings for the plaintext listener."""
+        return plaintext(self.kafka_bootstrap)
 
     def __repr__(self) -> str:  # the DSN's and URL's passwords never reach a log line
         return (

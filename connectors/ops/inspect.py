@@ -8,6 +8,7 @@ import os
 from dataclasses import asdict
 from typing import Any
 
+from eos_connectors.core.kafka_config import plaintext
 from eos_connectors.core.sinks_admin import SinkRecord
 from eos_connectors.ops.checkpoint import Checkpoint, OperatorState
 
@@ -94,7 +95,7 @@ def _lag(bootstrap: str, ends: dict[tuple[str, int], int]) -> dict[str, int | No
     lag: dict[str, int | None] = {}
     for topic in sorted({t for t, _ in ends}):
         try:
-            now = end_offsets(bootstrap, topic)
+            now = end_offsets(plaintext(bootstrap), topic)
         except Exception:
             now = {}
         for (t, p), end in sorted(ends.items()):

@@ -29,7 +29,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Union
 from urllib.parse import urlparse
 
-from eos_connectors.core.errors import EosError
+from eos_connectors.core.errors import EosError, keeping_code
 
 
 class CheckpointError(EosError):
@@ -265,7 +265,9 @@ class _Hadoop:
         try:
             return call()
         except Exception as exc:  # py4j's Java exception: keep its first line only
-            raise CheckpointError(f"Could not {what} {uri}: {_first_line(exc)}") from None
+            raise keeping_code(
+                CheckpointError(f"Could not {what} {uri}: {_first_line(exc)}"), exc
+            ) from None
 
     def qualified(self, uri: str) -> str:
         path = self._path(uri)

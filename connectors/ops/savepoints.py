@@ -39,6 +39,7 @@ from typing import Any
 
 from eos_connectors.core.checkpoint_sinks import FOLDER as SINKS_FOLDER
 from eos_connectors.core.checkpoint_sinks import SinkEntry
+from eos_connectors.core.errors import keeping_code
 from eos_connectors.core.sinks_admin import QUIET_SECONDS, SinkRecord
 from eos_connectors.ops.checkpoint import (
     BATCH_FILE,
@@ -304,7 +305,9 @@ def recorded_sinks(checkpoint: Location) -> list[SinkEntry] | None:
             raw = json.loads(path.read_text())
             found.append(SinkEntry(**{**raw, "names": dict(raw.get("names", {}))}))
         except (ValueError, TypeError) as exc:
-            raise CheckpointError(f"{path} is not a sink record of this package: {exc}") from None
+            raise keeping_code(
+                CheckpointError(f"{path} is not a sink record of this package: {exc}"), exc
+            ) from None
     return found
 
 
@@ -426,7 +429,9 @@ def _repartition(spark: Any, path: Location, partitions: int, point: Savepoint |
         spark._streamingCheckpointManager.repartition(str(path), partitions, True)
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CheckpointError(f"Spark could not repartition {path}: {first}. {way_back}") from None
+        raise keeping_code(
+            CheckpointError(f"Spark could not repartition {path}: {first}. {way_back}"), exc
+        ) from None
     after = read_checkpoint(path)
     if not after.clean or after.shuffle_partitions != partitions:
         raise CheckpointError(

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eos_connectors.core.checkpoint_sinks import SinkEntry
-from eos_connectors.core.errors import ConfigError
+from eos_connectors.core.errors import ConfigError, keeping_code
 from eos_connectors.core.java_security import translate
 from eos_connectors.core.sinks_admin import (
     ResetGuard,
@@ -94,8 +94,8 @@ def kafka_client_config() -> dict[str, str]:
         try:
             lines = Path(path).read_text().splitlines()
         except OSError as exc:
-            raise ConfigError(
-                f"EOS_KAFKA_CONFIG names {path}, which cannot be read: {exc}."
+            raise keeping_code(
+                ConfigError(f"EOS_KAFKA_CONFIG names {path}, which cannot be read: {exc}."), exc
             ) from None
         for number, line in enumerate(lines, 1):
             text = line.strip()
@@ -168,9 +168,12 @@ def recorded_sinks(recorded: list[SinkEntry]) -> list[SinkRecord]:
         try:
             records.extend(r for r in admin.records() if r.sink_id == entry.sink_id)
         except Exception as exc:  # any client's error: the store did not answer
-            raise CheckpointError(
-                f"Could not read sink {entry.sink_id} in {entry.store} at {entry.endpoint}: "
-                f"{type(exc).__name__}. Resuming needs every sink the checkpoint records."
+            raise keeping_code(
+                CheckpointError(
+                    f"Could not read sink {entry.sink_id} in {entry.store} at {entry.endpoint}: "
+                    f"{type(exc).__name__}. Resuming needs every sink the checkpoint records."
+                ),
+                exc,
             ) from None
         finally:
             admin.close()

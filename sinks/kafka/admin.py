@@ -36,7 +36,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
 
-from eos_connectors.core.errors import ServiceUnavailableError
+from eos_connectors.core.errors import ServiceUnavailableError, keeping_code
 from eos_connectors.core.protocol import Lineage, TwoPhaseCommitWriter
 from eos_connectors.core.sinks_admin import (
     ResetGuard,
@@ -74,7 +74,9 @@ class KafkaSinkAdmin(SinkAdmin):
         try:
             listed = self.admin.list_consumer_groups(request_timeout=TIMEOUT).result()
         except KafkaException as exc:
-            raise ServiceUnavailableError(f"Listing Kafka's consumer groups: {exc}") from None
+            raise keeping_code(
+                ServiceUnavailableError(f"Listing Kafka's consumer groups: {exc}"), exc
+            ) from None
         return self._by_sink(listing.group_id for listing in listed.valid)
 
     def _by_sink(self, groups: Iterable[str]) -> dict[str, list[str]]:
@@ -93,10 +95,7 @@ class KafkaSinkAdmin(SinkAdmin):
         self._written: dict[str, float] = {}
         if self.marker_log not in self.admin.list_topics(timeout=TIMEOUT).topics:
             return {}
-        settings = {k: v for k, v in self.config.items() if k != "bootstrap.servers"}
-        records = read_to_end(
-            self.config["bootstrap.servers"], self.marker_log, settings=settings, timeout=TIMEOUT
-        )
+        records = read_to_end(self.config, self.marker_log, timeout=TIMEOUT)
         markers: dict[str, Marker] = {}
         for record in records:
             group = (record.key or b"").decode(errors="replace")
@@ -192,9 +191,12 @@ class KafkaSinkAdmin(SinkAdmin):
             producer.produce(self.marker_log, None, group.encode(), partition=0)
             producer.commit_transaction(TIMEOUT)
         except KafkaException as exc:
-            raise SinkAdminError(
-                f"Resetting {group} of sink {sink_id!r} failed: {exc.args[0].str()}. Run the "
-                "reset again: each group is cleared in a transaction of its own."
+            raise keeping_code(
+                SinkAdminError(
+                    f"Resetting {group} of sink {sink_id!r} failed: {exc.args[0].str()}. Run the "
+                    "reset again: each group is cleared in a transaction of its own."
+                ),
+                exc,
             ) from None
         finally:
             consumer.close()

@@ -9,7 +9,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[at
 from confluent_kafka.cimpl import NewTopic
 
 from eos_connectors.core.checkpoint_sinks import SinkEntry, record_at_start
-from eos_connectors.core.errors import ConfigError, ServiceUnavailableError
+from eos_connectors.core.errors import ConfigError, ServiceUnavailableError, keeping_code
 from eos_connectors.core.kafka_errors import ClientErrors
 from eos_connectors.sinks.kafka.options import KafkaSinkOptions
 
@@ -43,10 +43,13 @@ def check_broker(options: KafkaSinkOptions) -> None:
         metadata = admin.list_topics(timeout=TIMEOUT)
     except KafkaException as exc:
         reason = errors.reason(admin, exc)
-        raise ServiceUnavailableError(
-            f"Kafka at {options.bootstrap_servers} (option 'kafka.bootstrap.servers') did not "
-            f"answer within {TIMEOUT:.0f} s: {reason}. Check that the brokers run and are "
-            "reachable, and the kafka.security.protocol and kafka.sasl.* options."
+        raise keeping_code(
+            ServiceUnavailableError(
+                f"Kafka at {options.bootstrap_servers} (option 'kafka.bootstrap.servers') did not "
+                f"answer within {TIMEOUT:.0f} s: {reason}. Check that the brokers run and are "
+                "reachable, and the kafka.security.protocol and kafka.sasl.* options."
+            ),
+            exc,
         ) from None
     for option, topic in (("topic", options.topic), ("progressTopic", options.progress_topic)):
         if topic and (topic not in metadata.topics or metadata.topics[topic].error is not None):
@@ -73,10 +76,13 @@ def ensure_marker_log(admin: AdminClient, options: KafkaSinkOptions, exists: boo
             admin.create_topics([new])[topic].result(TIMEOUT)
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise ConfigError(
-                    f"Could not create the sink's marker log topic {topic!r} (option "
-                    f"'markerLogTopic'): {exc.args[0].str()}. Create it with one partition and "
-                    "cleanup.policy=compact, or grant the sink CREATE on it."
+                raise keeping_code(
+                    ConfigError(
+                        f"Could not create the sink's marker log topic {topic!r} (option "
+                        f"'markerLogTopic'): {exc.args[0].str()}. Create it with one partition and "
+                        "cleanup.policy=compact, or grant the sink CREATE on it."
+                    ),
+                    exc,
                 ) from None
         return
     resource = ConfigResource("TOPIC", topic)

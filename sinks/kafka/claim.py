@@ -32,7 +32,7 @@ import logging
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-from eos_connectors.core.errors import EosError
+from eos_connectors.core.errors import EosError, keeping_code
 from eos_connectors.core.protocol import Lineage, SinkClaimedError
 from eos_connectors.sinks.kafka.clients import CALL_LIMIT, bounded
 from eos_connectors.sinks.kafka.errors import FENCED_CODES, error_of
@@ -84,9 +84,12 @@ def read_claim(options: KafkaSinkOptions, sink_id: str, consumer: Consumer) -> t
     try:
         (claimed,) = consumer.committed([position], timeout=CALL_TIMEOUT)
     except KafkaException as exc:
-        raise ClaimError(
-            f"Reading the claim on sink {sink_id!r} failed: {error_of(exc).str()}. Nothing was "
-            "written; the task fails so Spark retries it."
+        raise keeping_code(
+            ClaimError(
+                f"Reading the claim on sink {sink_id!r} failed: {error_of(exc).str()}. Nothing was "
+                "written; the task fails so Spark retries it."
+            ),
+            exc,
         ) from None
     if claimed.error is None and claimed.offset >= 0:
         owner = (claimed.metadata or "") if claimed.offset == CLAIMED else ""
@@ -134,9 +137,12 @@ def _take(options: KafkaSinkOptions, sink_id: str, query_id: str, consumer: Cons
         except KafkaException as exc:
             error = error_of(exc)
             if error.code() not in FENCED_CODES or attempt == ATTEMPTS - 1:
-                raise ClaimError(
-                    f"Claiming sink {sink_id!r} for query {query_id} failed: {error.str()}. "
-                    "Nothing was written; the task fails so Spark retries it."
+                raise keeping_code(
+                    ClaimError(
+                        f"Claiming sink {sink_id!r} for query {query_id} failed: {error.str()}. "
+                        "Nothing was written; the task fails so Spark retries it."
+                    ),
+                    exc,
                 ) from None
             log.info("another task claimed sink %s at the same time; reading again", sink_id)
     raise AssertionError("unreachable")

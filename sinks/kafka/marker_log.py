@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, NamedTuple
 
-from eos_connectors.core.errors import EosError
+from eos_connectors.core.errors import EosError, keeping_code
 from eos_connectors.core.topics import Record, read_to_end
 from eos_connectors.sinks.kafka.errors import KafkaSinkError
 
@@ -49,14 +49,16 @@ def read_settled(options: KafkaSinkOptions, what: str) -> list[Record]:
     began. A broker error is a KafkaSinkError naming ``what`` was being read."""
     try:
         return read_to_end(
-            options.bootstrap_servers,
+            options.client_config(),
             options.marker_log,
-            settings=options.client_config(),
             timeout=READ_TIMEOUT,
             settled=True,
         )
     except EosError as exc:
-        raise KafkaSinkError(
-            f"Reading the marker log {options.marker_log!r} for {what} failed: {exc}. Nothing "
-            "was written; the task fails so Spark retries it."
+        raise keeping_code(
+            KafkaSinkError(
+                f"Reading the marker log {options.marker_log!r} for {what} failed: {exc}. Nothing "
+                "was written; the task fails so Spark retries it."
+            ),
+            exc,
         ) from None

@@ -6,29 +6,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from eos_connectors.core import kafka_config
 from eos_connectors.core import options as opt
-from eos_connectors.core.changes import CHANGE_OPTIONS, ChangeRules, parse_changes
+from eos_connectors.core.changes import DELETE_COLUMN, DELETE_VALUE, ChangeRules, parse_changes
 from eos_connectors.core.errors import ConfigError
 from eos_connectors.core.kafka_errors import QUIET_IDLE_CLOSE
 from eos_connectors.core.protocol import derive_sink_id
 
-_KNOWN = {
-    "topic",
-    "includeHeaders",  # a source option Spark's sink ignores: the headers column is written
-    "transactionalIdPrefix",
-    "sinkId",
-    "txnVersion",
-    "deliveryGuarantee",
-    "progressTopic",
-    "markerLogTopic",
-    *CHANGE_OPTIONS,
-}
-_OWNED = {
-    "kafka.transactional.id": "it is derived per task; set transactionalIdPrefix instead",
-    "kafka.enable.idempotence": "transactions need the idempotent producer; it is always on",
-    "kafka.key.serializer": "write the key column as binary or string",
-    "kafka.value.serializer": "write the value column as binary or string",
-}
 #: Java producers' partitioner classes (Spark's ``kafka.partitioner.class``) and
 #: librdkafka's partitioner that places records alike; None: librdkafka has none alike.
 JAVA_PARTITIONERS: dict[str, str | None] = {
@@ -45,22 +29,119 @@ MAX_TRANSACTIONAL_ID = 200
 DEFAULT_MARKER_LOG = "eos-sink-markers"
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
 
+TOPIC = opt.Option(
+    "topic",
+    opt.required_text,
+    "target topic; wins over a `topic` column, as in Spark's sink (required unless rows "
+    "carry a `topic` column)",
+)
+PROGRESS_TOPIC = opt.Option(
+    "progressTopic",
+    opt.required_text,
+    "with a `topic` column and no `topic` option: an existing topic whose partition 0 holds "
+    "the markers",
+)
+TRANSACTIONAL_ID_PREFIX = opt.Option(
+    "transactionalIdPrefix",
+    opt.required_text,
+    "prefix of the tasks' transactional ids; with `sinkId` at most 200 characters",
+    default="eos",
+)
+MARKER_LOG_TOPIC = opt.Option(
+    "markerLogTopic",
+    opt.required_text,
+    "compacted topic keeping every task partition's last marker and the claim, created at "
+    "start if missing (needs CREATE, else create it: 1 partition, `cleanup.policy=compact`); "
+    "one without compaction is refused",
+    default=DEFAULT_MARKER_LOG,
+)
+INCLUDE_HEADERS = opt.Option(
+    "includeHeaders",
+    opt.boolean,
+    "accepted and ignored, as Spark's sink does (a source option; the `headers` column is "
+    "always written)",
+)
+BOOTSTRAP_SERVERS = opt.Option(
+    "kafka.bootstrap.servers", opt.required_text, "the brokers, `host:port[,host:port]` (required)"
+)
+TRANSACTION_TIMEOUT = opt.Option(
+    "kafka.transaction.timeout.ms",
+    opt.integer(1),
+    "checked at start against the broker's `transaction.max.timeout.ms`; it must exceed the "
+    "time a task takes to write its rows",
+    default=DEFAULT_TRANSACTION_TIMEOUT_MS,
+)
+PARTITIONER_CLASS = opt.Option(
+    "kafka.partitioner.class",
+    opt.required_text,
+    "a Java producer's partitioner class: the default ones are translated to librdkafka's "
+    "`murmur2_random` (where Java's producers put a key); others are refused",
+)
+_OWNED = (
+    opt.Option(
+        "kafka.transactional.id",
+        opt.text,
+        "",
+        refused="it is derived per task; set transactionalIdPrefix instead",
+    ),
+    opt.Option(
+        "kafka.enable.idempotence",
+        opt.text,
+        "",
+        refused="transactions need the idempotent producer; it is always on",
+    ),
+    opt.Option(
+        "kafka.key.serializer", opt.text, "", refused="write the key column as binary or string"
+    ),
+    opt.Option(
+        "kafka.value.serializer",
+        opt.text,
+        "",
+        refused="write the value column as binary or string",
+    ),
+)
+_NO_ORDER = (
+    "the sink writes a task's rows in their order and a null value as a tombstone already; "
+    "use deleteColumn (and deleteValue) to write deletes as tombstones"
+)
+OPTIONS = opt.OptionTable(
+    "the eos_kafka sink",
+    [
+        BOOTSTRAP_SERVERS,
+        TOPIC,
+        PROGRESS_TOPIC,
+        TRANSACTIONAL_ID_PREFIX,
+        MARKER_LOG_TOPIC,
+        INCLUDE_HEADERS,
+        *opt.SINK_OPTIONS,
+        DELETE_COLUMN,
+        DELETE_VALUE,
+        opt.Option("orderColumns", opt.text, "", refused=_NO_ORDER),
+        opt.Option("deleteWhenValuesNull", opt.text, "", refused=_NO_ORDER),
+        TRANSACTION_TIMEOUT,
+        PARTITIONER_CLASS,
+        *_OWNED,
+    ],
+    passthrough=("kafka.",),
+)
+
 
 @dataclass(frozen=True)
 class KafkaSinkOptions:
-    bootstrap_servers: str
     topic: str | None
     progress_topic: str | None
     transactional_id_prefix: str
     sink_id: str | None
     exactly_once: bool
     marker_log: str = DEFAULT_MARKER_LOG
-    kafka: dict[str, str] = field(default_factory=dict, repr=False)  # may hold sasl.password
+    #: librdkafka's settings (bootstrap.servers among them); may hold sasl.password
+    kafka: dict[str, str] = field(default_factory=dict, repr=False)
     changes: ChangeRules = field(default_factory=ChangeRules)  # deletes written as tombstones
+    transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
 
     @property
-    def transaction_timeout_ms(self) -> int:
-        return int(self.kafka.get("transaction.timeout.ms", DEFAULT_TRANSACTION_TIMEOUT_MS))
+    def bootstrap_servers(self) -> str:
+        return kafka_config.bootstrap(self.kafka)
 
     def sink_id_for(self, query_id: str) -> str:
         """The ``sinkId`` option, else one derived from the query id and the topic."""
@@ -77,10 +158,7 @@ class KafkaSinkOptions:
     def client_config(self) -> dict[str, Any]:
         """What every client of the sink needs to reach the cluster: the bootstrap servers
         and the ``kafka.security.*``/``sasl.*``/``ssl.*`` settings (SASL, TLS)."""
-        security = {
-            k: v for k, v in self.kafka.items() if k.startswith(("security.", "sasl.", "ssl."))
-        }
-        return {**security, "bootstrap.servers": self.bootstrap_servers}
+        return kafka_config.connection(self.kafka)
 
     def producer_config(self) -> dict[str, Any]:
         return {
@@ -90,7 +168,6 @@ class KafkaSinkOptions:
             "log_level": 4,
             "partitioner": DEFAULT_PARTITIONER,
             **self.kafka,
-            "bootstrap.servers": self.bootstrap_servers,
             "enable.idempotence": True,
             "transaction.timeout.ms": self.transaction_timeout_ms,
         }
@@ -105,52 +182,33 @@ CONNECT_AT_ONCE = {"enable.sparse.connections": False, **QUIET_IDLE_CLOSE}  # cl
 
 
 def parse_options(raw: Mapping[str, str]) -> KafkaSinkOptions:
-    plain = {k: v for k, v in raw.items() if not k.lower().startswith("kafka.")}
-    options = opt.lowered(plain, _KNOWN, "the eos_kafka sink")
-    java_partitioner = next(
-        (v for k, v in raw.items() if k.lower() == "kafka.partitioner.class"), None
-    )
-    raw = {k: v for k, v in raw.items() if k.lower() != "kafka.partitioner.class"}
-    kafka = opt.kafka_settings(raw, _OWNED)
+    """Driver: ``raw`` as a frozen value; ConfigError naming the option otherwise."""
+    options = OPTIONS.lowered(raw)
+    given = {k: v for k, v in raw.items() if k.lower() != PARTITIONER_CLASS.key}
+    kafka = kafka_config.from_options(given, {})
+    java_partitioner = PARTITIONER_CLASS.value(options)
     if java_partitioner is not None:
-        kafka.setdefault("partitioner", _partitioner(java_partitioner.strip()))
-    bootstrap = kafka.pop("bootstrap.servers", "")
-    if not bootstrap:
-        raise ConfigError("Option 'kafka.bootstrap.servers' is required (host:port[,host:port]).")
-    topic = options.get("topic") or None
-    progress = options.get("progresstopic") or None
+        kafka.setdefault("partitioner", _partitioner(java_partitioner))
+    timeout = TRANSACTION_TIMEOUT.value(options)
+    kafka["transaction.timeout.ms"] = str(timeout)
+    topic = TOPIC.value(options)
+    progress = PROGRESS_TOPIC.value(options)
     if topic is None and progress is None:
         raise ConfigError(
             "Set option 'topic', or with a 'topic' column set 'progressTopic': an existing topic "
             "whose partition 0 holds the sink's progress markers."
         )
-    prefix = options.get("transactionalidprefix", "eos").strip() or "eos"
-    sink_id = options.get("sinkid") or None
-    guarantee = opt.choice(options, "deliveryGuarantee", opt.DELIVERY_GUARANTEES, "exactly-once")
     return KafkaSinkOptions(
-        bootstrap_servers=bootstrap,
         topic=topic,
         progress_topic=progress,
-        transactional_id_prefix=prefix,
-        sink_id=sink_id,
-        exactly_once=guarantee == "exactly-once",
-        marker_log=options.get("markerlogtopic", "").strip() or DEFAULT_MARKER_LOG,
+        transactional_id_prefix=TRANSACTIONAL_ID_PREFIX.value(options),
+        sink_id=opt.SINK_ID.value(options),
+        exactly_once=opt.DELIVERY_GUARANTEE.value(options) == "exactly-once",
+        marker_log=MARKER_LOG_TOPIC.value(options),
         kafka=kafka,
-        changes=_changes(options),
+        changes=parse_changes(options, "the eos_kafka sink"),
+        transaction_timeout_ms=timeout,
     )
-
-
-def _changes(options: Mapping[str, str]) -> ChangeRules:
-    """deleteColumn / deleteValue: the rows written as tombstones. The sink keeps its rows'
-    order and a null value is a tombstone already, so nothing else applies here."""
-    changes = parse_changes(options, "the eos_kafka sink")
-    if changes.order_columns or changes.delete_when_values_null:
-        raise ConfigError(
-            "The eos_kafka sink writes rows in their order and a null value as a tombstone "
-            "already: options orderColumns and deleteWhenValuesNull do not apply to it. "
-            "Use deleteColumn (and deleteValue) to write deletes as tombstones."
-        )
-    return changes
 
 
 def _partitioner(java_class: str) -> str:

@@ -17,13 +17,9 @@ from pyspark.sql.types import (
 )
 
 from eos_connectors.core.changes import ChangeRules, delete_mask, place
-from eos_connectors.core.errors import ConfigError, EosError
+from eos_connectors.core.errors import BadRecordError, ConfigError
 
 _BYTES = (BinaryType, StringType)
-
-
-class BadRecordError(EosError):
-    """A record the sink cannot write; nothing of its transaction is committed."""
 
 
 def check_schema(schema: StructType, has_topic_option: bool) -> None:

@@ -19,17 +19,13 @@ import pyarrow as pa
 from psycopg import sql
 
 from eos_connectors.core.changes import PLACE_COLUMNS, ChangeRules
-from eos_connectors.core.errors import EosError
+from eos_connectors.core.errors import BadRecordError
 from eos_connectors.sinks.postgres.copy import conflict_action, copy_batches
 from eos_connectors.sinks.postgres.schema import table_ident
 
 log = logging.getLogger(__name__)
 
 Cursor = psycopg.Cursor[tuple[object, ...]]
-
-
-class ChangeStreamError(EosError):
-    """A task's changes cannot be applied as they are (a missing key, an unknown order)."""
 
 
 @dataclass(frozen=True)
@@ -120,7 +116,7 @@ def _check_keys(cur: Cursor, target: Target, stage: sql.Identifier) -> None:
     ).fetchone()
     if row is not None:
         place = ", ".join(f"{n} {v}" for n, v in zip(where or ["row"], row, strict=True))
-        raise ChangeStreamError(
+        raise BadRecordError(
             f"A change has no key ({', '.join(target.keys)} null) at {place}: it cannot be "
             "applied, and nothing of the batch is written. Filter such records out, or give "
             "them a key."
@@ -145,12 +141,12 @@ def _check_order(cur: Cursor, target: Target, stage: sql.Identifier) -> None:
         return
     key = ", ".join(f"{k}={v!r}" for k, v in zip(target.keys, row, strict=True))
     if order:
-        raise ChangeStreamError(
+        raise BadRecordError(
             f"Several changes of key {key} in one task have the same (or a null) "
             f"{', '.join(order)}, so which applies last is unknown; nothing of the batch is "
             "written. Name orderColumns that are distinct per key (e.g. partition,offset)."
         )
-    raise ChangeStreamError(
+    raise BadRecordError(
         f"Several changes of key {key} in one task, and no orderColumns to say which applies "
         "last; nothing of the batch is written. Set orderColumns (e.g. partition,offset, "
         "or a sequence such as Debezium's source.lsn)."

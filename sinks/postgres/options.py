@@ -11,23 +11,60 @@ from psycopg.conninfo import conninfo_to_dict
 
 from eos_connectors.core import options as opt
 from eos_connectors.core.changes import CHANGE_OPTIONS, ChangeRules, parse_changes
-from eos_connectors.core.errors import ConfigError
+from eos_connectors.core.errors import ConfigError, keeping_code
 from eos_connectors.core.protocol import derive_sink_id
 from eos_connectors.core.secrets import redact
 
-_KNOWN = {
-    "dsn",
-    "table",
-    "mode",
-    "keyColumns",
-    "createTable",
-    "bookkeepingSchema",
-    "sinkId",
-    "txnVersion",
-    "deliveryGuarantee",
-    *CHANGE_OPTIONS,
-}
 MODES = ("append", "upsert", "update")
+
+DSN = opt.Option(
+    "dsn",
+    opt.required_text,
+    "libpq connection string or `postgresql://` URL (required). The password never appears "
+    "in a log or an error",
+)
+TABLE = opt.Option(
+    "table", opt.required_text, "target table, `name` or `schema.name` (required); quoted"
+)
+MODE = opt.Option(
+    "mode",
+    opt.choice(*MODES),
+    "`append` (COPY), `upsert` (COPY into a stage, then one `INSERT ... ON CONFLICT (keys) "
+    "DO UPDATE`; the last row per key wins) or `update` (existing keys only; see "
+    "[change-streams.md](change-streams.md))",
+    default="append",
+)
+KEY_COLUMNS = opt.Option(
+    "keyColumns",
+    opt.names,
+    "upsert and update keys; the table needs a unique index on exactly these columns",
+    default=(),
+)
+CREATE_TABLE = opt.Option(
+    "createTable",
+    opt.boolean,
+    "create a missing table from the stream's schema (upsert: primary key on the keys)",
+    default=False,
+)
+BOOKKEEPING_SCHEMA = opt.Option(
+    "bookkeepingSchema",
+    opt.required_text,
+    "schema of the `sinks`, `decisions` and `committed_units` tables and upsert stages",
+    default="eos",
+)
+OPTIONS = opt.OptionTable(
+    "eos_postgres",
+    [
+        DSN,
+        TABLE,
+        MODE,
+        KEY_COLUMNS,
+        CREATE_TABLE,
+        BOOKKEEPING_SCHEMA,
+        *opt.SINK_OPTIONS,
+        *CHANGE_OPTIONS,
+    ],
+)
 
 
 @dataclass(frozen=True)
@@ -58,12 +95,13 @@ class PostgresSinkOptions:
 
 
 def parse_options(raw: Mapping[str, str]) -> PostgresSinkOptions:
-    options = opt.lowered(raw, _KNOWN, "eos_postgres")
-    dsn = opt.required(options, "dsn", "a libpq connection string or postgresql:// URL")
+    """Driver: ``raw`` as a frozen value; ConfigError naming the option otherwise."""
+    options = OPTIONS.lowered(raw)
+    dsn = opt.required(options, DSN, "a libpq connection string or postgresql:// URL")
     _check_dsn(dsn)
-    table = _table(opt.required(options, "table", "the target table, as name or schema.name"))
-    mode = opt.choice(options, "mode", MODES, "append")
-    keys = opt.names(options, "keyColumns")
+    table = _table(opt.required(options, TABLE, "the target table, as name or schema.name"))
+    mode = MODE.value(options)
+    keys = KEY_COLUMNS.value(options)
     if mode != "append" and not keys:
         raise ConfigError(f"Option 'keyColumns' is required with mode={mode} (e.g. 'id' or 'a,b').")
     if mode == "append" and keys:
@@ -74,16 +112,15 @@ def parse_options(raw: Mapping[str, str]) -> PostgresSinkOptions:
             "Options deleteColumn, deleteWhenValuesNull and orderColumns apply a change stream "
             "by key: use mode=upsert (or mode=update) with keyColumns."
         )
-    guarantee = opt.choice(options, "deliveryGuarantee", opt.DELIVERY_GUARANTEES, "exactly-once")
     return PostgresSinkOptions(
         dsn=dsn,
         table=table,
-        mode=mode,  # type: ignore[arg-type]
+        mode=mode,
         key_columns=keys,
-        create_table=opt.boolean(options, "createTable", False),
-        bookkeeping_schema=options.get("bookkeepingschema", "eos").strip() or "eos",
-        sink_id=_sink_id(options.get("sinkid")),
-        exactly_once=guarantee == "exactly-once",
+        create_table=CREATE_TABLE.value(options),
+        bookkeeping_schema=BOOKKEEPING_SCHEMA.value(options),
+        sink_id=opt.SINK_ID.value(options),
+        exactly_once=opt.DELIVERY_GUARANTEE.value(options) == "exactly-once",
         changes=changes,
     )
 
@@ -93,11 +130,14 @@ def _check_dsn(dsn: str) -> None:
     around the mistake, which is often the password."""
     try:
         conninfo_to_dict(dsn)
-    except psycopg.Error:
-        raise ConfigError(
-            "Option 'dsn' is not a valid libpq connection string or postgresql:// URL. "
-            "Check its quoting: a value with spaces goes in single quotes, with \\' and \\\\ "
-            "escaped inside; in a URL, percent-encode @, : and / in the user and password."
+    except psycopg.Error as exc:
+        raise keeping_code(
+            ConfigError(
+                "Option 'dsn' is not a valid libpq connection string or postgresql:// URL. "
+                "Check its quoting: a value with spaces goes in single quotes, with \\' and \\\\ "
+                "escaped inside; in a URL, percent-encode @, : and / in the user and password."
+            ),
+            exc,
         ) from None
 
 
@@ -106,13 +146,3 @@ def _table(value: str) -> tuple[str, ...]:
     if any(not p for p in parts):
         raise ConfigError(f"Option 'table' must be name or schema.name, got {value!r}.")
     return parts
-
-
-def _sink_id(value: str | None) -> str | None:
-    if value is None:
-        return None
-    if not value or len(value) > 64 or "|" in value:
-        raise ConfigError(
-            "Option 'sinkId' must be 1-64 characters without '|' (it names prepared transactions)."
-        )
-    return value

@@ -16,7 +16,7 @@ from psycopg import sql
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
 from eos_connectors.core.context import TaskIdentity
-from eos_connectors.core.errors import ServiceUnavailableError
+from eos_connectors.core.errors import ServiceUnavailableError, keeping_code
 from eos_connectors.core.protocol import (
     Decision,
     Lineage,
@@ -44,9 +44,12 @@ def connect(options: PostgresSinkOptions, autocommit: bool = True) -> Connection
     try:
         return psycopg.connect(options.dsn, autocommit=autocommit, connect_timeout=15)
     except psycopg.Error as exc:
-        raise ServiceUnavailableError(
-            f"PostgreSQL at {redact(options.dsn)} (option 'dsn') is unreachable: "
-            f"{_first_line(exc, options)}"
+        raise keeping_code(
+            ServiceUnavailableError(
+                f"PostgreSQL at {redact(options.dsn)} (option 'dsn') is unreachable: "
+                f"{_first_line(exc, options)}"
+            ),
+            exc,
         ) from None
 
 

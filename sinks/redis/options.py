@@ -10,24 +10,61 @@ from redis.connection import parse_url
 
 from eos_connectors.core import options as opt
 from eos_connectors.core.changes import CHANGE_OPTIONS, ChangeRules, parse_changes
-from eos_connectors.core.errors import ConfigError
+from eos_connectors.core.errors import ConfigError, keeping_code
 from eos_connectors.core.protocol import derive_sink_id
 from eos_connectors.core.secrets import redact
 
-_KNOWN = {
+URL = opt.Option(
     "url",
+    opt.required_text,
+    "`redis://`, `rediss://` or `unix://` URL (required). The password never appears in a "
+    "log or an error",
+)
+KEY_COLUMN = opt.Option(
     "keyColumn",
+    opt.required_text,
+    "the column that names the key (string, binary or integer), prefixed with `keyPrefix` "
+    "(required)",
+)
+VALUE_COLUMNS = opt.Option(
     "valueColumns",
-    "keyPrefix",
+    opt.names,
+    "one column: a string value (`SET` / `INCRBY`); one struct column or several columns: "
+    "a hash, one field per struct field or column (`HSET` / `HINCRBY`) (required)",
+    default=(),
+)
+KEY_PREFIX = opt.Option(
+    "keyPrefix", lambda value, _name: value, "prepended to every key", default=""
+)
+MODE = opt.Option(
     "mode",
+    opt.choice("upsert", "increment"),
+    "`upsert` (rows applied in order, the last one wins) or `increment` (numeric values: "
+    "integers with `INCRBY`, floats with `INCRBYFLOAT`)",
+    default="upsert",
+)
+TTL_SECONDS = opt.Option(
     "ttlSeconds",
-    "sinkId",
-    "txnVersion",
-    "bookkeepingPrefix",
-    "deliveryGuarantee",
-    *CHANGE_OPTIONS,
-}
-MAX_SINK_ID = 64
+    opt.integer(1),
+    "expire written keys after this many seconds (renewed by each write)",
+)
+BOOKKEEPING_PREFIX = opt.Option(
+    "bookkeepingPrefix", opt.required_text, "prefix of the bookkeeping keys", default="eos"
+)
+OPTIONS = opt.OptionTable(
+    "eos_redis",
+    [
+        URL,
+        KEY_COLUMN,
+        VALUE_COLUMNS,
+        KEY_PREFIX,
+        MODE,
+        TTL_SECONDS,
+        BOOKKEEPING_PREFIX,
+        *opt.SINK_OPTIONS,
+        *CHANGE_OPTIONS,
+    ],
+)
 
 
 @dataclass(frozen=True)
@@ -60,54 +97,38 @@ class RedisSinkOptions:
 
 
 def parse_options(raw: Mapping[str, str]) -> RedisSinkOptions:
-    options = opt.lowered(raw, _KNOWN, "eos_redis")
-    url = opt.required(options, "url", "a redis:// or rediss:// URL, e.g. redis://host:6379/0")
+    """Driver: ``raw`` as a frozen value; ConfigError naming the option otherwise."""
+    options = OPTIONS.lowered(raw)
+    url = opt.required(options, URL, "a redis:// or rediss:// URL, e.g. redis://host:6379/0")
     if not url.startswith(("redis://", "rediss://", "unix://")):
         raise ConfigError(
             f"Option 'url' must start with redis://, rediss:// or unix://, got {redact(url)!r}."
         )
     try:
         parse_url(url)  # type: ignore[no-untyped-call]
-    except ValueError:
-        raise ConfigError(
-            f"Option 'url' is not a valid Redis URL: {redact(url)!r}. Percent-encode @, : and / "
-            "in the user and password; the port is a number."
+    except ValueError as exc:
+        raise keeping_code(
+            ConfigError(
+                f"Option 'url' is not a valid Redis URL: {redact(url)!r}. Percent-encode @, : "
+                "and / in the user and password; the port is a number."
+            ),
+            exc,
         ) from None
-    values = opt.names(options, "valueColumns")
+    values = VALUE_COLUMNS.value(options)
     if not values:
         raise ConfigError(
             "Option 'valueColumns' is required: one column (a string value, or a hash for a "
             "struct column) or several (a hash with one field per column)."
         )
-    guarantee = opt.choice(options, "deliveryGuarantee", opt.DELIVERY_GUARANTEES, "exactly-once")
     return RedisSinkOptions(
         url=url,
-        key_column=opt.required(options, "keyColumn", "the column whose value names the key"),
+        key_column=opt.required(options, KEY_COLUMN, "the column whose value names the key"),
         value_columns=values,
-        key_prefix=options.get("keyprefix", ""),
-        mode=opt.choice(options, "mode", ("upsert", "increment"), "upsert"),  # type: ignore[arg-type]
-        ttl_seconds=_ttl(options.get("ttlseconds")),
-        sink_id=_sink_id(options.get("sinkid")),
-        bookkeeping_prefix=options.get("bookkeepingprefix", "eos").strip() or "eos",
-        exactly_once=guarantee == "exactly-once",
+        key_prefix=KEY_PREFIX.value(options),
+        mode=MODE.value(options),
+        ttl_seconds=TTL_SECONDS.value(options),
+        sink_id=opt.SINK_ID.value(options),
+        bookkeeping_prefix=BOOKKEEPING_PREFIX.value(options),
+        exactly_once=opt.DELIVERY_GUARANTEE.value(options) == "exactly-once",
         changes=parse_changes(options, "eos_redis"),
     )
-
-
-def _ttl(value: str | None) -> int | None:
-    if value is None or not value.strip():
-        return None
-    if not value.strip().isdigit() or int(value) <= 0:
-        raise ConfigError(f"Option 'ttlSeconds' must be a positive whole number, got {value!r}.")
-    return int(value)
-
-
-def _sink_id(value: str | None) -> str | None:
-    if value is None:
-        return None
-    if not value or len(value) > MAX_SINK_ID or any(c in value for c in "|{}"):
-        raise ConfigError(
-            f"Option 'sinkId' must be 1-{MAX_SINK_ID} characters without '|', '{{' or '}}' "
-            "(it names the sink's bookkeeping keys)."
-        )
-    return value

@@ -34,15 +34,11 @@ from pyspark.sql.types import (
 
 from eos_connectors.core.changes import ChangeRules, delete_mask, place
 from eos_connectors.core.changes import check_schema as check_changes
-from eos_connectors.core.errors import ConfigError, EosError
+from eos_connectors.core.errors import BadRecordError, ConfigError
 from eos_connectors.sinks.redis.options import RedisSinkOptions
 
 _KEY = "__eos_key"
 WRITE, DELETE = "u", "d"
-
-
-class BadRecordError(EosError):
-    """A row the sink cannot write (a null key or value); the task writes nothing."""
 
 
 @dataclass(frozen=True)

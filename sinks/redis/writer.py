@@ -10,7 +10,7 @@ import pyarrow as pa
 import redis
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
-from eos_connectors.core.errors import ServiceUnavailableError
+from eos_connectors.core.errors import ServiceUnavailableError, keeping_code
 from eos_connectors.core.protocol import (
     Decision,
     Lineage,
@@ -41,9 +41,12 @@ def connect(options: RedisSinkOptions) -> redis.Redis:
         client.ping()
     except redis.RedisError as exc:
         client.close()
-        raise ServiceUnavailableError(
-            f"Redis at {redact(options.url)} (option 'url') is unreachable: "
-            f"{redact(str(exc), secret_values({'url': options.url}))}"
+        raise keeping_code(
+            ServiceUnavailableError(
+                f"Redis at {redact(options.url)} (option 'url') is unreachable: "
+                f"{redact(str(exc), secret_values({'url': options.url}))}"
+            ),
+            exc,
         ) from None
     return client
 

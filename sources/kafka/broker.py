@@ -20,7 +20,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
-from eos_connectors.core.errors import ConfigError, EosError, ServiceUnavailableError
+from eos_connectors.core.errors import ConfigError, EosError, ServiceUnavailableError, keeping_code
 from eos_connectors.core.kafka_errors import ClientErrors, error_code, leader_moving
 from eos_connectors.sources.kafka.offsets import Offsets, TopicPartitionKey
 from eos_connectors.sources.kafka.options import EARLIEST, LATEST, KafkaSourceOptions
@@ -134,7 +134,7 @@ class BrokerView:
             except (KafkaException, TimeoutError) as exc:
                 again = leader_moving(exc) or self._broker_gone(exc)
                 if not again or time.monotonic() + backoff > began + self._bound(exc):
-                    raise self._unavailable(what, exc, began) from None
+                    raise keeping_code(self._unavailable(what, exc, began), exc) from None
                 log.info("eos_kafka: %s: %s; asking again", what, exc)
                 self._admin = None
             time.sleep(backoff)
@@ -277,7 +277,7 @@ class BrokerView:
                 moving = moving or self._broker_gone(exc)  # may probe: once
                 wait = self._retry_wait(exc, moving, backoff, retries, began + self._bound(exc))
                 if wait is None:
-                    raise self._unavailable("list offsets", exc, began) from None
+                    raise keeping_code(self._unavailable("list offsets", exc, began), exc) from None
                 if moving:
                     # librdkafka's admin client may go on sending the leader epoch it
                     # cached before the leader moved, and be refused for it until the
@@ -349,7 +349,7 @@ class BrokerView:
         )
 
 
-class NoOffsetError(Exception):
+class NoOffsetError(ServiceUnavailableError):
     """Driver: librdkafka answered a look-up without an offset for some partitions and
     without an error (seen as -1001 for a partition whose leader had just been killed
     on a 3-broker cluster): asked again like a leader that moves, never used."""

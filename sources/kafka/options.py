@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from eos_connectors.core import kafka_config
 from eos_connectors.core import options as opt
 from eos_connectors.core.errors import ConfigError
 
@@ -21,49 +22,204 @@ LATEST = -1
 
 Subscription = Literal["subscribe", "subscribePattern", "assign"]
 
-# Spark options this source understands (keys compared case-insensitively).
-_KNOWN = {
-    "subscribe",
-    "subscribepattern",
-    "assign",
-    "startingoffsets",
-    "startingoffsetsbytimestamp",
-    "startingtimestamp",
-    "startingoffsetsbytimestampstrategy",
-    "maxoffsetspertrigger",
-    "minpartitions",
-    "maxpartitions",
-    "failondataloss",
-    "includeheaders",
-    "kafkaconsumer.polltimeoutms",
-    "groupidprefix",
-    "publishoffsetstogroup",
-    "minoffsetspertrigger",
-    "maxtriggerdelay",
-    "maxrecordsperpartition",
-    "fetchoffset.numretries",
-    "fetchoffset.retryintervalms",
-    "endingoffsets",
-    "endingoffsetsbytimestamp",
-    "endingtimestamp",
-}
+DEFAULT_POLL_TIMEOUT_MS = 120_000
+DEFAULT_GROUP_ID_PREFIX = "eos-kafka-source"
+_ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
+_STREAM, _BATCH = opt.Applies.STREAM, opt.Applies.BATCH
 
 
-# Consumer settings the source owns: a user value would break replay or offsets.
-_OWNED_KAFKA = {
-    "kafka.enable.auto.commit": "offsets live in Spark's checkpoint, never in a group",
-    "kafka.auto.offset.reset": "use startingOffsets",
-    "kafka.enable.auto.offset.store": "offsets live in Spark's checkpoint",
-    "kafka.key.deserializer": "keys are returned as bytes; cast in Spark",
-    "kafka.value.deserializer": "values are returned as bytes; cast in Spark",
-}
+def _as_given(value: str, _name: str) -> str:
+    return value
 
-_ISOLATION_LEVELS = {"read_committed", "read_uncommitted"}
+
+OPTIONS = opt.OptionTable(
+    "eos_kafka",
+    [
+        opt.Option(
+            "kafka.bootstrap.servers",
+            opt.required_text,
+            "the brokers, `host:port[,host:port]` (required)",
+        ),
+        opt.Option(
+            "subscribe",
+            _as_given,
+            "comma-separated topics; exactly one of `subscribe`, `subscribePattern`, `assign`",
+        ),
+        opt.Option(
+            "subscribePattern",
+            _as_given,
+            "a regex of topics; new matching topics are picked up between batches",
+        ),
+        opt.Option(
+            "assign", _as_given, 'JSON `{"t": [0, 1]}`: these partitions (the topics must exist)'
+        ),
+        opt.Option(
+            "startingOffsets",
+            _as_given,
+            "`latest` (a stream's default), `earliest` (a batch read's default), or JSON "
+            '`{"t": {"0": 23, "1": -2}}` with -2 earliest, -1 latest, every partition named; a '
+            "batch read cannot start at latest",
+            default_doc="`latest` / `earliest`",
+        ),
+        opt.Option(
+            "startingOffsetsByTimestamp",
+            _as_given,
+            'JSON `{"t": {"0": 1700000000000}}`: the first offset at or after a timestamp (ms) '
+            "per partition",
+        ),
+        opt.Option(
+            "startingTimestamp",
+            opt.integer(0),
+            "the first offset at or after this timestamp (ms), for every partition",
+        ),
+        opt.Option(
+            "startingOffsetsByTimestampStrategy",
+            opt.choice("error", "latest"),
+            "when no offset is at or after the starting timestamp: `error` or `latest`",
+            default="error",
+        ),
+        opt.Option(
+            "endingOffsets",
+            _as_given,
+            '`latest` or JSON `{"t": {"0": 50, "1": -1}}`, every partition named; cannot be '
+            "earliest (-2). A stream refuses it, as Spark's does",
+            default_doc="`latest`",
+            applies=_BATCH,
+        ),
+        opt.Option(
+            "endingOffsetsByTimestamp",
+            _as_given,
+            "end below the first offset at or after a timestamp (ms), per partition; a "
+            "partition with no such record ends at its latest offset",
+            applies=_BATCH,
+        ),
+        opt.Option(
+            "endingTimestamp",
+            opt.integer(0),
+            "as `endingOffsetsByTimestamp`, one timestamp (ms) for every partition",
+            applies=_BATCH,
+        ),
+        opt.Option(
+            "maxOffsetsPerTrigger",
+            opt.integer(1),
+            "read limit per batch, shared over partitions by backlog (Spark's `ReadLimit`; "
+            "`Trigger.AvailableNow` is supported); a batch read ignores it with a warning",
+            applies=_STREAM,
+        ),
+        opt.Option(
+            "minOffsetsPerTrigger",
+            opt.integer(1),
+            "plan no batch while fewer new offsets than this are there, up to "
+            "`maxTriggerDelay` since the last batch; not under `Trigger.AvailableNow`",
+            applies=_STREAM,
+        ),
+        opt.Option(
+            "maxTriggerDelay",
+            opt.duration_ms,
+            "with `minOffsetsPerTrigger`: the longest wait for a batch (`30s`, `15m`, ...)",
+            default=15 * 60 * 1000,
+            default_doc="`15m`",
+            applies=_STREAM,
+        ),
+        opt.Option(
+            "minPartitions",
+            opt.integer(1),
+            "split large ranges so a batch has at least this many tasks (recorded with each "
+            "batch, so a replay is split as it first was)",
+        ),
+        opt.Option(
+            "maxPartitions",
+            opt.integer(1),
+            "read a batch with at most this many tasks, packing several partitions' ranges "
+            "into one task (recorded with each batch). Not in Spark's own source: a Python "
+            "task costs Spark more than a JVM one, so with more partitions than task slots, "
+            "set it to the slots",
+        ),
+        opt.Option(
+            "maxRecordsPerPartition",
+            opt.integer(1),
+            "split ranges so that no task reads more offsets than this (recorded with each batch)",
+        ),
+        opt.Option(
+            "failOnDataLoss",
+            opt.boolean,
+            "`true`: records lost before they were read fail the query, naming topic, "
+            "partition and offsets; `false`: a warning naming the same, and the query reads on "
+            "(see [data loss](#data-loss))",
+            default=True,
+        ),
+        opt.Option(
+            "includeHeaders",
+            opt.boolean,
+            "add `headers: array<struct<key string, value binary>>`",
+            default=False,
+        ),
+        opt.Option(
+            "kafkaConsumer.pollTimeoutMs",
+            opt.integer(1),
+            "bound on any broker call and on a read without progress; an unreachable broker is "
+            "a clear error, not a hang. Offset look-ups of a partition whose leader is moving "
+            "are asked again, backing off, within this bound",
+            default=DEFAULT_POLL_TIMEOUT_MS,
+        ),
+        opt.Option(
+            "fetchOffset.numRetries",
+            opt.integer(0),
+            "retries of a failed offset look-up; a partition whose leader is moving is asked "
+            "again within `kafkaConsumer.pollTimeoutMs` regardless",
+            default=3,
+        ),
+        opt.Option(
+            "fetchOffset.retryIntervalMs",
+            opt.integer(0),
+            "milliseconds between those retries",
+            default=1000,
+        ),
+        opt.Option(
+            "kafka.group.id",
+            opt.required_text,
+            "the group id of the source's consumers, as given (the source assigns partitions "
+            "and never commits to it)",
+        ),
+        opt.Option(
+            "groupIdPrefix",
+            _as_given,
+            "prefix of the source's private consumer group ids (when `kafka.group.id` is not set)",
+            default=DEFAULT_GROUP_ID_PREFIX,
+        ),
+        opt.Option(
+            "publishOffsetsToGroup",
+            opt.required_text,
+            "commit the end offsets of each completed batch to this consumer group, so "
+            "standard Kafka tools show lag; never read back. Not in Spark's own source",
+            applies=_STREAM,
+        ),
+        opt.Option(
+            "kafka.isolation.level",
+            opt.choice(*_ISOLATION_LEVELS),
+            "`read_committed` (Spark's source reads uncommitted) or `read_uncommitted`",
+            default="read_committed",
+        ),
+        *(
+            opt.Option(name, _as_given, "", refused=reason)
+            for name, reason in (
+                (
+                    "kafka.enable.auto.commit",
+                    "offsets live in Spark's checkpoint, never in a group",
+                ),
+                ("kafka.auto.offset.reset", "use startingOffsets"),
+                ("kafka.enable.auto.offset.store", "offsets live in Spark's checkpoint"),
+                ("kafka.key.deserializer", "keys are returned as bytes; cast in Spark"),
+                ("kafka.value.deserializer", "values are returned as bytes; cast in Spark"),
+            )
+        ),
+    ],
+    passthrough=("kafka.",),
+)
 
 
 @dataclass(frozen=True)
 class KafkaSourceOptions:
-    bootstrap_servers: str
     subscription: Subscription
     topics: tuple[str, ...] = ()
     pattern: str | None = None
@@ -80,8 +236,8 @@ class KafkaSourceOptions:
     max_partitions: int | None = None
     fail_on_data_loss: bool = True
     include_headers: bool = False
-    poll_timeout_ms: int = 120_000
-    group_id_prefix: str = "eos-kafka-source"
+    poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS
+    group_id_prefix: str = DEFAULT_GROUP_ID_PREFIX
     publish_group: str | None = None
     min_offsets_per_trigger: int | None = None
     max_trigger_delay_ms: int = 15 * 60 * 1000
@@ -89,7 +245,12 @@ class KafkaSourceOptions:
     fetch_offset_retries: int = 3
     fetch_offset_retry_interval_ms: int = 1000
     group_id: str | None = None  # kafka.group.id: the consumers' group (never committed to)
-    kafka: dict[str, str] = field(default_factory=dict, repr=False)  # may hold sasl.password
+    #: librdkafka's settings (bootstrap.servers among them, not group.id); may hold a password
+    kafka: dict[str, str] = field(default_factory=dict, repr=False)
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return kafka_config.bootstrap(self.kafka)
 
     @property
     def isolation_level(self) -> str:
@@ -103,7 +264,6 @@ class KafkaSourceOptions:
         """librdkafka settings for every client the source makes."""
         return {
             **self.kafka,
-            "bootstrap.servers": self.bootstrap_servers,
             "isolation.level": self.isolation_level,
             "log_level": int(self.kafka.get("log_level", "3")),
         }
@@ -123,30 +283,22 @@ class KafkaSourceOptions:
         return any(t == topic for t, _ in self.assigned)
 
 
-def _max_partitions(options: Mapping[str, str]) -> int | None:
-    """``maxPartitions``: at most this many read tasks a batch; not below ``minPartitions``."""
-    most = _positive_int(options, "maxPartitions")
-    least = _positive_int(options, "minPartitions")
+def parse_options(raw: Mapping[str, str]) -> KafkaSourceOptions:
+    """Driver: Spark's string options as a frozen config; ConfigError on bad input."""
+    options = OPTIONS.lowered(raw)
+    values = {option.key: option.value(options) for option in OPTIONS.options}
+    kafka = kafka_config.from_options(raw, {})
+    kafka["isolation.level"] = values["kafka.isolation.level"]
+    group_id = kafka.pop("group.id", None)
+    subscription, topics, pattern, assigned = _subscription(options)
+    least, most = values["minpartitions"], values["maxpartitions"]
     if most is not None and least is not None and least > most:
         raise ConfigError(
             f"Option 'minPartitions' ({least}) is above 'maxPartitions' ({most}): a batch cannot "
             "have at least that many tasks and at most this many. Lower minPartitions or raise "
             "maxPartitions."
         )
-    return most
-
-
-def parse_options(raw: Mapping[str, str]) -> KafkaSourceOptions:
-    """Parse Spark's string options into a frozen config; raise ConfigError on bad input."""
-    options = {k.lower(): v for k, v in raw.items() if k.lower() not in opt.SPARK_WRITER_OPTIONS}
-    _reject_unknown(options)
-    kafka = _kafka_settings(raw)
-    bootstrap = kafka.pop("bootstrap.servers", "")
-    if not bootstrap:
-        raise ConfigError("Option 'kafka.bootstrap.servers' is required (host:port[,host:port]).")
-    subscription, topics, pattern, assigned = _subscription(options)
     return KafkaSourceOptions(
-        bootstrap_servers=bootstrap,
         subscription=subscription,
         topics=topics,
         pattern=pattern,
@@ -155,51 +307,23 @@ def parse_options(raw: Mapping[str, str]) -> KafkaSourceOptions:
         starting_timestamps=_timestamps(options, "startingTimestamp", "startingOffsetsByTimestamp"),
         ending_offsets=_offsets_spec(options, "endingOffsets"),
         ending_timestamps=_timestamps(options, "endingTimestamp", "endingOffsetsByTimestamp"),
-        timestamp_strategy=opt.choice(
-            options, "startingOffsetsByTimestampStrategy", ("error", "latest"), "error"
-        ),  # type: ignore[arg-type]
-        max_offsets_per_trigger=_positive_int(options, "maxOffsetsPerTrigger"),
-        min_partitions=_positive_int(options, "minPartitions"),
-        max_partitions=_max_partitions(options),
-        fail_on_data_loss=opt.boolean(options, "failOnDataLoss", True),
-        include_headers=opt.boolean(options, "includeHeaders", False),
-        poll_timeout_ms=_positive_int(options, "kafkaConsumer.pollTimeoutMs") or 120_000,
-        group_id_prefix=options.get("groupidprefix", "eos-kafka-source"),
-        publish_group=options.get("publishoffsetstogroup") or None,
-        min_offsets_per_trigger=_positive_int(options, "minOffsetsPerTrigger"),
-        max_trigger_delay_ms=_duration_ms(options, "maxTriggerDelay", "15m"),
-        max_records_per_partition=_positive_int(options, "maxRecordsPerPartition"),
-        fetch_offset_retries=_int(
-            options.get("fetchoffset.numretries", "3"), "fetchOffset.numRetries", minimum=0
-        ),
-        fetch_offset_retry_interval_ms=_int(
-            options.get("fetchoffset.retryintervalms", "1000"),
-            "fetchOffset.retryIntervalMs",
-            minimum=0,
-        ),
-        group_id=kafka.pop("group.id", None),
+        timestamp_strategy=values["startingoffsetsbytimestampstrategy"],
+        max_offsets_per_trigger=values["maxoffsetspertrigger"],
+        min_partitions=least,
+        max_partitions=most,
+        fail_on_data_loss=values["failondataloss"],
+        include_headers=values["includeheaders"],
+        poll_timeout_ms=values["kafkaconsumer.polltimeoutms"],
+        group_id_prefix=values["groupidprefix"],
+        publish_group=values["publishoffsetstogroup"],
+        min_offsets_per_trigger=values["minoffsetspertrigger"],
+        max_trigger_delay_ms=values["maxtriggerdelay"],
+        max_records_per_partition=values["maxrecordsperpartition"],
+        fetch_offset_retries=values["fetchoffset.numretries"],
+        fetch_offset_retry_interval_ms=values["fetchoffset.retryintervalms"],
+        group_id=group_id,
         kafka=kafka,
     )
-
-
-def _reject_unknown(options: Mapping[str, str]) -> None:
-    for key in options:
-        if not key.startswith("kafka.") and key not in _KNOWN:
-            known = ", ".join(sorted(_KNOWN))
-            raise ConfigError(
-                f"Unknown option '{key}' for eos_kafka. Known options: {known}, kafka.*"
-            )
-
-
-def _kafka_settings(raw: Mapping[str, str]) -> dict[str, str]:
-    settings = opt.kafka_settings(raw, _OWNED_KAFKA)
-    level = settings.get("isolation.level", "read_committed")
-    if level not in _ISOLATION_LEVELS:
-        raise ConfigError(
-            "Option 'kafka.isolation.level' must be read_committed or read_uncommitted, "
-            f"got {level!r}."
-        )
-    return settings
 
 
 def _subscription(
@@ -356,31 +480,5 @@ def _json(value: str, option: str, example: str) -> Any:
 
 
 def _int(value: str, option: str, minimum: int) -> int:
-    try:
-        number = int(value)
-    except ValueError as exc:
-        raise ConfigError(f"Option '{option}' must be an integer, got {value!r}.") from exc
-    if number < minimum:
-        raise ConfigError(f"Option '{option}' must be >= {minimum}, got {number}.")
-    return number
-
-
-_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)?\s*$", re.IGNORECASE)
-_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-
-
-def _duration_ms(options: Mapping[str, str], name: str, default: str) -> int:
-    """A duration as Spark's options write it (``15m``, ``30s``, ``500ms``; a bare number
-    is milliseconds), in milliseconds."""
-    value = options.get(name.lower(), default)
-    found = _DURATION.match(value)
-    if found is None:
-        raise ConfigError(
-            f"Option '{name}' must be a duration such as 30s, 15m or 500ms, got {value!r}."
-        )
-    return int(found.group(1)) * _UNIT_MS[(found.group(2) or "ms").lower()]
-
-
-def _positive_int(options: Mapping[str, str], name: str) -> int | None:
-    value = options.get(name.lower())
-    return None if value is None else _int(value, name, minimum=1)
+    parsed: int = opt.integer(minimum)(value, option)
+    return parsed

@@ -14,6 +14,7 @@ import redis
 from confluent_kafka import Producer
 from pyspark.sql import DataFrame, SparkSession
 
+from eos_connectors.core.kafka_config import plaintext
 from eos_connectors.core.topics import create_topic, read_to_end
 from eos_connectors.dev.endpoints import Endpoints
 from tests.pipeline_util import env, run
@@ -26,7 +27,7 @@ KEYS = 20
 
 def _produce_input(bootstrap: str, topic: str) -> None:
     """``RECORDS`` records ``r<i>`` keyed ``k<i mod KEYS>`` over two partitions."""
-    create_topic(bootstrap, topic, partitions=2)
+    create_topic(plaintext(bootstrap), topic, partitions=2)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     for i in range(RECORDS):
         producer.produce(topic, value=f"r{i}".encode(), key=f"k{i % KEYS}".encode())
@@ -38,7 +39,7 @@ def _expected_counts() -> Counter[str]:
 
 
 def _kafka_values(bootstrap: str, topic: str) -> Counter[bytes]:
-    return Counter(r.value for r in read_to_end(bootstrap, topic))
+    return Counter(r.value for r in read_to_end(plaintext(bootstrap), topic))
 
 
 def _table_ids(dsn: str, table: str) -> Counter[str]:
@@ -69,7 +70,7 @@ def test_a_batch_job_killed_at_every_point_and_rerun_writes_each_record_once(
     runs the job again, with the same ``txnVersion``, in a new Spark application)."""
     source, out = f"bjob-in-{unique}", f"bjob-out-{unique}"
     _produce_input(endpoints.kafka_bootstrap, source)
-    create_topic(endpoints.kafka_bootstrap, out, partitions=2)
+    create_topic(endpoints.kafka, out, partitions=2)
     prefix, table = f"bjob-{unique}", f"bjob_{unique}".replace("-", "_")
     kafka, postgres, rds = (f"{prefix}-eos_{s}" for s in ("kafka", "postgres", "redis"))
     entries = [
@@ -129,7 +130,7 @@ def test_versions_write_once_each_and_a_version_used_again_writes_nothing(
     spark: SparkSession, endpoints: Endpoints, unique: str
 ) -> None:
     out = f"bver-{unique}"
-    create_topic(endpoints.kafka_bootstrap, out, partitions=2)
+    create_topic(endpoints.kafka, out, partitions=2)
     df = spark.createDataFrame([(f"k{i}", f"v{i}") for i in range(50)], "key string, value string")
     job = {"kafka.bootstrap.servers": endpoints.kafka_bootstrap, "topic": out, "sinkId": unique}
     table = f"bver_{unique}"

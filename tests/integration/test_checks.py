@@ -16,7 +16,7 @@ def test_the_kafka_check_takes_each_words_last_count_so_a_count_that_goes_back_i
     """A running count's records of one word are read in offset order and the last one
     counts: a count that went 5, then 3 holds 3 (it used to take the largest, 5)."""
     topic = f"checks-{unique}"
-    create_topic(endpoints.kafka_bootstrap, topic)
+    create_topic(endpoints.kafka, topic)
     producer = Producer({"bootstrap.servers": endpoints.kafka_bootstrap})
     for word, count in (("w1", 2), ("w1", 5), ("w2", 4), ("w1", 3)):
         producer.produce(topic, str(count).encode(), word.encode(), partition=0)
@@ -33,7 +33,7 @@ def test_open_transactions_finds_a_really_open_transaction(
     """A transaction left open on a partition holds its last stable offset back: the check
     names that partition, and none once the transaction is aborted."""
     topic = f"checks-open-{unique}"
-    create_topic(endpoints.kafka_bootstrap, topic, 2)
+    create_topic(endpoints.kafka, topic, 2)
     producer = Producer(
         {"bootstrap.servers": endpoints.kafka_bootstrap, "transactional.id": f"open-{unique}"}
     )

@@ -27,7 +27,7 @@ def test_the_clock_charges_the_local_broker_for_transactions(
     assert broker is not None and "kafka.Kafka" in broker.cmdline()
     assert local_broker("192.0.2.1:9092") is None  # not on this machine: not looked for
     topic = f"cpu-{unique}"
-    create_topic(endpoints.kafka_bootstrap, topic)
+    create_topic(endpoints.kafka, topic)
     producer = Producer(
         {"bootstrap.servers": endpoints.kafka_bootstrap, "transactional.id": f"cpu-{unique}"}
     )
@@ -81,7 +81,7 @@ def test_a_moved_task_takes_a_new_producer_and_a_staying_one_does_not(
 
     monkeypatch.setattr(ClientPool, "new_producer", counted)
     topic = f"cpu-{unique}"
-    create_topic(endpoints.kafka_bootstrap, topic, 4)
+    create_topic(endpoints.kafka, topic, 4)
     options = parse_options(
         {
             "kafka.bootstrap.servers": endpoints.kafka_bootstrap,
@@ -89,7 +89,7 @@ def test_a_moved_task_takes_a_new_producer_and_a_staying_one_does_not(
             "markerLogTopic": f"{topic}-markers",
         }
     )
-    create_topic(endpoints.kafka_bootstrap, f"{topic}-markers", 1, **{"cleanup.policy": "compact"})
+    create_topic(endpoints.kafka, f"{topic}-markers", 1, **{"cleanup.policy": "compact"})
     task = sink_cpu._task(mode, options)
     for b in range(3 + 6):  # warm-up and measured tasks alike
         task(b)

@@ -75,7 +75,7 @@ def test_every_cell_crosses_every_point_of_every_sink(
 
     # The event-time cell's input had records that are late however the batches fall
     # (the sinks matched an expectation without them), and its tail.
-    timed = read_to_end(endpoints.kafka_bootstrap, Names(_tag(report)).timed)
+    timed = read_to_end(endpoints.kafka, Names(_tag(report)).timed)
     assert late_records(timed, report.plan["batch_offsets"]) > 20
 
 

@@ -20,6 +20,7 @@ import pytest
 from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
+from eos_connectors.core.kafka_config import plaintext
 from eos_connectors.core.topics import create_topic
 from eos_connectors.dev.endpoints import Endpoints
 from eos_connectors.sources.kafka.debezium import debezium_changes
@@ -97,7 +98,7 @@ def test_debezium_events_keep_a_table_in_step(
     spark: SparkSession, endpoints: Endpoints, unique: str
 ) -> None:
     topic, target = f"dbz-{unique}", f"dbz_{unique}"
-    create_topic(endpoints.kafka_bootstrap, topic, partitions=3)
+    create_topic(endpoints.kafka, topic, partitions=3)
     source_table = _produce_history(endpoints.kafka_bootstrap, topic)
     events = (
         spark.read.format("eos_kafka")
@@ -237,7 +238,7 @@ def _wait_for_records(bootstrap: str, topic: str, count: int, log: Path) -> None
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         try:
-            if sum(end_offsets(bootstrap, topic).values()) >= count:
+            if sum(end_offsets(plaintext(bootstrap), topic).values()) >= count:
                 return
         except Exception:  # the topic does not exist yet
             pass

@@ -36,7 +36,7 @@ def test_a_batch_read_returns_each_committed_record_once_and_nothing_of_an_open_
     spark: SparkSession, endpoints: Endpoints, unique: str
 ) -> None:
     topic = f"batch-committed-{unique}"
-    create_topic(endpoints.kafka_bootstrap, topic, partitions=3)
+    create_topic(endpoints.kafka, topic, partitions=3)
     visible = produce_mixed(
         endpoints.kafka_bootstrap, topic, 3, transactions=12, per_txn=50, txn_id=unique
     )
@@ -74,16 +74,14 @@ def test_a_batch_read_returns_each_committed_record_once_and_nothing_of_an_open_
     got = sorted(
         Record(r["partition"], r["offset"], bytes(r["key"]), bytes(r["value"])) for r in rows
     )
-    assert got == read_to_end(
-        endpoints.kafka_bootstrap, topic, ranges={p: (0, e) for p, e in ends.items()}
-    )
+    assert got == read_to_end(endpoints.kafka, topic, ranges={p: (0, e) for p, e in ends.items()})
 
 
 def test_a_batch_read_takes_its_bounds_as_offsets_or_timestamps(
     spark: SparkSession, endpoints: Endpoints, unique: str
 ) -> None:
     topic = f"batch-bounds-{unique}"
-    create_topic(endpoints.kafka_bootstrap, topic, partitions=2)
+    create_topic(endpoints.kafka, topic, partitions=2)
     for p in (0, 1):
         produce_plain(
             endpoints.kafka_bootstrap, topic, [f"p{p}-{i}".encode() for i in range(10)], p
@@ -118,7 +116,7 @@ def test_a_batch_read_refuses_bounds_that_read_nothing_and_a_stream_refuses_an_e
     spark: SparkSession, endpoints: Endpoints, unique: str
 ) -> None:
     topic = f"batch-refused-{unique}"
-    create_topic(endpoints.kafka_bootstrap, topic, partitions=1)
+    create_topic(endpoints.kafka, topic, partitions=1)
     with pytest.raises(Exception, match="'startingOffsets' cannot be latest"):
         _read(spark, endpoints, subscribe=topic, startingOffsets="latest").collect()
     with pytest.raises(Exception, match="'endingOffsets' cannot be earliest"):
@@ -156,5 +154,5 @@ def test_an_empty_topic_reads_no_row(
     spark: SparkSession, endpoints: Endpoints, unique: str
 ) -> None:
     topic = f"batch-empty-{unique}"
-    create_topic(endpoints.kafka_bootstrap, topic, partitions=2)
+    create_topic(endpoints.kafka, topic, partitions=2)
     assert _read(spark, endpoints, subscribe=topic).collect() == []

@@ -34,6 +34,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
+from eos_connectors.core.kafka_config import plaintext
 from eos_connectors.core.topics import create_topic, read_to_end
 from eos_connectors.dev.stack import Stack
 from eos_connectors.dev.stack.kafka_cluster import KafkaCluster, java_hash
@@ -113,8 +114,8 @@ def test_one_broker_killed_at_a_time_never_fails_the_query(
 ) -> None:
     bootstrap = cluster.bootstrap
     source, out, sink = f"in-{unique}", f"out-{unique}", f"rep{unique}"
-    create_topic(bootstrap, source, 2)
-    create_topic(bootstrap, out, 2)
+    create_topic(plaintext(bootstrap), source, 2)
+    create_topic(plaintext(bootstrap), out, 2)
     _produce(bootstrap, source)
     checkpoint = tmp_path / "checkpoint"
     log_path = tmp_path / "query.log"
@@ -155,7 +156,7 @@ def test_one_broker_killed_at_a_time_never_fails_the_query(
     assert code == 0, f"the query failed after killing {killed}:\n{text[-4000:]}"
     assert not failed_tasks, f"tasks failed after killing {killed}: {failed_tasks[:3]}"
     assert committed_batches(checkpoint) >= RECORDS // PER_BATCH
-    values = [r.value for r in read_to_end(bootstrap, out)]
+    values = [r.value for r in read_to_end(plaintext(bootstrap), out)]
     assert len(values) == RECORDS and set(values) == {str(i).encode() for i in range(RECORDS)}
 
 
@@ -168,7 +169,7 @@ def test_the_source_asks_again_when_the_broker_named_controller_dies(
     ``kafkaConsumer.pollTimeoutMs``, instead of failing the query (a CI run failed the
     replicated cell's queries so when the killed coordinator was that broker). ~15 s."""
     topic = f"ctl-{unique}"
-    create_topic(cluster.bootstrap, topic, 2)
+    create_topic(plaintext(cluster.bootstrap), topic, 2)
     options = {"kafka.bootstrap.servers": cluster.bootstrap, "subscribe": topic}
     view = BrokerView(parse_options({**options, "kafkaConsumer.pollTimeoutMs": "24000"}))
     ids = view.topic_ids([topic])

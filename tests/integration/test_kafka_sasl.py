@@ -44,7 +44,7 @@ def _rows(values: list[bytes]) -> list[pa.RecordBatch]:
 
 
 def _values(endpoints: Endpoints, topic: str, isolation: str = "read_committed") -> list[bytes]:
-    return sorted(r.value for r in read_to_end(endpoints.kafka_bootstrap, topic, isolation))
+    return sorted(r.value for r in read_to_end(endpoints.kafka, topic, isolation))
 
 
 def test_sink_markers_and_fencing_work_over_sasl(
@@ -53,7 +53,7 @@ def test_sink_markers_and_fencing_work_over_sasl(
     """A task committed then replayed is skipped (its marker read over SASL); a zombie
     producer of the same transactional id is fenced and its records stay invisible."""
     topic = f"sasl-sink-{unique}"
-    create_topic(endpoints.kafka_bootstrap, topic)
+    create_topic(sasl.client_config(), topic)
     options = sink_options({**sasl.options(), "topic": topic, "sinkId": f"sasl-{unique}"})
     check_broker(options)
     writer = KafkaExactlyOnceWriter(options)
@@ -75,7 +75,7 @@ def test_sink_markers_and_fencing_work_over_sasl(
     retry.commit_transaction(30)
     assert _values(endpoints, topic) == [b"one", b"retry", b"two"]
     assert b"zombie" in _values(endpoints, topic, "read_uncommitted")
-    assert any(r.value for r in read_to_end(endpoints.kafka_bootstrap, options.marker_log))
+    assert any(r.value for r in read_to_end(endpoints.kafka, options.marker_log))
 
 
 @pytest.mark.spark
@@ -84,8 +84,8 @@ def test_source_and_sink_in_spark_over_sasl(
 ) -> None:
     """eos_kafka (SASL) -> eos_kafka sink (SASL), exactly once across a replayed batch."""
     source, out = f"sasl-in-{unique}", f"sasl-out-{unique}"
-    create_topic(endpoints.kafka_bootstrap, source, 2)
-    create_topic(endpoints.kafka_bootstrap, out, 2)
+    create_topic(sasl.client_config(), source, 2)
+    create_topic(sasl.client_config(), out, 2)
     values = [f"v{i}".encode() for i in range(200)]
     produce_plain(endpoints.kafka_bootstrap, source, values)
     checkpoint = tmp_path / "ck"
@@ -117,7 +117,7 @@ def test_source_and_sink_in_spark_over_sasl(
 
 
 def _count(endpoints: Endpoints, topic: str, partition: int) -> int:
-    return sum(1 for r in read_to_end(endpoints.kafka_bootstrap, topic) if r.partition == partition)
+    return sum(1 for r in read_to_end(endpoints.kafka, topic) if r.partition == partition)
 
 
 def test_a_wrong_sasl_password_is_a_clear_error(sasl: KafkaSasl) -> None:
@@ -142,7 +142,7 @@ def test_eos_sinks_reaches_a_sasl_cluster_with_the_settings_of_eos_kafka_config(
     from eos_connectors.cli import main
 
     topic, sink_id = f"sasl-admin-{unique}", f"sasl-admin-{unique}"
-    create_topic(endpoints.kafka_bootstrap, topic)
+    create_topic(sasl.client_config(), topic)
     options = sink_options({**sasl.options(), "topic": topic, "sinkId": sink_id})
     check_broker(options)
     task = TaskIdentity("sasl-query", "kafka", "run-1", 3, 0, 1)
@@ -178,8 +178,8 @@ def test_a_java_jobs_security_settings_run_a_pipeline_over_sasl_ssl(
     with its password) taken unchanged: a stream and a batch read, and the exactly-once
     sink with its markers, over TLS with the broker's host name checked."""
     source, out = f"tls-in-{unique}", f"tls-out-{unique}"
-    create_topic(endpoints.kafka_bootstrap, source, 2)
-    create_topic(endpoints.kafka_bootstrap, out, 2)
+    create_topic(sasl_ssl.client_config(), source, 2)
+    create_topic(sasl_ssl.client_config(), out, 2)
     values = [f"v{i}".encode() for i in range(100)]
     produce_plain(endpoints.kafka_bootstrap, source, values)
     java = sasl_ssl.java_options()

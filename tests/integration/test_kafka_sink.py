@@ -74,7 +74,7 @@ def _paused(batch: pa.RecordBatch, meanwhile: Callable[[], None]) -> Iterator[pa
 @pytest.fixture
 def writer(endpoints: Endpoints, unique: str) -> KafkaExactlyOnceWriter:
     topic = f"ks-{unique}"
-    create_topic(endpoints.kafka_bootstrap, topic, 2)
+    create_topic(endpoints.kafka, topic, 2)
     options = sink_options(
         {
             "kafka.bootstrap.servers": endpoints.kafka_bootstrap,
@@ -89,7 +89,7 @@ def writer(endpoints: Endpoints, unique: str) -> KafkaExactlyOnceWriter:
 def _values(endpoints: Endpoints, writer: KafkaExactlyOnceWriter, isolation: str) -> list[bytes]:
     topic = writer.options.topic
     assert topic is not None
-    return sorted(r.value for r in read_to_end(endpoints.kafka_bootstrap, topic, isolation))
+    return sorted(r.value for r in read_to_end(endpoints.kafka, topic, isolation))
 
 
 def _expected(batches: range) -> list[bytes]:
@@ -231,7 +231,7 @@ def test_a_new_producer_has_looked_the_topic_up_before_its_first_row(
     while its task still waits for Spark's rows; otherwise its first rows wait for that
     round trip after they came (librdkafka's metadata log shows which happened)."""
     topic = f"ks-meta-{unique}"
-    create_topic(endpoints.kafka_bootstrap, topic, 2)
+    create_topic(endpoints.kafka, topic, 2)
     options = sink_options(
         {
             "kafka.bootstrap.servers": endpoints.kafka_bootstrap,
@@ -276,7 +276,7 @@ def test_a_producer_that_lost_its_broker_is_replaced_and_not_kept(
     if not endpoints.kafka_proxied:
         pytest.skip("this broker has no proxied listener (restart the stack's Kafka)")
     topic = f"ks-lost-{unique}"
-    create_topic(endpoints.kafka_bootstrap, topic, 2)
+    create_topic(endpoints.kafka, topic, 2)
     network, piped = NetworkFaults.start(tmp_path / "toxiproxy", endpoints, ("kafka",))
     try:
         bootstrap = piped.kafka_bootstrap
@@ -306,7 +306,7 @@ def test_at_least_once_producers_are_kept_per_worker_and_dropped_after_a_failure
     waits ~500 ms for its id); a record the broker refuses fails the task with the
     count of failed records, and the producer is not kept."""
     topic = f"ks-plain-{unique}"
-    create_topic(endpoints.kafka_bootstrap, topic, 2, **{"max.message.bytes": "2000"})
+    create_topic(endpoints.kafka, topic, 2, **{"max.message.bytes": "2000"})
     options = sink_options(
         {
             "kafka.bootstrap.servers": endpoints.kafka_bootstrap,
@@ -325,7 +325,7 @@ def test_at_least_once_producers_are_kept_per_worker_and_dropped_after_a_failure
         writer.write_rows(iter([too_large]), pool)
     writer.write_rows(iter(_rows(3)), pool)
     assert pool.created == 2, "the failed task's producer was dropped, not reused"
-    delivered = [r.value for r in read_to_end(endpoints.kafka_bootstrap, topic)]
+    delivered = [r.value for r in read_to_end(endpoints.kafka, topic)]
     assert sorted(delivered) == _expected(range(4))
 
 
@@ -494,7 +494,7 @@ def test_a_record_in_the_marker_log_that_is_no_marker_is_never_read_as_one(
     from eos_connectors.sinks.kafka.admin import KafkaSinkAdmin
 
     topic, log_topic = f"ks-{unique}", f"ks-log-{unique}"
-    create_topic(endpoints.kafka_bootstrap, topic, 2)
+    create_topic(endpoints.kafka, topic, 2)
     options = sink_options(
         {
             "kafka.bootstrap.servers": endpoints.kafka_bootstrap,
@@ -533,8 +533,8 @@ def _marker_groups(writer: KafkaExactlyOnceWriter) -> list[str]:
 
 def test_a_marker_log_without_compaction_is_refused(endpoints: Endpoints, unique: str) -> None:
     topic, log = f"ks-{unique}", f"ks-log-{unique}"
-    create_topic(endpoints.kafka_bootstrap, topic, 1)
-    create_topic(endpoints.kafka_bootstrap, log, 1, **{"cleanup.policy": "delete"})
+    create_topic(endpoints.kafka, topic, 1)
+    create_topic(endpoints.kafka, log, 1, **{"cleanup.policy": "delete"})
     options = sink_options(
         {
             "kafka.bootstrap.servers": endpoints.kafka_bootstrap,
@@ -560,8 +560,8 @@ def _write(
 
 def _source(endpoints: Endpoints, unique: str) -> tuple[str, str]:
     source, out = f"ks-in-{unique}", f"ks-out-{unique}"
-    create_topic(endpoints.kafka_bootstrap, source, partitions=3)
-    create_topic(endpoints.kafka_bootstrap, out, partitions=2)
+    create_topic(endpoints.kafka, source, partitions=3)
+    create_topic(endpoints.kafka, out, partitions=2)
     produce_words(endpoints.kafka_bootstrap, source, 500, seed=len(unique))
     return source, out
 
@@ -583,11 +583,11 @@ def test_the_sink_writes_as_sparks_own_kafka_sink_does(
         "timestamp - INTERVAL 1 DAY AS timestamp",
     ]
     _write(spark, endpoints, source, tmp_path, select, topic=out)
-    written = read_to_end(endpoints.kafka_bootstrap, out)
+    written = read_to_end(endpoints.kafka, out)
     assert len(written) == 500, "every record went to the option's topic"
-    assert len(read_to_end(endpoints.kafka_bootstrap, source)) == 500, "none back to the input"
+    assert len(read_to_end(endpoints.kafka, source)) == 500, "none back to the input"
     tombstones = sum(1 for r in written if r.value == b"")
-    source_rows = read_to_end(endpoints.kafka_bootstrap, source)
+    source_rows = read_to_end(endpoints.kafka, source)
     assert tombstones == sum(1 for r in source_rows if r.offset % 7 == 3) > 0
     day = 86_400_000
     assert sorted(r.timestamp for r in written) == sorted(r.timestamp - day for r in source_rows)
@@ -604,14 +604,14 @@ def _java_partitions(endpoints: Endpoints, keys: list[bytes], unique: str) -> di
     from eos_connectors.dev.stack.kafka import ensure_jars
 
     topic = f"ks-java-{unique}"
-    create_topic(endpoints.kafka_bootstrap, topic, partitions=2)
+    create_topic(endpoints.kafka, topic, partitions=2)
     program = Path(__file__).resolve().parents[1] / "java" / "JavaKeyedProducer.java"
     command = ["java", "-cp", f"{ensure_jars()}/*", str(program), endpoints.kafka_bootstrap, topic]
     done = subprocess.run(
         command, input=b"\n".join(keys) + b"\n", capture_output=True, timeout=120, check=False
     )
     assert done.returncode == 0, done.stderr.decode(errors="replace")[-2000:]
-    return {r.key: r.partition for r in read_to_end(endpoints.kafka_bootstrap, topic) if r.key}
+    return {r.key: r.partition for r in read_to_end(endpoints.kafka, topic) if r.key}
 
 
 @pytest.mark.spark
@@ -646,7 +646,7 @@ def _late(batches: list[pa.RecordBatch], before: float, between: float = 0.0) ->
 
 def _short_timeout_writer(endpoints: Endpoints, unique: str) -> KafkaExactlyOnceWriter:
     topic = f"ks-timeout-{unique}"
-    create_topic(endpoints.kafka_bootstrap, topic, 2)
+    create_topic(endpoints.kafka, topic, 2)
     options = sink_options(
         {
             "kafka.bootstrap.servers": endpoints.kafka_bootstrap,

@@ -14,6 +14,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.functions import spark_partition_id
 from pyspark.sql.streaming.query import StreamingQuery
 
+from eos_connectors.core.kafka_config import plaintext
 from eos_connectors.core.topics import Record, create_topic, read_to_end
 from eos_connectors.dev.endpoints import Endpoints
 from eos_connectors.sources.kafka.offsets import SourceOffset
@@ -93,7 +94,7 @@ def test_reads_exactly_the_committed_records(
     spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path
 ) -> None:
     topic = f"src-committed-{unique}"
-    create_topic(endpoints.kafka_bootstrap, topic, partitions=3)
+    create_topic(endpoints.kafka, topic, partitions=3)
     visible = produce_mixed(
         endpoints.kafka_bootstrap, topic, 3, transactions=12, per_txn=50, txn_id=unique
     )
@@ -107,14 +108,14 @@ def test_reads_exactly_the_committed_records(
     # The same rows as a plain read_committed confluent-kafka consumer over the same ranges.
     end = _json_field(progress[-1]["sources"][0]["endOffset"])[topic]
     ranges = {int(p): (0, int(o)) for p, o in end.items()}
-    assert _records(rows) == read_to_end(endpoints.kafka_bootstrap, topic, ranges=ranges)
+    assert _records(rows) == read_to_end(endpoints.kafka, topic, ranges=ranges)
 
 
 def test_max_partitions_packs_the_ranges_into_fewer_tasks_and_reads_each_record_once(
     spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path
 ) -> None:
     topic = f"src-packed-{unique}"
-    create_topic(endpoints.kafka_bootstrap, topic, partitions=5)
+    create_topic(endpoints.kafka, topic, partitions=5)
     visible = produce_mixed(
         endpoints.kafka_bootstrap, topic, 5, transactions=10, per_txn=40, txn_id=unique
     )
@@ -127,14 +128,14 @@ def test_max_partitions_packs_the_ranges_into_fewer_tasks_and_reads_each_record_
     assert {r["task"] for r in rows} == {0, 1}, "five partitions were not read by two tasks"
     end = _json_field(progress[-1]["sources"][0]["endOffset"])[topic]
     ranges = {int(p): (0, int(o)) for p, o in end.items()}
-    assert _records(rows) == read_to_end(endpoints.kafka_bootstrap, topic, ranges=ranges)
+    assert _records(rows) == read_to_end(endpoints.kafka, topic, ranges=ranges)
 
 
 def test_read_limit_bounds_every_batch(
     spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path
 ) -> None:
     topic = f"src-limit-{unique}"
-    create_topic(endpoints.kafka_bootstrap, topic, partitions=2)
+    create_topic(endpoints.kafka, topic, partitions=2)
     produce_plain(endpoints.kafka_bootstrap, topic, [f"v{i}".encode() for i in range(1000)])
     df = _stream(
         spark, endpoints, subscribe=topic, startingOffsets="earliest", maxOffsetsPerTrigger="150"
@@ -151,7 +152,7 @@ def test_starting_offsets_forms(
     spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path
 ) -> None:
     topic = f"src-start-{unique}"
-    create_topic(endpoints.kafka_bootstrap, topic, partitions=2)
+    create_topic(endpoints.kafka, topic, partitions=2)
     for p in (0, 1):
         produce_plain(
             endpoints.kafka_bootstrap, topic, [f"p{p}-{i}".encode() for i in range(10)], p
@@ -187,7 +188,7 @@ def test_latest_reads_only_what_comes_after_the_start(
     spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path
 ) -> None:
     topic = f"src-latest-{unique}"
-    create_topic(endpoints.kafka_bootstrap, topic)
+    create_topic(endpoints.kafka, topic)
     produce_plain(endpoints.kafka_bootstrap, topic, [b"before"])
     name = f"q_{unique}"
     query = _start_memory(_stream(spark, endpoints, subscribe=topic), name, tmp_path / "ck")
@@ -205,7 +206,7 @@ def test_new_partition_is_read_from_its_start(
     spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path
 ) -> None:
     topic = f"src-grow-{unique}"
-    create_topic(endpoints.kafka_bootstrap, topic, partitions=1)
+    create_topic(endpoints.kafka, topic, partitions=1)
     produce_plain(endpoints.kafka_bootstrap, topic, [b"p0-a"], 0)
     name = f"q_{unique}"
     query = _start_memory(
@@ -233,7 +234,7 @@ def test_new_partition_is_read_from_its_start(
 def test_pattern_picks_up_new_topics(
     spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path
 ) -> None:
-    create_topic(endpoints.kafka_bootstrap, f"pat-{unique}-a")
+    create_topic(endpoints.kafka, f"pat-{unique}-a")
     produce_plain(endpoints.kafka_bootstrap, f"pat-{unique}-a", [b"a"])
     name = f"q_{unique}"
     query = _start_memory(
@@ -243,7 +244,7 @@ def test_pattern_picks_up_new_topics(
     )
     try:
         _wait_for(lambda: spark.table(name).count() == 1, "the first topic")
-        create_topic(endpoints.kafka_bootstrap, f"pat-{unique}-b")
+        create_topic(endpoints.kafka, f"pat-{unique}-b")
         produce_plain(endpoints.kafka_bootstrap, f"pat-{unique}-b", [b"b"])
         _wait_for(lambda: spark.table(name).count() == 2, "the new topic")
         assert sorted(r["topic"] for r in spark.table(name).collect()) == [
@@ -265,7 +266,7 @@ def test_a_named_subscription_asks_about_its_own_topics_only(
     from eos_connectors.sources.kafka.options import parse_options
 
     topic = f"named-{unique}"
-    create_topic(endpoints.kafka_bootstrap, topic, partitions=2)
+    create_topic(endpoints.kafka, topic, partitions=2)
     cases = [
         ({"subscribe": f"{topic},missing-{unique}"}, [(topic, 0), (topic, 1)], False),
         ({"assign": json.dumps({topic: [1]})}, [(topic, 1)], False),
@@ -302,7 +303,7 @@ def test_partitions_just_added_are_asked_again_until_their_leader_answers(
 
     for n in range(3):
         topic = f"grow-{n}-{unique}"
-        create_topic(endpoints.kafka_bootstrap, topic, partitions=1)
+        create_topic(endpoints.kafka, topic, partitions=1)
         options = {"kafka.bootstrap.servers": endpoints.kafka_bootstrap, "subscribe": topic}
         view = BrokerView(parse_options(options))
         assert view.latest(view.partitions()) == {(topic, 0): 0}
@@ -322,7 +323,7 @@ def test_fail_on_data_loss(
     spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path
 ) -> None:
     topic = f"src-loss-{unique}"
-    create_topic(endpoints.kafka_bootstrap, topic)
+    create_topic(endpoints.kafka, topic)
     produce_plain(endpoints.kafka_bootstrap, topic, [f"v{i}".encode() for i in range(10)])
     delete_records_before(endpoints.kafka_bootstrap, topic, 0, 4)
     start = json.dumps({topic: {"0": 0}})
@@ -371,7 +372,7 @@ def test_a_recreated_topic_is_data_loss(
     broker without them) still sees offsets that go back.
     """
     bootstrap, topic, checkpoint = endpoints.kafka_bootstrap, f"src-recreated-{unique}", tmp_path
-    create_topic(bootstrap, topic)
+    create_topic(plaintext(bootstrap), topic)
     produce_plain(bootstrap, topic, [f"old-{i}".encode() for i in range(6)])
     first = _stream(spark, endpoints, subscribe=topic, startingOffsets="earliest")
     rows = _run_from_checkpoint(first, checkpoint)
@@ -405,7 +406,7 @@ def test_a_new_partitions_start_is_checkpointed_and_replayed(
     replay quietly starting at the new log start.
     """
     bootstrap, topic, checkpoint = endpoints.kafka_bootstrap, f"src-grown-{unique}", tmp_path
-    create_topic(bootstrap, topic)
+    create_topic(plaintext(bootstrap), topic)
     produce_plain(bootstrap, topic, [b"p0-a"], 0)
     first = _stream(spark, endpoints, subscribe=topic, startingOffsets="earliest")
     rows = _run_from_checkpoint(first, checkpoint)
@@ -466,7 +467,7 @@ def test_offsets_are_published_to_a_group_for_lag(
     from confluent_kafka import Consumer
 
     topic, group = f"src-lag-{unique}", f"lag-{unique}"
-    create_topic(endpoints.kafka_bootstrap, topic, partitions=2)
+    create_topic(endpoints.kafka, topic, partitions=2)
     for p in (0, 1):
         produce_plain(endpoints.kafka_bootstrap, topic, [b"x"] * (3 + p), p)
     df = _stream(
@@ -502,7 +503,7 @@ def test_a_log_truncated_under_the_same_topic_id_goes_on_from_its_new_end(
     from eos_connectors.sources.kafka.options import parse_options
 
     bootstrap, topic = endpoints.kafka_bootstrap, f"src-truncated-{unique}"
-    create_topic(bootstrap, topic)
+    create_topic(plaintext(bootstrap), topic)
     produce_plain(bootstrap, topic, [f"r{i}".encode() for i in range(8)], 0)
     view = BrokerView(parse_options({"kafka.bootstrap.servers": bootstrap, "subscribe": topic}))
     previous = SourceOffset({(topic, 0): 10}, view.topic_ids([topic]))
@@ -522,7 +523,7 @@ def test_a_deleted_topic_is_a_data_loss_not_a_silent_stop(
 
     bootstrap, kept, deleted = endpoints.kafka_bootstrap, f"src-kept-{unique}", f"src-del-{unique}"
     for topic in (kept, deleted):
-        create_topic(bootstrap, topic)
+        create_topic(plaintext(bootstrap), topic)
         produce_plain(bootstrap, topic, [b"a", b"b"], 0)
     previous = SourceOffset({(kept, 0): 2, (deleted, 0): 1})
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -555,7 +556,7 @@ def test_min_offsets_per_trigger_waits_for_more_up_to_max_trigger_delay(
     from eos_connectors.sources.kafka.reader import KafkaStreamReader
 
     bootstrap, topic = endpoints.kafka_bootstrap, f"src-min-{unique}"
-    create_topic(bootstrap, topic)
+    create_topic(plaintext(bootstrap), topic)
     produce_plain(bootstrap, topic, [f"r{i}".encode() for i in range(10)], 0)
     raw = {
         "kafka.bootstrap.servers": bootstrap,
@@ -589,7 +590,7 @@ def test_offsets_behind_latest_as_sparks_source_reports_them(
     from eos_connectors.sources.kafka.metrics import OffsetsBehindLatest, offsets_behind_latest
 
     topic = f"src-lag-{unique}"
-    create_topic(endpoints.kafka_bootstrap, topic, partitions=2)
+    create_topic(endpoints.kafka, topic, partitions=2)
     for p in (0, 1):
         produce_plain(
             endpoints.kafka_bootstrap, topic, [f"p{p}-{i}".encode() for i in range(500)], p

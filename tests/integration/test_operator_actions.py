@@ -58,8 +58,8 @@ def _to_kafka(
 
 def _input(endpoints: Endpoints, unique: str) -> tuple[str, str, list[bytes]]:
     source, out = f"op-in-{unique}", f"op-out-{unique}"
-    create_topic(endpoints.kafka_bootstrap, source, partitions=2)
-    create_topic(endpoints.kafka_bootstrap, out, partitions=2)
+    create_topic(endpoints.kafka, source, partitions=2)
+    create_topic(endpoints.kafka, out, partitions=2)
     values = [f"{unique}-{i}".encode() for i in range(RECORDS)]
     for partition in (0, 1):
         produce_plain(endpoints.kafka_bootstrap, source, values[partition::2], partition)
@@ -89,12 +89,12 @@ def test_a_replay_with_another_min_partitions_writes_each_record_once(
     )
     first = _to_kafka(endpoints, source, out, tmp_path, sink_id, before)
     assert run(first, crash) == -signal.SIGKILL
-    written = read_to_end(endpoints.kafka_bootstrap, out)
+    written = read_to_end(endpoints.kafka, out)
     assert len(written) == RECORDS * last // before, "the other tasks committed first"
 
     second = _to_kafka(endpoints, source, out, tmp_path, sink_id, after)
     assert run(second, env()) == 0
-    counts = Counter(r.value for r in read_to_end(endpoints.kafka_bootstrap, out))
+    counts = Counter(r.value for r in read_to_end(endpoints.kafka, out))
     lost = [v for v in values if v not in counts]
     duplicated = [v for v, n in counts.items() if n > 1]
     assert (len(lost), len(duplicated)) == (0, 0), f"{len(lost)} lost, {len(duplicated)} twice"
@@ -114,7 +114,7 @@ def test_a_new_checkpoint_that_reuses_a_kafka_sink_id_writes_nothing_anywhere(
     assert run(first, env()) == 0
     second = _to_kafka(endpoints, source, out, tmp_path / "second", sink_id, 4, cores=2)
     assert run(second, env()) != 0, "the second query must fail"
-    written = Counter(r.value for r in read_to_end(endpoints.kafka_bootstrap, out))
+    written = Counter(r.value for r in read_to_end(endpoints.kafka, out))
     assert sum(written.values()) == RECORDS, f"{sum(written.values()) - RECORDS} written twice"
     assert sorted(written) == sorted(values)
 
@@ -198,7 +198,7 @@ def test_resume_and_reset_refuse_while_the_owning_query_can_still_replay_or_runs
     assert reset(tmp_path / "resumed") == (0, "")
     second = _to_kafka(endpoints, source, out, tmp_path / "new", sink_id, 2)
     assert run(second, env()) == 0, "a new query claims the reset sink id"
-    counts = Counter(r.value for r in read_to_end(endpoints.kafka_bootstrap, out))
+    counts = Counter(r.value for r in read_to_end(endpoints.kafka, out))
     assert all(counts[v] == 2 for v in values), "the new query wrote its input once more"
 
 

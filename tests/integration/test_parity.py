@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from eos_connectors.core.kafka_config import plaintext
 from eos_connectors.core.topics import create_topic
 from eos_connectors.dev.endpoints import Endpoints
 
@@ -29,7 +30,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "pipelines" / "kafka_parity.py"
 def _fill_read_topic(bootstrap: str, topic: str, unique: str) -> None:
     """Three partitions: committed and aborted transactions, plain records with null keys,
     null values, headers and explicit timestamps."""
-    create_topic(bootstrap, topic, partitions=3)
+    create_topic(plaintext(bootstrap), topic, partitions=3)
     plain = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     txn = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"parity-{unique}"})
     txn.init_transactions(30)
@@ -56,7 +57,7 @@ def _fill_read_topic(bootstrap: str, topic: str, unique: str) -> None:
 def _fill_write_input(bootstrap: str, topic: str) -> None:
     """One partition (one task on each side, so each output partition's order is the
     input's): keyed records, some tombstones, some with headers."""
-    create_topic(bootstrap, topic, partitions=1)
+    create_topic(plaintext(bootstrap), topic, partitions=1)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     for i in range(300):
         producer.produce(
@@ -125,7 +126,7 @@ def test_reads_and_writes_match_sparks_jvm_kafka_format(
     _fill_read_topic(bootstrap, topics["read"], unique)
     _fill_write_input(bootstrap, topics["input"])
     for fmt in ("kafka", "eos_kafka"):
-        create_topic(bootstrap, topics[fmt], partitions=3)
+        create_topic(plaintext(bootstrap), topics[fmt], partitions=3)
         _side(fmt, endpoints, topics, tmp_path / fmt)
 
     jvm, ours = tmp_path / "kafka", tmp_path / "eos_kafka"

@@ -42,7 +42,7 @@ def _run(df: DataFrame, checkpoint: Path, **options: str) -> None:
 @pytest.fixture
 def topic(endpoints: Endpoints, unique: str) -> str:
     name = f"pgerr-{unique}"
-    create_topic(endpoints.kafka_bootstrap, name, 2)
+    create_topic(endpoints.kafka, name, 2)
     produce_words(endpoints.kafka_bootstrap, name, 300)
     return name
 

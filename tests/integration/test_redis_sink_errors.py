@@ -28,7 +28,7 @@ def client(endpoints: Endpoints) -> redis.Redis:
 
 def _setup(endpoints: Endpoints, unique: str) -> tuple[str, Counter[str]]:
     topic = f"rs-in-{unique}"
-    create_topic(endpoints.kafka_bootstrap, topic, partitions=3)
+    create_topic(endpoints.kafka, topic, partitions=3)
     return topic, produce_words(endpoints.kafka_bootstrap, topic, 500, seed=len(unique))
 
 

@@ -184,7 +184,7 @@ def test_inspect_savepoint_fork_and_resume(
     topic, sink_id = f"sp-in-{unique}", f"sp-{unique}"
     table_a, table_b = f"sp_a_{unique}", f"sp_b_{unique}"
     original, root = base / "original", base / "savepoints"
-    create_topic(endpoints.kafka_bootstrap, topic, 2)
+    create_topic(endpoints.kafka, topic, 2)
     _produce(endpoints, topic, 10)
     markers_before = _start_check_markers()
     _run(spark, endpoints, topic, original, table_a, sink_id)
@@ -313,7 +313,7 @@ def test_state_get_reads_a_transform_with_state_variable(
     """transformWithState keeps one column family per state variable: `state get` finds
     the variable's name in the operator's metadata and reads it."""
     topic, checkpoint = f"sp-tws-{unique}", base / "tws"
-    create_topic(endpoints.kafka_bootstrap, topic, 2)
+    create_topic(endpoints.kafka, topic, 2)
     _produce(endpoints, topic, 3)
     _run_processor(spark, endpoints, topic, checkpoint)
 
@@ -384,7 +384,7 @@ def test_a_rescale_killed_midway_is_refused_then_finished_exactly(
     refused, the same rescale run again finishes it, and the counts go on exactly."""
     topic, table, sink_id = f"rs-in-{unique}", f"rs_{unique}", f"rs-{unique}"
     checkpoint, root = base / "checkpoint", base / "savepoints"
-    create_topic(endpoints.kafka_bootstrap, topic, 2)
+    create_topic(endpoints.kafka, topic, 2)
     _produce(endpoints, topic, 10)
     _run(spark, endpoints, topic, checkpoint, table, sink_id)
     rounds = 10
@@ -423,7 +423,7 @@ def test_a_crash_while_writing_the_first_offsets_file_is_cleaned_and_the_query_s
     ("should be empty on batch 0") however often it is restarted. `eos checkpoint inspect`
     shows it and `eos checkpoint clean` removes it; the query then runs exactly."""
     topic, checkpoint = f"sp-tmp-{unique}", tmp_path / "checkpoint"
-    create_topic(endpoints.kafka_bootstrap, topic, 2)
+    create_topic(endpoints.kafka, topic, 2)
     _produce(endpoints, topic, 2)
     left = checkpoint / "offsets" / f".0.{uuid.uuid4()}.tmp"
     left.parent.mkdir(parents=True)

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.services
 
 def test_kafka_transactions_commit_and_abort(endpoints: Endpoints, unique: str) -> None:
     topic = f"smoke-{unique}"
-    create_topic(endpoints.kafka_bootstrap, topic)
+    create_topic(endpoints.kafka, topic)
     producer = Producer(
         {"bootstrap.servers": endpoints.kafka_bootstrap, "transactional.id": f"smoke-{unique}"}
     )
@@ -28,9 +28,9 @@ def test_kafka_transactions_commit_and_abort(endpoints: Endpoints, unique: str) 
     producer.flush(30)
     producer.abort_transaction(30)
     # Two records and two transaction markers: the log ends at offset 4.
-    assert end_offsets(endpoints.kafka_bootstrap, topic) == {0: 4}
-    committed = read_to_end(endpoints.kafka_bootstrap, topic, "read_committed")
-    uncommitted = read_to_end(endpoints.kafka_bootstrap, topic, "read_uncommitted")
+    assert end_offsets(endpoints.kafka, topic) == {0: 4}
+    committed = read_to_end(endpoints.kafka, topic, "read_committed")
+    uncommitted = read_to_end(endpoints.kafka, topic, "read_uncommitted")
     assert [r.value for r in committed] == [b"committed"]
     assert sorted(r.value for r in uncommitted) == [b"aborted", b"committed"]
 

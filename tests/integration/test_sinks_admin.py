@@ -115,7 +115,7 @@ def test_a_kafka_sink_id_is_listed_with_its_query_and_reset(
     for name, value in endpoints.as_env().items():
         monkeypatch.setenv(name, value)
     topic, sink_id = f"admin-{unique}", f"admin-{unique}"
-    create_topic(endpoints.kafka_bootstrap, topic, 1)
+    create_topic(endpoints.kafka, topic, 1)
     options = kafka_options(
         {"kafka.bootstrap.servers": endpoints.kafka_bootstrap, "topic": topic, "sinkId": sink_id}
     )

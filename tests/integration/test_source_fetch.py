@@ -11,6 +11,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 
 from eos_connectors.core.errors import DataLossError
+from eos_connectors.core.kafka_config import plaintext
 from eos_connectors.core.topics import create_topic, read_to_end
 from eos_connectors.dev.endpoints import Endpoints
 from eos_connectors.sources.kafka import read
@@ -26,7 +27,7 @@ RECEIVED: list[int] = []  # librdkafka's rxmsgs, each time it reported them
 
 
 def _fill(bootstrap: str, topic: str) -> None:
-    create_topic(bootstrap, topic)
+    create_topic(plaintext(bootstrap), topic)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
     value = os.urandom(VALUE_BYTES)
     for i in range(RECORDS):
@@ -84,7 +85,7 @@ def test_a_small_range_fetches_little_past_its_end(
 
 def _two_partitions_of_ten(bootstrap: str, topic: str) -> KafkaSourceOptions:
     """``topic`` with 10 records in each of its 2 partitions; source options reading it."""
-    create_topic(bootstrap, topic, 2)
+    create_topic(plaintext(bootstrap), topic, 2)
     produce_plain(bootstrap, topic, [b"a%d" % i for i in range(10)], partition=0)
     produce_plain(bootstrap, topic, [b"b%d" % i for i in range(10)], partition=1)
     return parse_options({"kafka.bootstrap.servers": bootstrap, "subscribe": topic})
@@ -152,7 +153,7 @@ def test_every_column_is_what_a_plain_consumer_reads(
     with and without a key, both timestamp types."""
     bootstrap = endpoints.kafka_bootstrap
     topic = f"src-columns-{time_type.lower()}-{unique}"
-    create_topic(bootstrap, topic, 1, **{"message.timestamp.type": time_type})
+    create_topic(plaintext(bootstrap), topic, 1, **{"message.timestamp.type": time_type})
     plain = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     for i in range(50):
         key = None if i % 7 == 0 else b"k%d" % i
@@ -166,7 +167,7 @@ def test_every_column_is_what_a_plain_consumer_reads(
         name: [v for batch in batches for v in batch.column(name).to_pylist()]
         for name in ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType")
     }
-    expected = read_to_end(bootstrap, topic, ranges={0: (0, end)})
+    expected = read_to_end(plaintext(bootstrap), topic, ranges={0: (0, end)})
     assert columns["offset"] == [r.offset for r in expected]
     assert columns["offset"][:50] == list(range(50))
     assert len(expected) == 50 + 2 * 20 + 3, "aborted records and markers are gaps"

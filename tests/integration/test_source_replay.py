@@ -65,9 +65,7 @@ def _expected_batches(
 ) -> dict[int, list[Record]]:
     """Each batch's records as a plain consumer reads [offsets/N-1, offsets/N)."""
     last = _offsets(checkpoint, batches[-1])
-    everything = read_to_end(
-        endpoints.kafka_bootstrap, topic, ranges={p: (0, o) for p, o in last.items()}
-    )
+    everything = read_to_end(endpoints.kafka, topic, ranges={p: (0, o) for p, o in last.items()})
     expected = {}
     for batch in batches:
         end = _offsets(checkpoint, batch)
@@ -98,7 +96,7 @@ def test_a_crashed_batch_replays_the_same_offsets_and_records(
     endpoints: Endpoints, unique: str, tmp_path: Path
 ) -> None:
     topic = f"replay-{unique}"
-    create_topic(endpoints.kafka_bootstrap, topic, partitions=2)
+    create_topic(endpoints.kafka, topic, partitions=2)
     visible = produce_mixed(
         endpoints.kafka_bootstrap, topic, 2, transactions=9, per_txn=40, txn_id=unique
     )
@@ -124,7 +122,7 @@ def test_five_restarts_in_a_row_leave_no_gap_and_no_overlap(
     endpoints: Endpoints, unique: str, tmp_path: Path
 ) -> None:
     topic = f"restarts-{unique}"
-    create_topic(endpoints.kafka_bootstrap, topic, partitions=3)
+    create_topic(endpoints.kafka, topic, partitions=3)
     visible = produce_mixed(
         endpoints.kafka_bootstrap, topic, 3, transactions=30, per_txn=60, txn_id=unique
     )

@@ -82,7 +82,7 @@ def test_the_wheel_alone_gives_a_working_cli_and_pipeline(
         _run([eos, *command, "--help"], cwd=user)
 
     topic, table = f"wheel-{unique}", f"wheel_{unique}"
-    create_topic(endpoints.kafka_bootstrap, topic, 2)
+    create_topic(endpoints.kafka, topic, 2)
     produce_plain(endpoints.kafka_bootstrap, topic, [f"v{i}".encode() for i in range(RECORDS)])
     (user / "job.py").write_text(textwrap.dedent(JOB))
     environment = {**os.environ, **endpoints.as_env()}

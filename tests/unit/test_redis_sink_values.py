@@ -12,9 +12,9 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from eos_connectors.core.errors import ConfigError
+from eos_connectors.core.errors import BadRecordError, ConfigError
 from eos_connectors.sinks.redis.options import parse_options
-from eos_connectors.sinks.redis.values import BadRecordError, Layout, entries, layout
+from eos_connectors.sinks.redis.values import Layout, entries, layout
 
 URL = "redis://:s3cret@127.0.0.1:6379/0"
 SCHEMA = StructType(
@@ -46,7 +46,7 @@ def test_options_are_checked_and_the_password_never_shows() -> None:
     assert "s3cret" not in repr(parsed)
     with pytest.raises(ConfigError, match="Option 'valueColumns' is required"):
         parse_options({"url": URL, "keyColumn": "word"})
-    with pytest.raises(ConfigError, match="Option 'ttlSeconds' must be a positive"):
+    with pytest.raises(ConfigError, match="Option 'ttlSeconds' must be >= 1"):
         parse_options({"url": URL, "keyColumn": "w", "valueColumns": "n", "ttlSeconds": "-1"})
     with pytest.raises(ConfigError, match="Option 'url' must start with") as info:
         parse_options({"url": "http://:s3cret@h", "keyColumn": "w", "valueColumns": "n"})

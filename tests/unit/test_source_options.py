@@ -60,7 +60,7 @@ def test_assign_and_json_offsets() -> None:
         ({"startingOffsets": "{nope"}, "'startingOffsets' is not valid JSON"),
         ({"startingOffsets": '{"a": {"0": -3}}'}, "must be an integer >= -2"),
         ({"maxOffsetsPerTrigger": "0"}, "'maxOffsetsPerTrigger' must be >= 1"),
-        ({"maxOffsetsPerTrigger": "lots"}, "'maxOffsetsPerTrigger' must be an integer"),
+        ({"maxOffsetsPerTrigger": "lots"}, "'maxOffsetsPerTrigger' must be a whole number"),
         ({"failOnDataLoss": "maybe"}, "'failOnDataLoss' must be true or false"),
         ({"endingOffsets": "{nope"}, "'endingOffsets' is not valid JSON"),
         ({"endingTimestamp": "1", "endingOffsetsByTimestamp": "{}"}, "only one of"),

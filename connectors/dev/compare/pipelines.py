@@ -147,7 +147,7 @@ def new_target(pipeline: Pipeline, source: str, endpoints: Endpoints, root: Path
     target = Target(pipeline, source, run_id, root / f"{pipeline.key}-{run_id}")
     target.state_dir.mkdir(parents=True)
     if pipeline.sink == "kafka":
-        create_topic(endpoints.kafka_bootstrap, target.output, PARTITIONS)
+        create_topic(endpoints.kafka, target.output, PARTITIONS)
     return target
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
+from eos_connectors.core.kafka_config import plaintext
 from eos_connectors.core.topics import read_to_end
 
 POLL_RECORDS = 10_000
@@ -37,7 +38,7 @@ def partitions(client: Consumer, topic: str) -> list[TopicPartition]:
 def kafka_counts(bootstrap: str, topic: str) -> dict[bytes, int]:
     """Each key's last committed count in ``topic``, read up to the end."""
     counts: dict[bytes, int] = {}
-    for record in read_to_end(bootstrap, topic):  # offset order within each partition
+    for record in read_to_end(plaintext(bootstrap), topic):  # offset order within each partition
         if record.key is not None:
             counts[record.key] = int(record.value)
     return counts

@@ -358,7 +358,7 @@ def latency_and_recovery(
     pipeline: pl.Pipeline, endpoints: Endpoints, s: Settings, figures: Round
 ) -> None:
     topic = f"eos-bench-paced-{pipeline.key}-{int(time.time())}"
-    create_topic(endpoints.kafka_bootstrap, topic, pl.PARTITIONS)
+    create_topic(endpoints.kafka, topic, pl.PARTITIONS)
     target = pl.new_target(pipeline, topic, endpoints, s.work_dir)
     keys = [f"key-{k:08d}" for k in range(LATENCY_KEYS)]
     visibility = Visibility()

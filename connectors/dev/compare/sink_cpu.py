@@ -34,6 +34,7 @@ import pyarrow as pa
 from confluent_kafka.admin import AdminClient
 
 from eos_connectors.core.context import TaskIdentity
+from eos_connectors.core.kafka_config import plaintext
 from eos_connectors.core.topics import create_topic
 from eos_connectors.dev.compare.process import cpu_seconds, local_broker
 from eos_connectors.sinks.kafka.at_least_once import KafkaAtLeastOnceWriter
@@ -67,8 +68,8 @@ def run(bootstrap: str, tasks: int, rounds: int, out_dir: Path) -> list[TaskCost
     """Measure every mode ``rounds`` times, ``tasks`` tasks each; print the table and
     write ``kafka-cpu.json`` to ``out_dir``."""
     topic = f"eos-bench-kafka-cpu-{uuid.uuid4().hex[:8]}"
-    create_topic(bootstrap, topic, 4)
-    create_topic(bootstrap, f"{topic}-markers", 1, **{"cleanup.policy": "compact"})
+    create_topic(plaintext(bootstrap), topic, 4)
+    create_topic(plaintext(bootstrap), f"{topic}-markers", 1, **{"cleanup.policy": "compact"})
     try:
         options = parse_options(
             {

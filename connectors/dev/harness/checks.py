@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import IsolationLevel, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
+from eos_connectors.core.kafka_config import plaintext
 from eos_connectors.core.topics import read_to_end
 
 
@@ -113,7 +114,7 @@ def kafka_counts(bootstrap: str, topic: str, timeout: float = 30.0) -> Observed:
     and leftovers: a marker written now to every partition must come below the last
     stable offset within ``timeout``, which an open transaction before it prevents."""
     stuck = open_transactions(bootstrap, topic, timeout)
-    records = [r for r in read_to_end(bootstrap, topic) if r.key != MARKER]
+    records = [r for r in read_to_end(plaintext(bootstrap), topic) if r.key != MARKER]
     pairs = [(r.key or b"", r.value) for r in records]
     words: dict[str, int] = {}
     for record in sorted(records, key=lambda r: (r.partition, r.offset)):
@@ -130,7 +131,7 @@ def kafka_final_state(bootstrap: str, topic: str, timeout: float = 30.0) -> Obse
     it: each key's last value in offset order, a tombstone (null value) removing the key;
     (key, value) records written more than once (tombstones aside); open transactions."""
     stuck = open_transactions(bootstrap, topic, timeout)
-    records = [r for r in read_to_end(bootstrap, topic) if r.key != MARKER]
+    records = [r for r in read_to_end(plaintext(bootstrap), topic) if r.key != MARKER]
     state: dict[str, int] = {}
     for record in sorted(records, key=lambda r: (r.partition, r.offset)):
         key = (record.key or b"").decode()
@@ -147,7 +148,9 @@ def kafka_records(bootstrap: str, topic: str, timeout: float = 30.0) -> Observed
     """Records per word (key), each input record's (key, "partition:offset") written more
     than once, and open transactions as leftovers."""
     stuck = open_transactions(bootstrap, topic, timeout)
-    pairs = [(r.key or b"", r.value) for r in read_to_end(bootstrap, topic) if r.key != MARKER]
+    pairs = [
+        (r.key or b"", r.value) for r in read_to_end(plaintext(bootstrap), topic) if r.key != MARKER
+    ]
     counts = Counter(key.decode() for key, _ in pairs)
     leftovers = tuple(f"open transaction on {topic}[{p}]" for p in sorted(stuck))
     return Observed(counts, len(pairs) - len(set(pairs)), leftovers)

@@ -30,6 +30,7 @@ from dataclasses import asdict
 from typing import Any, TextIO
 
 from eos_connectors.core import faults
+from eos_connectors.core.kafka_config import plaintext
 from eos_connectors.core.topics import create_topic, read_to_end
 from eos_connectors.dev.endpoints import Endpoints
 from eos_connectors.dev.harness import checks
@@ -92,7 +93,7 @@ def verify(
     expected_words = _write_input(plan, endpoints, names, chosen, out)
     for target in chosen:
         if target.family == "kafka":
-            create_topic(endpoints.kafka_bootstrap, target.output, 2, **_output_config(target))
+            create_topic(endpoints.kafka, target.output, 2, **_output_config(target))
     ensure_class_archive()
     entries = schedule(plan, chosen)
     network, piped = None, endpoints
@@ -144,16 +145,16 @@ def _write_input(
     )
     expected: Counter[str] = Counter()
     if any(t.cell.input == "changes" for t in chosen):
-        create_topic(bootstrap, names.changes, plan.partitions)
+        create_topic(plaintext(bootstrap), names.changes, plan.partitions)
         produce_changes(bootstrap, names.changes, plan.records, plan.seed, vocabulary)
     if any(t.cell.input == "words" for t in chosen):
-        create_topic(bootstrap, names.words, plan.partitions)
+        create_topic(plaintext(bootstrap), names.words, plan.partitions)
         expected = produce_words(bootstrap, names.words, plan.records, plan.seed, vocabulary)
     if any(t.cell.timed for t in chosen):
         # One partition, so that what is late follows from the input's order (see
         # data.produce_timed_words). Event times lie in the past: keep the records
         # whatever their age (retention deletes by timestamp).
-        create_topic(bootstrap, names.timed, 1, **{"retention.ms": "-1"})
+        create_topic(plaintext(bootstrap), names.timed, 1, **{"retention.ms": "-1"})
         batch = plan.batch_offsets(chosen)
         produce_timed_words(bootstrap, names.timed, plan.records, batch, plan.seed, vocabulary)
     return expected
@@ -168,10 +169,10 @@ def _check_sinks(
 ) -> list[checks.SinkResult]:
     timed: list[Any] = []
     if any(t.cell.timed for t in chosen):
-        timed = read_to_end(endpoints.kafka_bootstrap, names.timed)
+        timed = read_to_end(endpoints.kafka, names.timed)
     changes: dict[str, int] = {}
     if any(t.cell.input == "changes" for t in chosen):
-        ordered = sorted(read_to_end(endpoints.kafka_bootstrap, names.changes))
+        ordered = sorted(read_to_end(endpoints.kafka, names.changes))
         changes = final_state((r.key, r.value) for r in ordered)
     results = []
     for target in chosen:
