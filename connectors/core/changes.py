@@ -11,8 +11,11 @@ deletes. The keyed sinks apply it when told how a row says "delete":
 
 Several changes of one key within one task's rows apply in the order of
 ``orderColumns`` (ascending: the last one wins; Kafka's ``partition,offset``, or a
-sequence such as Debezium's ``source.lsn``). Without it a task whose rows hold two
-changes of one key is refused: their order cannot be known once Spark has shuffled
+sequence such as Debezium's ``source.lsn``). The one rule every sink applies
+(:func:`unordered_change`; PostgreSQL states it in SQL over its stage table): a key
+with two or more changes in a task needs ``orderColumns``, and among that key's
+changes no order column may be null and no two changes may have equal order values.
+Otherwise the task is refused: their order cannot be known once Spark has shuffled
 them. The delete and order columns are *control columns*: read, never written.
 """
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -197,3 +201,37 @@ def place(rows: pa.Table | pa.RecordBatch, index: int) -> str:
     if not named:
         return f"row {index} of this task's input"
     return ", ".join(f"{c} {rows.column(c)[index].as_py()}" for c in named)
+
+
+def unordered_change(table: pa.Table, key: str, order: Sequence[str]) -> int | None:
+    """Task: the first row of ``table`` (sorted by ``key`` then ``order``) whose key has
+    several changes whose order is unknown: no ``order`` columns, a null in one of them,
+    or equal order values (the module's rule); None when every key's order is known."""
+    if table.num_rows < 2:
+        return None
+    head, tail = table.slice(0, table.num_rows - 1), table.slice(1)
+    same_key = pc.equal(head.column(key), tail.column(key))
+    unknown = same_key  # no order columns: every second change of a key is unordered
+    if order:
+        ties = [pc.fill_null(pc.equal(head[name], tail[name]), True) for name in order]
+        nulls = [pc.or_(pc.is_null(head[name]), pc.is_null(tail[name])) for name in order]
+        unknown = pc.or_(_all(ties), _any(nulls))
+    found = pc.and_(same_key, unknown)
+    if not pc.any(found).as_py():
+        return None
+    index: int = pc.index(found, True).as_py()
+    return index
+
+
+def _all(masks: list[Any]) -> Any:
+    result = masks[0]
+    for mask in masks[1:]:
+        result = pc.and_(result, mask)
+    return result
+
+
+def _any(masks: list[Any]) -> Any:
+    result = masks[0]
+    for mask in masks[1:]:
+        result = pc.or_(result, mask)
+    return result

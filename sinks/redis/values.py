@@ -32,7 +32,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from eos_connectors.core.changes import ChangeRules, delete_mask, place
+from eos_connectors.core.changes import ChangeRules, delete_mask, place, unordered_change
 from eos_connectors.core.changes import check_schema as check_changes
 from eos_connectors.core.errors import BadRecordError, ConfigError
 from eos_connectors.sinks.redis.options import RedisSinkOptions
@@ -204,25 +204,19 @@ def _last_changes(spec: Layout, table: pa.Table) -> pa.Table:
     order = spec.changes.order_columns
     by = [spec.key_column, *order]
     ordered = table.sort_by([(c, "ascending") for c in by])
-    if ordered.num_rows < 2:
-        return ordered
-    head, tail = ordered.slice(0, ordered.num_rows - 1), ordered.slice(1)
-    same_key = pc.equal(head.column(spec.key_column), tail.column(spec.key_column))
-    if order:
-        tie = same_key
-        for name in order:
-            tie = pc.and_kleene(tie, pc.fill_null(pc.equal(head[name], tail[name]), True))
-    else:
-        tie = same_key
-    if pc.any(tie).as_py():
-        at = pc.index(tie, True).as_py()
+    at = unordered_change(ordered, spec.key_column, order)
+    if at is not None:
         key = ordered.column(spec.key_column)[at].as_py()
         what = f"the same (or a null) {', '.join(order)}" if order else "no orderColumns"
         raise BadRecordError(
             f"Several changes of key {key!r} in this task with {what}, so which applies last "
-            "is unknown. Set orderColumns to columns distinct per key (e.g. partition,offset). "
-            "Nothing of this task was written."
+            "is unknown. Set orderColumns to columns distinct and not null per key (e.g. "
+            "partition,offset). Nothing of this task was written."
         )
+    if ordered.num_rows < 2:
+        return ordered
+    head, tail = ordered.slice(0, ordered.num_rows - 1), ordered.slice(1)
+    same_key = pc.equal(head.column(spec.key_column), tail.column(spec.key_column))
     last = pc.invert(same_key)
     return ordered.filter(pa.concat_arrays([last.combine_chunks(), pa.array([True])]))
 

@@ -7,7 +7,13 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
 
-from eos_connectors.core.changes import ChangeRules, check_schema, delete_mask, parse_changes
+from eos_connectors.core.changes import (
+    ChangeRules,
+    check_schema,
+    delete_mask,
+    parse_changes,
+    unordered_change,
+)
 from eos_connectors.core.errors import BadRecordError, ConfigError
 from eos_connectors.sinks.kafka.options import parse_options as kafka_options
 from eos_connectors.sinks.kafka.records import rows
@@ -115,6 +121,51 @@ def test_redis_keeps_each_keys_last_change_in_order_and_deletes_carry_no_value()
     )
     with pytest.raises(BadRecordError, match=r"no key .* at topic orders, offset 41"):
         entries(spec, iter([keyless]))
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "known"),
+    [
+        ((1, 5), (2, 6), True),
+        ((1, None), (2, None), False),  # Redis took this (the first column differs)
+        ((None, 5), (None, 6), False),
+        ((1, 5), (1, 5), False),
+        ((1, 5), (1, 6), True),
+    ],
+)
+def test_one_keys_order_is_known_by_the_same_rule_in_every_sink(
+    first: tuple[int | None, int | None], second: tuple[int | None, int | None], known: bool
+) -> None:
+    """Two changes of key 'k' ordered by (a, b): a null in an order column makes the order
+    unknown even where another order column differs, as PostgreSQL's check (its stage
+    table, sinks/postgres/changes.py) has always said; a single change needs no order."""
+    table = pa.table(
+        {
+            "k": ["k", "k", "z"],
+            "a": pa.array([first[0], second[0], None], pa.int64()),
+            "b": pa.array([first[1], second[1], None], pa.int64()),
+        }
+    )
+    ordered = table.sort_by([("k", "ascending"), ("a", "ascending"), ("b", "ascending")])
+    assert (unordered_change(ordered, "k", ("a", "b")) is None) == known
+    schema = StructType(
+        [
+            StructField("k", StringType()),
+            StructField("v", StringType()),
+            StructField("a", LongType()),
+            StructField("b", LongType()),
+        ]
+    )
+    spec = layout(
+        redis_options({**REDIS, "keyColumn": "k", "orderColumns": "a,b"}),
+        schema,
+    )
+    batch = table.append_column("v", pa.array(["1", "2", "3"])).to_batches()[0]
+    if known:
+        entries(spec, iter([batch]))
+    else:
+        with pytest.raises(BadRecordError, match="Several changes of key 'k'"):
+            entries(spec, iter([batch]))
 
 
 def test_the_kafka_sink_writes_deletes_as_tombstones_with_their_keys() -> None:
