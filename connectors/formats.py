@@ -8,8 +8,8 @@ sink's writing half (``sinks/kafka``). The class joins them here, above both.
 
 from __future__ import annotations
 
-from eos_connectors.sinks.kafka.source import KafkaSinkFormat
-from eos_connectors.sources.kafka.source import KafkaSourceFormat
+from eos_connectors.sinks.kafka.format import KafkaSinkFormat
+from eos_connectors.sources.kafka.format import KafkaSourceFormat
 
 __all__ = ["KafkaDataSource"]
 

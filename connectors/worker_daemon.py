@@ -27,10 +27,13 @@ PRELOAD = (
     "pyarrow",
     "pyarrow.compute",
     "confluent_kafka",
-    "eos_connectors.sources.kafka.reader",
+    "eos_connectors.sources.kafka.stream_reader",
     "eos_connectors.sinks.kafka.exactly_once",
-    "eos_connectors.sinks.postgres.writer",
-    "eos_connectors.sinks.redis.writer",
+    "eos_connectors.sinks.kafka.at_least_once",
+    "eos_connectors.sinks.postgres.exactly_once",
+    "eos_connectors.sinks.postgres.at_least_once",
+    "eos_connectors.sinks.redis.exactly_once",
+    "eos_connectors.sinks.redis.at_least_once",
 )
 
 

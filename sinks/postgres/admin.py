@@ -7,13 +7,9 @@ from psycopg import sql
 
 from eos_connectors.core.protocol import Lineage, TwoPhaseCommitWriter, UnitId
 from eos_connectors.core.sinks_admin import ResetGuard, SinkAdmin, SinkRecord, UnitInDoubt, refuse
+from eos_connectors.sinks.postgres.connection import Connection, connect
+from eos_connectors.sinks.postgres.exactly_once import PostgresExactlyOnceWriter, sink_lock_key
 from eos_connectors.sinks.postgres.options import PostgresSinkOptions
-from eos_connectors.sinks.postgres.writer import (
-    Connection,
-    PostgresExactlyOnceWriter,
-    connect,
-    sink_lock_key,
-)
 
 
 class PostgresSinkAdmin(SinkAdmin):

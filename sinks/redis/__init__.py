@@ -1,8 +1,9 @@
 """The Redis sink ``eos_redis``: exactly once through staged units applied by Lua scripts."""
 
+from eos_connectors.sinks.redis.at_least_once import RedisAtLeastOnceWriter
+from eos_connectors.sinks.redis.exactly_once import RedisExactlyOnceWriter
+from eos_connectors.sinks.redis.format import RedisDataSource
 from eos_connectors.sinks.redis.options import RedisSinkOptions, parse_options
-from eos_connectors.sinks.redis.source import RedisDataSource
-from eos_connectors.sinks.redis.writer import RedisAtLeastOnceWriter, RedisExactlyOnceWriter
 
 __all__ = [
     "RedisAtLeastOnceWriter",

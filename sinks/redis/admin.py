@@ -15,8 +15,9 @@ from eos_connectors.core.sinks_admin import (
     refuse,
 )
 from eos_connectors.sinks.redis import scripts, values
+from eos_connectors.sinks.redis.connection import as_text, connect
+from eos_connectors.sinks.redis.exactly_once import RedisExactlyOnceWriter, SinkKeys
 from eos_connectors.sinks.redis.options import RedisSinkOptions
-from eos_connectors.sinks.redis.writer import RedisExactlyOnceWriter, SinkKeys, as_text, connect
 
 
 class RedisSinkAdmin(SinkAdmin):

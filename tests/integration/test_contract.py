@@ -16,7 +16,8 @@ from psycopg import sql
 from eos_connectors.core.protocol import TwoPhaseCommitWriter, UnitId
 from eos_connectors.dev.endpoints import Endpoints
 from eos_connectors.sinks.postgres import PostgresDataSource
-from eos_connectors.sinks.postgres.writer import PostgresExactlyOnceWriter, give_back, take
+from eos_connectors.sinks.postgres.connection import give_back, take
+from eos_connectors.sinks.postgres.exactly_once import PostgresExactlyOnceWriter
 from eos_connectors.sinks.redis import RedisDataSource
 from eos_connectors.testing import CONTRACT_SCHEMA, SinkContract, rows_of
 from eos_connectors.testing.contract import batch_rows

@@ -485,7 +485,7 @@ def _latest_after(endpoints: Endpoints, previous: SourceOffset, **options: str) 
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
     from eos_connectors.sources.kafka.options import parse_options
-    from eos_connectors.sources.kafka.reader import KafkaStreamReader
+    from eos_connectors.sources.kafka.stream_reader import KafkaStreamReader
 
     raw = {"kafka.bootstrap.servers": endpoints.kafka_bootstrap, **options}
     reader = KafkaStreamReader(parse_options(raw))
@@ -553,7 +553,7 @@ def test_min_offsets_per_trigger_waits_for_more_up_to_max_trigger_delay(
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
     from eos_connectors.sources.kafka.options import parse_options
-    from eos_connectors.sources.kafka.reader import KafkaStreamReader
+    from eos_connectors.sources.kafka.stream_reader import KafkaStreamReader
 
     bootstrap, topic = endpoints.kafka_bootstrap, f"src-min-{unique}"
     create_topic(plaintext(bootstrap), topic)

@@ -11,7 +11,7 @@ import redis
 
 from eos_connectors.core.errors import ConfigError
 from eos_connectors.dev.stack.process import free_port
-from eos_connectors.sinks.redis.source import check_server
+from eos_connectors.sinks.redis.format import check_server
 from tests.redis_util import redis_server
 
 pytestmark = pytest.mark.services

@@ -116,8 +116,8 @@ def test_a_workers_pooled_client_is_reused_and_works_after_its_connection_died(
     """Tasks on one worker share a client; after the server dropped its connection (a
     restart, an idle timeout) the next task still gets a client that answers (the PING
     on taking it reconnects or replaces it)."""
+    from eos_connectors.sinks.redis.connection import pooled
     from eos_connectors.sinks.redis.options import parse_options
-    from eos_connectors.sinks.redis.writer import pooled
 
     options = parse_options({"url": endpoints.redis_url, "keyColumn": "k", "valueColumns": "n"})
     first = pooled(options)

@@ -104,8 +104,8 @@ def pg_options(dsn: Callable[[Endpoints], str]) -> Callable[[Endpoints], str]:
 
 def pg_connect(dsn: Callable[[Endpoints], str]) -> Callable[[Endpoints], str]:
     def run(endpoints: Endpoints) -> str:
+        from eos_connectors.sinks.postgres.connection import connect
         from eos_connectors.sinks.postgres.options import parse_options
-        from eos_connectors.sinks.postgres.writer import connect
 
         connect(parse_options(_pg_options(dsn(endpoints)))).close()
         return "connected"
@@ -130,8 +130,8 @@ def redis_options(url: Callable[[Endpoints], str]) -> Callable[[Endpoints], str]
 
 def redis_connect(url: Callable[[Endpoints], str]) -> Callable[[Endpoints], str]:
     def run(endpoints: Endpoints) -> str:
+        from eos_connectors.sinks.redis.connection import connect
         from eos_connectors.sinks.redis.options import parse_options
-        from eos_connectors.sinks.redis.writer import connect
 
         connect(parse_options(_redis_options(url(endpoints)))).close()
         return "connected"

@@ -19,8 +19,8 @@ from eos_connectors.sinks.kafka.checks import check_broker
 from eos_connectors.sinks.kafka.exactly_once import KafkaExactlyOnceWriter
 from eos_connectors.sinks.kafka.options import parse_options as kafka_options
 from eos_connectors.sinks.kafka.options import transactional_id
-from eos_connectors.sinks.postgres import source as pg_source
-from eos_connectors.sinks.redis import source as redis_source
+from eos_connectors.sinks.postgres import format as pg_format
+from eos_connectors.sinks.redis import format as redis_format
 from eos_connectors.testing import SinkContract
 from tests.integration import test_contract as contract
 from tests.integration.test_kafka_sink import _rows, _task
@@ -46,7 +46,7 @@ def _eos(capsys: pytest.CaptureFixture[str], *args: str) -> str:
 def _orphans(suite: SinkContract, writer: TwoPhaseCommitWriter) -> list[str]:
     """What the next query start on the same target warns about (any age)."""
     options = writer.options  # type: ignore[attr-defined]
-    module = pg_source if isinstance(suite, contract.TestPostgresAppend) else redis_source
+    module = pg_format if isinstance(suite, contract.TestPostgresAppend) else redis_format
     with pytest.warns(UserWarning, match="eos sinks settle"):
         found = module.warn_about_orphans(options, older_than=0)
     return [r.sink_id for r in found]

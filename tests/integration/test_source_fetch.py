@@ -14,7 +14,7 @@ from eos_connectors.core.errors import DataLossError
 from eos_connectors.core.kafka_config import plaintext
 from eos_connectors.core.topics import create_topic, read_to_end
 from eos_connectors.dev.endpoints import Endpoints
-from eos_connectors.sources.kafka import read
+from eos_connectors.sources.kafka import fetch
 from eos_connectors.sources.kafka.offsets import KafkaRange
 from eos_connectors.sources.kafka.options import KafkaSourceOptions, parse_options
 from tests.kafka_util import produce_mixed, produce_plain
@@ -66,16 +66,16 @@ def test_a_small_range_fetches_little_past_its_end(
     options = parse_options(
         {"kafka.bootstrap.servers": endpoints.kafka_bootstrap, "assign": json.dumps({topic: [0]})}
     )
-    configured = read._consumer_config
+    configured = fetch._consumer_config
 
     def with_statistics(options: Any, work: KafkaRange) -> dict[str, Any]:
         return {**configured(options, work), "statistics.interval.ms": 50, "stats_cb": _received}
 
-    monkeypatch.setattr(read, "_consumer_config", with_statistics)
-    monkeypatch.setattr(read, "Consumer", _Counted)
+    monkeypatch.setattr(fetch, "_consumer_config", with_statistics)
+    monkeypatch.setattr(fetch, "Consumer", _Counted)
     RECEIVED.clear()
     work = KafkaRange(topic, 0, 20_000, 21_000)
-    batches = list(read.read_range(options, work, read.ConsumerPool()))
+    batches = list(fetch.read_range(options, work, fetch.ConsumerPool()))
     offsets = [o for batch in batches for o in batch.column("offset").to_pylist()]
     assert offsets == list(range(20_000, 21_000))
     assert RECEIVED, "librdkafka reported no statistics"
@@ -91,8 +91,8 @@ def _two_partitions_of_ten(bootstrap: str, topic: str) -> KafkaSourceOptions:
     return parse_options({"kafka.bootstrap.servers": bootstrap, "subscribe": topic})
 
 
-def _offsets(options: Any, work: KafkaRange, pool: read.ConsumerPool) -> list[int]:
-    batches = read.read_range(options, work, pool)
+def _offsets(options: Any, work: KafkaRange, pool: fetch.ConsumerPool) -> list[int]:
+    batches = fetch.read_range(options, work, pool)
     return [o for batch in batches for o in batch.column("offset").to_pylist()]
 
 
@@ -107,7 +107,7 @@ def test_a_pooled_consumer_reads_on_where_the_log_ended_and_is_dropped_after_an_
     bootstrap = endpoints.kafka_bootstrap
     topic = f"src-pool-{unique}"
     options = _two_partitions_of_ten(bootstrap, topic)
-    pool = read.ConsumerPool()
+    pool = fetch.ConsumerPool()
     assert _offsets(options, KafkaRange(topic, 0, 0, 10), pool) == list(range(10))
     time.sleep(0.5)  # the fetcher reaches the log's end meanwhile
     produce_plain(bootstrap, topic, [b"c%d" % i for i in range(10)], partition=0)
@@ -128,15 +128,15 @@ def test_a_read_to_the_logs_end_holds_up_no_next_task(endpoints: Endpoints, uniq
     librdkafka's default, every batch of a stream that keeps up with its input)."""
     topic = f"src-log-end-{unique}"
     options = _two_partitions_of_ten(endpoints.kafka_bootstrap, topic)
-    pool = read.ConsumerPool()
+    pool = fetch.ConsumerPool()
     waits = []
     for _ in range(5):
         assert _offsets(options, KafkaRange(topic, 0, 0, 10), pool) == list(range(10))
         next_task = KafkaRange(topic, 1, 0, 10)
-        settings = read._consumer_config(options, next_task)
+        settings = fetch._consumer_config(options, next_task)
         consumer = pool.take(settings)
         began = time.perf_counter()
-        assert read._checked_start(consumer, options, next_task) == 0
+        assert fetch._checked_start(consumer, options, next_task) == 0
         waits.append(time.perf_counter() - began)
         pool.give_back(settings, consumer)
     assert pool.created == 1
@@ -162,7 +162,7 @@ def test_every_column_is_what_a_plain_consumer_reads(
     produce_mixed(bootstrap, topic, 1, transactions=3, per_txn=20, txn_id=f"columns-{unique}")
     end = 50 + 3 * 20 + 3 + 3  # + a marker per transaction, + 3 plain records
     options = parse_options({"kafka.bootstrap.servers": bootstrap, "subscribe": topic})
-    batches = list(read.read_range(options, KafkaRange(topic, 0, 0, end), read.ConsumerPool()))
+    batches = list(fetch.read_range(options, KafkaRange(topic, 0, 0, end), fetch.ConsumerPool()))
     columns = {
         name: [v for batch in batches for v in batch.column(name).to_pylist()]
         for name in ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType")

@@ -15,7 +15,7 @@ from eos_connectors.sources.kafka.offsets import (
     to_spark,
 )
 from eos_connectors.sources.kafka.options import parse_options
-from eos_connectors.sources.kafka.reader import KafkaStreamReader
+from eos_connectors.sources.kafka.stream_reader import KafkaStreamReader
 
 
 def test_spark_form_round_trips() -> None:

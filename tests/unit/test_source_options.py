@@ -5,7 +5,7 @@ import json
 import pytest
 
 from eos_connectors.core.errors import ConfigError
-from eos_connectors.sources.kafka import read
+from eos_connectors.sources.kafka import fetch
 from eos_connectors.sources.kafka.offsets import KafkaRange
 from eos_connectors.sources.kafka.options import check_for_batch, check_for_stream, parse_options
 
@@ -98,7 +98,7 @@ def test_bad_assign() -> None:
     [(1, 64 << 10), (25_000, 524_288), (32_768, 524_288), (10_000_000, 16 << 20)],
 )
 def test_a_tasks_fetch_is_sized_to_its_range(records: int, fetch_bytes: int) -> None:
-    config = read._consumer_config(parse_options(BASE), KafkaRange("a", 0, 500, 500 + records))
+    config = fetch._consumer_config(parse_options(BASE), KafkaRange("a", 0, 500, 500 + records))
     assert config["max.partition.fetch.bytes"] == str(fetch_bytes)
     rounded_up = 1 << (records - 1).bit_length()
     assert config["queued.min.messages"] == str(min(rounded_up, 10_000_000))
@@ -109,7 +109,7 @@ def test_the_users_fetch_settings_win() -> None:
     options = parse_options(
         {**BASE, "kafka.max.partition.fetch.bytes": "123456", "kafka.queued.min.messages": "7"}
     )
-    config = read._consumer_config(options, KafkaRange("a", 0, 0, 25_000))
+    config = fetch._consumer_config(options, KafkaRange("a", 0, 0, 25_000))
     assert config["max.partition.fetch.bytes"] == "123456"
     assert config["queued.min.messages"] == "7"
 
@@ -131,7 +131,7 @@ def test_options_spark_jobs_carry_are_taken() -> None:
     assert (options.min_offsets_per_trigger, options.max_trigger_delay_ms) == (500, 30_000)
     assert options.max_records_per_partition == 1000
     assert (options.fetch_offset_retries, options.fetch_offset_retry_interval_ms) == (5, 20)
-    config = read._consumer_config(options, KafkaRange("a", 0, 0, 10))
+    config = fetch._consumer_config(options, KafkaRange("a", 0, 0, 10))
     assert config["group.id"] == "team-a" and "group.id" not in options.client_config()
     assert parse_options(BASE).max_trigger_delay_ms == 15 * 60 * 1000  # Spark's default
 

@@ -14,13 +14,13 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from eos_connectors.sources.kafka.batch import KafkaBatchReader
+from eos_connectors.sources.kafka.batch_reader import KafkaBatchReader
 from eos_connectors.sources.kafka.options import (
     KafkaSourceOptions,
     check_for_stream,
     parse_options,
 )
-from eos_connectors.sources.kafka.reader import KafkaStreamReader
+from eos_connectors.sources.kafka.stream_reader import KafkaStreamReader
 
 
 def source_schema(include_headers: bool) -> StructType:

@@ -19,9 +19,9 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from eos_connectors.core.errors import ConfigError
 from eos_connectors.sources.kafka.broker import BrokerView
+from eos_connectors.sources.kafka.fetch import read_partition
 from eos_connectors.sources.kafka.offsets import pack_ranges, plan_ranges
 from eos_connectors.sources.kafka.options import KafkaSourceOptions, check_for_batch
-from eos_connectors.sources.kafka.read import read_partition
 
 log = logging.getLogger(__name__)
 

@@ -1,22 +1,21 @@
-"""The PostgreSQL unit store: prepared transactions, a decision table, COPY."""
+"""The exactly-once PostgreSQL sink: each task prepares a transaction (``PREPARE
+TRANSACTION``), the driver records the batch's decision and commits them (``COMMIT
+PREPARED``); a PostgreSQL unit store of :mod:`eos_connectors.core.protocol`."""
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
 import logging
-import os
-import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import psycopg
 import pyarrow as pa
 from psycopg import sql
-from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import WriterCommitMessage
 
 from eos_connectors.core.context import TaskIdentity
-from eos_connectors.core.errors import ServiceUnavailableError, keeping_code
 from eos_connectors.core.protocol import (
     Decision,
     Lineage,
@@ -28,127 +27,16 @@ from eos_connectors.core.protocol import (
     UnitId,
     UnitMissingError,
 )
-from eos_connectors.core.secrets import redact, secret_values, settings_digest
-from eos_connectors.sinks.postgres import changes, copy
+from eos_connectors.sinks.postgres.connection import (
+    Connection,
+    first_line,
+    give_back,
+    take,
+)
 from eos_connectors.sinks.postgres.options import PostgresSinkOptions
+from eos_connectors.sinks.postgres.rows import ControlTypes, TaskRows
 
 log = logging.getLogger(__name__)
-
-Connection = psycopg.Connection[tuple[Any, ...]]
-
-LOCK_TIMEOUT = "60s"
-
-
-def connect(options: PostgresSinkOptions, autocommit: bool = True) -> Connection:
-    """A connection, or a ServiceUnavailableError that never shows the password."""
-    try:
-        return psycopg.connect(options.dsn, autocommit=autocommit, connect_timeout=15)
-    except psycopg.Error as exc:
-        raise keeping_code(
-            ServiceUnavailableError(
-                f"PostgreSQL at {redact(options.dsn)} (option 'dsn') is unreachable: "
-                f"{_first_line(exc, options)}"
-            ),
-            exc,
-        ) from None
-
-
-class _Pool(threading.local):
-    """This thread's idle autocommit connections, by a digest of the DSN (which may hold
-    a password), each with the id of the process that opened it.
-
-    Spark reuses its Python workers across tasks, so a task's checks and its prepared
-    transaction use the connection the worker's previous task gave back instead of two
-    new ones, and the driver's commit the one of its previous commit. A writer takes a
-    connection for its own use and gives it back when done; only a connection outside
-    any transaction goes back."""
-
-    def __init__(self) -> None:
-        self.idle: dict[str, tuple[int, Connection]] = {}
-
-
-_POOL = _Pool()
-
-
-def take(options: PostgresSinkOptions) -> Connection:
-    """Task or driver: this thread's idle connection for ``options.dsn`` once it answered
-    a query, or a new one. One that does not answer (the server restarted, the
-    connection dropped) is closed; a new one fails clearly if PostgreSQL is unreachable."""
-    held = _POOL.idle.pop(settings_digest(options.dsn), None)
-    if held is not None and held[0] == os.getpid():  # not a forked parent's: leave that be
-        conn = _answering(held[1])
-        if conn is not None:
-            return conn
-    return connect(options)
-
-
-def give_back(options: PostgresSinkOptions, conn: Connection) -> None:
-    """Task or driver: ``conn`` into this thread's pool when it is outside any transaction,
-    else closed (the server then rolls back the open transaction, not prepared ones)."""
-    key = settings_digest(options.dsn)
-    idle = not conn.closed and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-    if idle and key not in _POOL.idle:  # one a DSN is enough
-        _POOL.idle[key] = (os.getpid(), conn)
-    else:
-        conn.close()
-
-
-def _answering(conn: Connection) -> Connection | None:
-    try:
-        conn.execute("SELECT 1")
-        return conn
-    except psycopg.Error:
-        conn.close()
-        return None
-
-
-def _first_line(exc: Exception, options: PostgresSinkOptions) -> str:
-    text = str(exc).strip()
-    if not text:
-        return type(exc).__name__
-    return redact(text.splitlines()[0], secret_values({"dsn": options.dsn}))
-
-
-ControlTypes = tuple[tuple[str, str], ...]
-
-
-class _Rows:
-    """Writing one task's rows in the sink's mode; shared by both delivery guarantees.
-    ``control_types``: the PostgreSQL types of a change stream's control columns."""
-
-    def __init__(
-        self, options: PostgresSinkOptions, columns: tuple[str, ...], control_types: ControlTypes
-    ) -> None:
-        self.options = options
-        self.columns = columns
-        self.control_types = control_types
-
-    def write(self, cur: psycopg.Cursor[Any], name: str, batches: Iterator[pa.RecordBatch]) -> int:
-        cur.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(LOCK_TIMEOUT)))
-        if self.options.mode == "append":
-            return copy.append(cur, self.options.table, self.columns, batches)
-        if self.options.mode == "update" or self.options.changes.applies_changes:
-            return changes.apply(cur, self._target(), name, batches).rows
-        return copy.upsert(
-            cur,
-            self.options.table,
-            self.options.bookkeeping_schema,
-            name,
-            self.columns,
-            self.options.key_columns,
-            batches,
-        )
-
-    def _target(self) -> changes.Target:
-        return changes.Target(
-            table=self.options.table,
-            stage_schema=self.options.bookkeeping_schema,
-            columns=self.columns,
-            keys=self.options.key_columns,
-            rules=self.options.changes,
-            control_types=self.control_types,
-            update_only=self.options.mode == "update",
-        )
 
 
 class PostgresExactlyOnceWriter(TwoPhaseCommitWriter):
@@ -176,7 +64,7 @@ class PostgresExactlyOnceWriter(TwoPhaseCommitWriter):
         control_types: ControlTypes = (),
     ) -> None:
         self.options = options
-        self.rows = _Rows(options, columns, control_types)
+        self.rows = TaskRows(options, columns, control_types)
         self._conn: Connection | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -323,7 +211,7 @@ class PostgresExactlyOnceWriter(TwoPhaseCommitWriter):
         except psycopg.errors.UndefinedObject:
             return Outcome.ALREADY_COMMITTED if self._recorded(unit) else Outcome.MISSING
         except psycopg.OperationalError as exc:
-            log.warning("COMMIT PREPARED %s: %s; retrying", unit, _first_line(exc, self.options))
+            log.warning("COMMIT PREPARED %s: %s; retrying", unit, first_line(exc, self.options))
             self._drop()
             return Outcome.RETRY
         return Outcome.COMMITTED
@@ -411,35 +299,3 @@ def _lock_key(decision: Decision) -> int:
     """A signed 64-bit advisory lock key for (sink, batch)."""
     digest = hashlib.sha256(f"{decision.sink_id}|{decision.batch_id}".encode()).digest()
     return int.from_bytes(digest[:8], "big", signed=True)
-
-
-class PostgresAtLeastOnceWriter(DataSourceStreamArrowWriter):
-    """At-least-once: each task commits its own transaction; a replayed batch writes again.
-
-    With mode=upsert a replay rewrites the same rows (idempotent in effect); with
-    mode=append it duplicates them. For benchmarks and stores that tolerate it.
-    """
-
-    def __init__(
-        self,
-        options: PostgresSinkOptions,
-        columns: tuple[str, ...],
-        control_types: ControlTypes = (),
-    ) -> None:
-        self.options = options
-        self.rows = _Rows(options, columns, control_types)
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        from pyspark import TaskContext
-
-        context = TaskContext.get()
-        name = f"plain|{context.partitionId() if context else 0}"
-        conn = take(self.options)
-        try:
-            with conn.transaction(), conn.cursor() as cur:
-                self.rows.write(cur, name, iterator)
-        except BaseException:
-            conn.close()
-            raise
-        give_back(self.options, conn)
-        return WriterCommitMessage()

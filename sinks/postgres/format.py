@@ -16,13 +16,10 @@ from eos_connectors.core.sinks_admin import ORPHAN_AGE_SECONDS, SinkRecord
 from eos_connectors.core.sinks_admin import warn_about_orphans as shared_warning
 from eos_connectors.core.startup import once_per_driver, start_key
 from eos_connectors.sinks.postgres import schema as pg_schema
+from eos_connectors.sinks.postgres.at_least_once import PostgresAtLeastOnceWriter
+from eos_connectors.sinks.postgres.connection import Connection, connect
+from eos_connectors.sinks.postgres.exactly_once import PostgresExactlyOnceWriter
 from eos_connectors.sinks.postgres.options import PostgresSinkOptions, parse_options
-from eos_connectors.sinks.postgres.writer import (
-    Connection,
-    PostgresAtLeastOnceWriter,
-    PostgresExactlyOnceWriter,
-    connect,
-)
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +30,8 @@ NAME = "eos_postgres"
 class PostgresDataSource(batch_job.SinkFormat):
     """Streaming sink into a PostgreSQL table, exactly once through two-phase commit.
 
-    See :class:`sinks.postgres.writer.PostgresExactlyOnceWriter` for the guarantee.
+    See :class:`~eos_connectors.sinks.postgres.exactly_once.PostgresExactlyOnceWriter` for
+    the guarantee.
     """
 
     @classmethod

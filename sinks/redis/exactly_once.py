@@ -1,4 +1,6 @@
-"""The Redis unit store: staged entries per unit, a decision hash, one Lua apply per unit."""
+"""The exactly-once Redis sink: tasks stage their entries per unit, the driver records the
+batch's decision and applies each stage with one Lua script that moves the sink's
+watermark; a Redis unit store of :mod:`eos_connectors.core.protocol`."""
 
 from __future__ import annotations
 
@@ -8,9 +10,8 @@ from typing import Any
 
 import pyarrow as pa
 import redis
-from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
-from eos_connectors.core.errors import ServiceUnavailableError, keeping_code
+from eos_connectors.core.errors import ServiceUnavailableError
 from eos_connectors.core.protocol import (
     Decision,
     Lineage,
@@ -21,60 +22,16 @@ from eos_connectors.core.protocol import (
     UnitId,
     UnitMissingError,
 )
-from eos_connectors.core.secrets import redact, secret_values, settings_digest
+from eos_connectors.core.secrets import redact
 from eos_connectors.sinks.redis import scripts, values
+from eos_connectors.sinks.redis.connection import as_text, pooled
 from eos_connectors.sinks.redis.options import RedisSinkOptions
 
 log = logging.getLogger(__name__)
 
+
 #: Entries per RPUSH (tasks) or per script call (at-least-once writes).
 ENTRIES_PER_COMMAND = 5000
-SOCKET_TIMEOUT = 300.0
-
-
-def connect(options: RedisSinkOptions) -> redis.Redis:
-    """A client that has answered PING, or a ServiceUnavailableError without the password."""
-    client = redis.Redis.from_url(
-        options.url, socket_connect_timeout=10, socket_timeout=SOCKET_TIMEOUT
-    )
-    try:
-        client.ping()
-    except redis.RedisError as exc:
-        client.close()
-        raise keeping_code(
-            ServiceUnavailableError(
-                f"Redis at {redact(options.url)} (option 'url') is unreachable: "
-                f"{redact(str(exc), secret_values({'url': options.url}))}"
-            ),
-            exc,
-        ) from None
-    return client
-
-
-#: This Python worker's Redis clients, by a digest of the URL (which may hold a
-#: password). Spark reuses its workers across tasks, so a task does not connect and
-#: PING twice before its first command; each client answers a PING when taken.
-_CLIENTS: dict[str, redis.Redis] = {}
-
-
-def pooled(options: RedisSinkOptions) -> redis.Redis:
-    """Task or driver: this worker's client for ``options.url`` after it answered a
-    PING; a client that does not (Redis restarted, the connection dropped) is closed
-    and replaced by a new one, which fails clearly if Redis is unreachable."""
-    key = settings_digest(options.url)
-    client = _CLIENTS.pop(key, None)
-    if client is not None:
-        try:
-            client.ping()
-        except redis.RedisError:
-            client.close()
-            client = None
-    _CLIENTS[key] = client or connect(options)
-    return _CLIENTS[key]
-
-
-def as_text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 class SinkKeys:
@@ -112,7 +69,7 @@ class SinkKeys:
         return f"{self.base}:applied"
 
 
-def _script_args(spec: values.Layout, ttl: int | None) -> list[str]:
+def script_args(spec: values.Layout, ttl: int | None) -> list[str]:
     """The leading ARGV both scripts take: mode, number kind, ttl, fields."""
     return [spec.script_mode, spec.number or "", str(ttl or 0), str(len(spec.fields)), *spec.fields]
 
@@ -210,7 +167,7 @@ class RedisExactlyOnceWriter(TwoPhaseCommitWriter):
 
     def commit_unit(self, unit: UnitId) -> Outcome:
         keys = self.keys(unit.sink_id)
-        args = [*_script_args(self.spec, self.options.ttl_seconds), str(unit), str(unit.batch_id)]
+        args = [*script_args(self.spec, self.options.ttl_seconds), str(unit), str(unit.batch_id)]
         try:
             decision = self.find_decision(unit.sink_id, unit.batch_id)  # decided units only
             watermark = keys.watermark(decision.query_id if decision else "")
@@ -231,7 +188,7 @@ class RedisExactlyOnceWriter(TwoPhaseCommitWriter):
                 unit,
                 keys.rejected,
             )
-        _log_absent(int(absent), str(unit))
+        log_absent(int(absent), str(unit))
         return {-1: Outcome.ALREADY_COMMITTED, -2: Outcome.MISSING}.get(
             int(applied), Outcome.COMMITTED
         )
@@ -278,35 +235,7 @@ def _decision(sink_id: str, batch_id: int, text: str) -> Decision:
     return Decision(sink_id, batch_id, query_id, units)
 
 
-class RedisAtLeastOnceWriter(DataSourceStreamArrowWriter):
-    """At-least-once: each task writes its entries straight to their keys.
-
-    A replayed batch writes again: harmless in upsert mode, counted twice in
-    increment mode. For benchmarks and for data that tolerates it.
-    """
-
-    def __init__(self, options: RedisSinkOptions, spec: values.Layout) -> None:
-        self.options = options
-        self.spec = spec
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        flat, _ = values.entries(self.spec, iterator)
-        client = pooled(self.options)
-        apply = client.register_script(scripts.APPLY_ENTRIES)
-        head = _script_args(self.spec, self.options.ttl_seconds)
-        chunk = ENTRIES_PER_COMMAND * self.spec.stride
-        with client.pipeline(transaction=False) as pipe:
-            for start in range(0, len(flat), chunk):
-                apply(args=[*head, *flat[start : start + chunk]], client=pipe)
-            results = pipe.execute()
-        failed = sum(int(r[1]) for r in results)
-        if failed:
-            log.error("Redis refused %d writes of this task (wrong type at the key)", failed)
-        _log_absent(sum(int(r[2]) for r in results), "this task")
-        return WriterCommitMessage()
-
-
-def _log_absent(absent: int, where: str) -> None:
+def log_absent(absent: int, where: str) -> None:
     """Deletes of keys that were not there changed nothing; say how many."""
     if absent:
         log.info("%d deletes of %s were of keys not in Redis: nothing to delete", absent, where)

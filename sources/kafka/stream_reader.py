@@ -22,6 +22,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from eos_connectors.sources.kafka.broker import BrokerView
+from eos_connectors.sources.kafka.fetch import read_partition, report_data_loss
 from eos_connectors.sources.kafka.offsets import (
     Offsets,
     SourceOffset,
@@ -34,7 +35,6 @@ from eos_connectors.sources.kafka.offsets import (
     to_spark,
 )
 from eos_connectors.sources.kafka.options import KafkaSourceOptions
-from eos_connectors.sources.kafka.read import read_partition, report_data_loss
 
 log = logging.getLogger(__name__)
 

@@ -16,12 +16,10 @@ from eos_connectors.core.sinks_admin import ORPHAN_AGE_SECONDS, SinkRecord
 from eos_connectors.core.sinks_admin import warn_about_orphans as shared_warning
 from eos_connectors.core.startup import once_per_driver, start_key
 from eos_connectors.sinks.redis import values
+from eos_connectors.sinks.redis.at_least_once import RedisAtLeastOnceWriter
+from eos_connectors.sinks.redis.connection import connect
+from eos_connectors.sinks.redis.exactly_once import RedisExactlyOnceWriter
 from eos_connectors.sinks.redis.options import RedisSinkOptions, parse_options
-from eos_connectors.sinks.redis.writer import (
-    RedisAtLeastOnceWriter,
-    RedisExactlyOnceWriter,
-    connect,
-)
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +29,7 @@ NAME = "eos_redis"
 class RedisDataSource(batch_job.SinkFormat):
     """Streaming sink into Redis keys, exactly once through staged, atomically applied units.
 
-    See :class:`sinks.redis.writer.RedisExactlyOnceWriter` for the guarantee.
+    See :class:`eos_connectors.sinks.redis.exactly_once.RedisExactlyOnceWriter` for the guarantee.
     """
 
     @classmethod

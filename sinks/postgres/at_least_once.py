@@ -1,0 +1,45 @@
+"""Task side: the at-least-once PostgreSQL sink (``deliveryGuarantee=at-least-once``): each
+task commits its own transaction, and a replayed batch writes again."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
+
+from eos_connectors.sinks.postgres.connection import give_back, take
+from eos_connectors.sinks.postgres.options import PostgresSinkOptions
+from eos_connectors.sinks.postgres.rows import ControlTypes, TaskRows
+
+
+class PostgresAtLeastOnceWriter(DataSourceStreamArrowWriter):
+    """At-least-once: each task commits its own transaction; a replayed batch writes again.
+
+    With mode=upsert a replay rewrites the same rows (idempotent in effect); with
+    mode=append it duplicates them. For benchmarks and stores that tolerate it.
+    """
+
+    def __init__(
+        self,
+        options: PostgresSinkOptions,
+        columns: tuple[str, ...],
+        control_types: ControlTypes = (),
+    ) -> None:
+        self.options = options
+        self.rows = TaskRows(options, columns, control_types)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        name = f"plain|{context.partitionId() if context else 0}"
+        conn = take(self.options)
+        try:
+            with conn.transaction(), conn.cursor() as cur:
+                self.rows.write(cur, name, iterator)
+        except BaseException:
+            conn.close()
+            raise
+        give_back(self.options, conn)
+        return WriterCommitMessage()

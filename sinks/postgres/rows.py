@@ -1,0 +1,58 @@
+"""One task's rows into PostgreSQL in the sink's mode (append, upsert, update, a change
+stream), inside the caller's transaction: shared by both delivery guarantees (task side)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pyarrow as pa
+from psycopg import sql
+
+from eos_connectors.sinks.postgres import changes, copy
+from eos_connectors.sinks.postgres.options import PostgresSinkOptions
+
+LOCK_TIMEOUT = "60s"
+
+
+ControlTypes = tuple[tuple[str, str], ...]
+
+
+class TaskRows:
+    """Writing one task's rows in the sink's mode; shared by both delivery guarantees.
+    ``control_types``: the PostgreSQL types of a change stream's control columns."""
+
+    def __init__(
+        self, options: PostgresSinkOptions, columns: tuple[str, ...], control_types: ControlTypes
+    ) -> None:
+        self.options = options
+        self.columns = columns
+        self.control_types = control_types
+
+    def write(self, cur: psycopg.Cursor[Any], name: str, batches: Iterator[pa.RecordBatch]) -> int:
+        cur.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(LOCK_TIMEOUT)))
+        if self.options.mode == "append":
+            return copy.append(cur, self.options.table, self.columns, batches)
+        if self.options.mode == "update" or self.options.changes.applies_changes:
+            return changes.apply(cur, self._target(), name, batches).rows
+        return copy.upsert(
+            cur,
+            self.options.table,
+            self.options.bookkeeping_schema,
+            name,
+            self.columns,
+            self.options.key_columns,
+            batches,
+        )
+
+    def _target(self) -> changes.Target:
+        return changes.Target(
+            table=self.options.table,
+            stage_schema=self.options.bookkeeping_schema,
+            columns=self.columns,
+            keys=self.options.key_columns,
+            rules=self.options.changes,
+            control_types=self.control_types,
+            update_only=self.options.mode == "update",
+        )
