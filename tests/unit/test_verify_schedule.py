@@ -47,6 +47,34 @@ def test_every_point_of_every_query_is_planned_once_per_round_in_its_own_query()
     assert [e.point for e in entries].count("source-read") == 1
 
 
+def test_pairs_coverage_crosses_every_sink_and_point_twice_in_fewer_batches() -> None:
+    """CI's coverage: each built-in sink's points spread over its queries, every (sink,
+    point) pair crossed by two queries, every query crossed, the custom sink and the
+    records query's restart kept whole; a query then needs fewer batches."""
+    every = Plan(cells=tuple(CELLS), custom=CUSTOM, records=4000, work_dir=Path("u"))
+    pairs = Plan(**{**every.__dict__, "coverage": "pairs"})
+    chosen = targets(every.cells, FAMILIES, "tag", (CUSTOM,))
+    crossed = [Entry.parse(e) for e in schedule(pairs, chosen) if "source-read" not in e]
+    by_family: dict[tuple[str, str], set[str]] = {}
+    for target in chosen:
+        mine = {e.point for e in crossed if e.query == target.name}
+        assert mine, f"{target.name} is never crossed"
+        for point in mine:
+            by_family.setdefault((target.family, point), set()).add(target.name)
+        if target.family == "custom":
+            assert mine == set(target.points)
+    for target in chosen:
+        for point in target.points:
+            queries = [t for t in chosen if t.family == target.family]
+            assert len(by_family[(target.family, point)]) >= min(2, len(queries))
+    assert "after-commit" in pairs.points(chosen)["rec-kafka-records"]
+    assert len(crossed) < len(schedule(every, chosen)) * 2 // 3
+    fewer = pairs.batch_offsets(chosen)
+    assert fewer["rc-postgres"] > every.batch_offsets(chosen)["rc-postgres"], "no fewer batches"
+    timed = {fewer[t.name] for t in chosen if t.cell.timed}
+    assert timed == {pairs.timed_batch_offsets(chosen)}, "the event-time queries share one"
+
+
 def test_a_mixed_plan_crashes_the_whole_pipeline_once_in_a_task() -> None:
     """Plus the records cell's query, which crashes whole after a task committed, so it
     restarts with another minPartitions (see cells.py)."""

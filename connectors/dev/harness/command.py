@@ -50,6 +50,14 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
         "restarts in the same session); all: every point crashes the whole pipeline; "
         "none: no point does",
     )
+    parser.add_argument(
+        "--coverage",
+        choices=["every", "pairs"],
+        default="every",
+        help="every: each query crosses every point of its sink; pairs: the points of each "
+        "built-in sink are spread over its queries, each (sink, point) pair crossed twice "
+        "(fewer batches: CI's budget); custom sinks cross every point either way",
+    )
     parser.add_argument("--kills", type=int, default=1, help="SIGKILLs at random moments")
     parser.add_argument(
         "--restart",
@@ -158,6 +166,7 @@ def plan_from(args: argparse.Namespace) -> Plan:
         cells=tuple(c.strip() for c in args.cells.split(",") if c.strip()),
         sinks=tuple(s.strip() for s in args.sinks.split(",") if s.strip()),
         full_crashes=args.full_crashes,
+        coverage=args.coverage,
         custom=custom,
         fault_rounds=args.fault_rounds,
         kills=args.kills,

@@ -75,7 +75,7 @@ def stage_frame(spark: SparkSession, spec: PipelineSpec, query: QuerySpec) -> Da
         .option("kafka.bootstrap.servers", spec.bootstrap)
         .option("subscribe", query.topic)
         .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", str(spec.max_offsets))
+        .option("maxOffsetsPerTrigger", str(query.max_offsets or spec.max_offsets))
         .options(**query.source_options, **_varied(spec, query))
         .load()
     )

@@ -76,6 +76,10 @@ class Plan:
     network_faults: tuple[str, ...] = ()  # "service:kind" (see harness.network), mid-run
     step_faults: tuple[str, ...] = ()  # STEP_FAULTS: a service crashed at a protocol step
     full_crashes: str = "mixed"  # "mixed": GROUP_POINTS as group crashes; "all"; "none"
+    #: "every": each query crosses every point of its sink; "pairs": the points of each
+    #: built-in sink are spread over its queries, each point crossed by two of them
+    #: (see :meth:`points`); a custom sink always crosses every point
+    coverage: str = "every"
     partitions: int = 2  # of each input topic
     shuffle_partitions: int = 2  # units per batch of a stateful query's sink
     words: int = 40
@@ -113,11 +117,86 @@ class Plan:
         by_family = Counter(STEP_FAULTS[f][0] for f in self.step_faults if f in STEP_FAULTS)
         return points_per_query * self.fault_rounds + 3 + max(by_family.values(), default=0)
 
-    def batch_offsets(self, chosen: list[Target]) -> int:
-        """``maxOffsetsPerTrigger`` of every query: enough batches for the most fault
-        points any chosen query crosses."""
-        points = max(len(t.points) for t in chosen)
-        return max(10, self.records // self.batches_needed(points))
+    def points(self, chosen: list[Target]) -> dict[str, tuple[str, ...]]:
+        """Query -> the fault points it crosses. With ``coverage="every"`` each query
+        crosses every point of its sink. With ``"pairs"`` (CI's budget) the points of
+        each built-in sink family are spread over its queries in turn, so that every
+        (sink, point) pair is still crossed, by two queries where the family has two,
+        and each query crosses at least one; fewer points a query means fewer batches
+        and fewer restarts of it. On a cluster, ``"pairs"`` crosses what only a cluster
+        shows (:data:`CLUSTER_PAIR_POINTS`): each lost executor costs a new executor's
+        start and the stages that lost their shuffle output. A query keeps the points it
+        must cross (the records query's ``after-commit``, its restart with another
+        ``minPartitions``), and a custom sink crosses every point: a connector author's
+        sink, or a broken one shown to fail, is proven in full."""
+        if self.coverage == "every":
+            return {t.name: t.points for t in chosen}
+        if self.on_cluster:
+            return {t.name: _on_a_cluster(t) for t in chosen}
+        assigned: dict[str, tuple[str, ...]] = {}
+        families: dict[str, list[Target]] = {}
+        for target in chosen:
+            if target.family == "custom":
+                assigned[target.name] = target.points
+            else:
+                families.setdefault(target.family, []).append(target)
+        for members in families.values():
+            assigned |= _spread(members)
+        return {t.name: assigned[t.name] for t in chosen}
+
+    def batch_offsets(self, chosen: list[Target]) -> dict[str, int]:
+        """Query -> its ``maxOffsetsPerTrigger``: enough batches for its points. The
+        queries of the event-time cell share one (their input is written for it)."""
+        points = self.points(chosen)
+        offsets = {
+            name: max(10, self.records // self.batches_needed(len(crossed)))
+            for name, crossed in points.items()
+        }
+        timed = [t.name for t in chosen if t.cell.timed]
+        if timed:
+            shared = min(offsets[name] for name in timed)
+            offsets |= dict.fromkeys(timed, shared)
+        return offsets
+
+    def timed_batch_offsets(self, chosen: list[Target]) -> int:
+        """The most offsets a batch of the event-time cell reads (its input and its
+        expected windows follow from it)."""
+        timed = [t.name for t in chosen if t.cell.timed]
+        return self.batch_offsets(chosen)[timed[0]] if timed else 0
+
+
+#: With ``coverage="pairs"`` on a cluster, what the local cells cannot cross: a zombie for
+#: every sink (before-prepare: its executor dies, and it wakes after its batch was
+#: decided) and, for a two-phase sink, an executor lost while its task writes; the
+#: local cells cross every other point as a killed process.
+CLUSTER_PAIR_POINTS = {"kafka": ("before-prepare",), "two-phase": ("before-prepare", "mid-prepare")}
+
+
+def _on_a_cluster(target: Target) -> tuple[str, ...]:
+    if target.family == "custom":
+        return target.points
+    return CLUSTER_PAIR_POINTS["kafka" if target.family == "kafka" else "two-phase"]
+
+
+#: Where a (sink, point) pair is crossed this many times when a family has the queries.
+PAIR_CROSSINGS = 2
+#: Points a query of a kind must cross whatever the spread (the records query's restart
+#: with another minPartitions happens at its after-commit).
+REQUIRED_POINTS = {"kafka-records": ("after-commit",)}
+
+
+def _spread(members: list[Target]) -> dict[str, tuple[str, ...]]:
+    """The family's points over its queries in turn: query i takes the next ``each``
+    points of the cycle, so that every point is crossed ``min(2, queries)`` times."""
+    points = members[0].points
+    crossings = min(PAIR_CROSSINGS, len(members))
+    each = max(1, -(-len(points) * crossings // len(members)))
+    assigned = {}
+    for i, target in enumerate(members):
+        mine = [points[(i * each + j) % len(points)] for j in range(min(each, len(points)))]
+        mine += [p for p in REQUIRED_POINTS.get(target.sink, ()) if p not in mine]
+        assigned[target.name] = tuple(p for p in points if p in mine)
+    return assigned
 
 
 class Names:
@@ -146,13 +225,15 @@ MIXED_GROUP_CRASHES = len(GROUP_POINTS)
 
 
 def schedule(plan: Plan, chosen: list[Target]) -> list[str]:
-    """Each query's points, one per batch from batch 1, and the source's point once, each
-    with its query's action (:meth:`Target.action`), except the :data:`GROUP_POINTS`
-    crashes of the whole pipeline; with ``full_crashes="all"`` every point is one."""
+    """Each query's points (:meth:`Plan.points`), one per batch from batch 1, and the
+    source's point once, each with its query's action (:meth:`Target.action`), except the
+    :data:`GROUP_POINTS` crashes of the whole pipeline; with ``full_crashes="all"``
+    every point is one."""
     entries: list[str] = []
     crashed: list[str] = []  # families that have their whole-pipeline crash
+    crossed = plan.points(chosen)
     for target in chosen:
-        for text in faults.schedule(target.points, plan.fault_rounds, query=target.name):
+        for text in faults.schedule(crossed[target.name], plan.fault_rounds, query=target.name):
             entry = faults.Entry.parse(text)
             zombie = target.action(entry.point) == "pause"
             whole = (plan.full_crashes == "all" and not zombie) or (
@@ -167,10 +248,10 @@ def schedule(plan: Plan, chosen: list[Target]) -> list[str]:
             entries.append(str(faults.Entry(entry.point, entry.batch, entry.query, action)))
     first = chosen[0]
     # The source's replay after a crash mid-read is a local-mode proof (the cells and
-    # tests/integration/test_source_replay.py); on a cluster it would cost one more lost
+    # tests/system/test_source_replay.py); on a cluster it would cost one more lost
     # executor and resubmitted stage and prove nothing about the sinks.
     if plan.fault_rounds and not plan.on_cluster:
-        batch = len(first.points) * plan.fault_rounds + 1
+        batch = len(crossed[first.name]) * plan.fault_rounds + 1
         action = "group" if plan.full_crashes == "all" else first.action("source-read")
         entries.append(str(faults.Entry("source-read", batch, first.name, action)))
     return entries + list(step_entries(plan, chosen))
@@ -182,10 +263,11 @@ def step_entries(plan: Plan, chosen: list[Target]) -> dict[str, str]:
     source's: one batch each."""
     entries: dict[str, str] = {}
     taken: Counter[str] = Counter()
+    crossed = plan.points(chosen)
     for name in plan.step_faults:
         family, point = STEP_FAULTS[name]
         target = next(t for t in chosen if t.family == family)
-        batch = len(target.points) * plan.fault_rounds + 2 + taken[target.name]
+        batch = len(crossed[target.name]) * plan.fault_rounds + 2 + taken[target.name]
         taken[target.name] += 1
         partition = 0 if point not in DRIVER_POINTS else None
         entries[str(faults.Entry(point, batch, target.name, "hold", partition))] = name
@@ -245,6 +327,8 @@ def check_plan(plan: Plan, crash_service: CrashService | None) -> None:
         )
     if plan.full_crashes not in ("mixed", "all", "none"):
         raise VerifyError(f"full_crashes={plan.full_crashes!r}: choose 'mixed', 'all' or 'none'.")
+    if plan.coverage not in ("every", "pairs"):
+        raise VerifyError(f"coverage={plan.coverage!r}: choose 'every' or 'pairs'.")
     if plan.records < plan.batches_needed(4) * 50:
         raise VerifyError(
             f"{plan.records} records are too few for {plan.batches_needed(4)} batches of at "

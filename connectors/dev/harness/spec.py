@@ -40,6 +40,7 @@ class QuerySpec:
     #: minPartitions on the query's first, second, ... start (in any pipeline process),
     #: cycling: what an operator retuning the source between restarts does.
     vary_min_partitions: tuple[int, ...] = ()
+    max_offsets: int | None = None  # maxOffsetsPerTrigger; None: the pipeline's
 
     @property
     def output_mode(self) -> str:

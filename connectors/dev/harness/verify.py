@@ -119,6 +119,7 @@ def verify(
         "custom": plan.custom.public() if plan.custom else None,
         "customs": [c.public() for c in plan.customs],
         "batch_offsets": plan.batch_offsets(chosen),
+        "timed_batch_offsets": plan.timed_batch_offsets(chosen),
         "checkpoints": plan.checkpoints,
     }
     report = Report({**shown, "schedule": entries}, runs, results, problems, fired)
@@ -155,7 +156,7 @@ def _write_input(
         # data.produce_timed_words). Event times lie in the past: keep the records
         # whatever their age (retention deletes by timestamp).
         create_topic(plaintext(bootstrap), names.timed, 1, **{"retention.ms": "-1"})
-        batch = plan.batch_offsets(chosen)
+        batch = plan.timed_batch_offsets(chosen)
         produce_timed_words(bootstrap, names.timed, plan.records, batch, plan.seed, vocabulary)
     return expected
 
@@ -178,7 +179,7 @@ def _check_sinks(
     for target in chosen:
         expected: Mapping[str, int] = words
         if target.cell.timed:
-            expected = window_counts(timed, plan.batch_offsets(chosen))
+            expected = window_counts(timed, plan.timed_batch_offsets(chosen))
         elif target.cell.input == "changes":
             expected = changes
         observed = target.observed(endpoints, plan.custom_sinks)
