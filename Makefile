@@ -4,7 +4,7 @@ BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help bootstrap demo verify soak test unit lint stack-up stack-down stack-status bench \
+.PHONY: help bootstrap demo verify soak test full unit lint stack-up stack-down stack-status bench \
 	bench-connectors bench-test
 
 help: ## list the targets
@@ -42,8 +42,11 @@ soak: bootstrap ## the depth CI leaves out: soak tests, 1M records through every
 		--checkpoint-root "$$EOS_HDFS_URL/soak"
 	$(BIN)/eos stack down
 
-test: bootstrap lint ## lint, then every test against real Kafka, PostgreSQL and Redis
-	$(BIN)/python -m pytest -v $(PYTEST_ARGS)
+test: bootstrap ## lint, then the CI tier against real Kafka, PostgreSQL, Redis and Spark (~15 min)
+	bash scripts/test.sh $(PYTEST_ARGS)
+
+full: bootstrap ## the CI tier and the second tier (wheel, parity, stack lifecycle, bench probes)
+	bash scripts/test.sh -m 'not soak and not bench' $(PYTEST_ARGS)
 
 unit: bootstrap ## the tests that need no server
 	$(BIN)/python -m pytest -v tests/unit $(PYTEST_ARGS)

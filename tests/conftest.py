@@ -14,12 +14,16 @@ import subprocess
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from eos_connectors.dev.endpoints import Endpoints
+from eos_connectors.dev.endpoints import Endpoints, KafkaSasl
 from eos_connectors.dev.harness.pytest_plugin import harness_runner
 from eos_connectors.dev.harness.verify import Report
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -188,3 +192,23 @@ def hdfs_url() -> Iterator[str]:
     yield url
     if not was_up and not os.environ.get("EOS_KEEP_STACK"):
         stack.down_hdfs()
+
+
+@pytest.fixture(scope="session")
+def spark(endpoints: Endpoints, request: pytest.FixtureRequest) -> Iterator[SparkSession]:
+    """The session's local Spark; HDFS first when a selected test keeps its checkpoint
+    there (the JVM, and so its Python workers, must start with EOS_WEBHDFS_URL set)."""
+    from eos_connectors.ops.session import local_session
+
+    if any(item.get_closest_marker("hdfs") for item in request.session.items):
+        request.getfixturevalue("hdfs_url")
+    session = local_session("eos-tests")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def sasl(endpoints: Endpoints) -> KafkaSasl:
+    if endpoints.kafka_sasl is None:
+        pytest.skip("these services have no SASL listener; `eos stack up` starts one")
+    return endpoints.kafka_sasl

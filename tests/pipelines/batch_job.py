@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -31,10 +32,30 @@ def main() -> None:
     from eos_connectors.ops.session import local_session
 
     spark = local_session("batch-job")
+    run(spark, Job(args.bootstrap, args.topic, args.out_topic, args.dsn, args.table,
+                   args.redis_url, args.prefix, args.version), args.attempts)  # fmt: skip
+    spark.stop()
+
+
+@dataclass(frozen=True)
+class Job:
+    bootstrap: str
+    topic: str
+    out_topic: str
+    dsn: str
+    table: str
+    redis_url: str
+    prefix: str  # sink ids and Redis keys start with it
+    version: str
+
+
+def run(spark: Any, job: Job, attempts: int = 8) -> None:
+    """The job in ``spark``: a process of its own for a crash test, the test session's
+    Spark for a run that is not crashed."""
     records = (
         spark.read.format("eos_kafka")
-        .option("kafka.bootstrap.servers", args.bootstrap)
-        .option("subscribe", args.topic)
+        .option("kafka.bootstrap.servers", job.bootstrap)
+        .option("subscribe", job.topic)
         .load()
         .selectExpr("key", "value", "CAST(value AS STRING) AS id", "CAST(key AS STRING) AS k")
     )
@@ -42,29 +63,28 @@ def main() -> None:
         (
             "eos_kafka",
             records.select("key", "value"),
-            {"kafka.bootstrap.servers": args.bootstrap, "topic": args.out_topic},
+            {"kafka.bootstrap.servers": job.bootstrap, "topic": job.out_topic},
         ),
         (
             "eos_postgres",
             records.select("id"),
-            {"dsn": args.dsn, "table": args.table, "createTable": "true"},
+            {"dsn": job.dsn, "table": job.table, "createTable": "true"},
         ),
         (
             "eos_redis",
             records.selectExpr("k", "1 AS n"),
             {
-                "url": args.redis_url,
+                "url": job.redis_url,
                 "keyColumn": "k",
                 "valueColumns": "n",
                 "mode": "increment",
-                "keyPrefix": f"{args.prefix}:",
+                "keyPrefix": f"{job.prefix}:",
             },
         ),
     ]
     for fmt, df, options in writes:
-        job = {"sinkId": f"{args.prefix}-{fmt}", "txnVersion": args.version}
-        write(df, fmt, {**options, **job}, args.attempts)
-    spark.stop()
+        named = {"sinkId": f"{job.prefix}-{fmt}", "txnVersion": job.version}
+        write(df, fmt, {**options, **named}, attempts)
 
 
 def write(df: Any, fmt: str, options: dict[str, str], attempts: int) -> None:

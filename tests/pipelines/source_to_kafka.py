@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 def main() -> None:
@@ -28,28 +32,44 @@ def main() -> None:
     from eos_connectors.ops.session import local_session
 
     spark = local_session("source-to-kafka", cores=args.cores)
+    run(spark, args.bootstrap, args.topic, args.out_topic, args.checkpoint, args.sink_id,
+        args.min_partitions, args.max_offsets)  # fmt: skip
+    spark.stop()
+
+
+def run(
+    spark: SparkSession,
+    bootstrap: str,
+    topic: str,
+    out_topic: str,
+    checkpoint: str,
+    sink_id: str,
+    min_partitions: str | None = None,
+    max_offsets: str = "100000",
+) -> None:
+    """The query, run to the end of its input (``availableNow``) in ``spark``: a process of
+    its own for a crash test, the test session's Spark for a query that is not crashed."""
     reader = (
         spark.readStream.format("eos_kafka")
-        .option("kafka.bootstrap.servers", args.bootstrap)
-        .option("subscribe", args.topic)
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
         .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", args.max_offsets)
+        .option("maxOffsetsPerTrigger", max_offsets)
     )
-    if args.min_partitions:
-        reader = reader.option("minPartitions", args.min_partitions)
+    if min_partitions:
+        reader = reader.option("minPartitions", min_partitions)
     query = (
         reader.load()
         .select("key", "value")
         .writeStream.format("eos_kafka")
-        .option("kafka.bootstrap.servers", args.bootstrap)
-        .option("topic", args.out_topic)
-        .option("sinkId", args.sink_id)
-        .option("checkpointLocation", args.checkpoint)
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("topic", out_topic)
+        .option("sinkId", sink_id)
+        .option("checkpointLocation", checkpoint)
         .trigger(availableNow=True)
         .start()
     )
     query.awaitTermination()
-    spark.stop()
 
 
 if __name__ == "__main__":

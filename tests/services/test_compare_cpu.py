@@ -1,5 +1,9 @@
 """The benchmarks' CPU clocks find the local broker and see what transactions cost it:
-`eos bench compare`'s per-pipeline clock and `eos bench kafka-cpu`'s per-task modes."""
+`eos bench compare`'s per-pipeline clock and `eos bench kafka-cpu`'s per-task modes.
+
+Second tier (`make full`, ~7 s): run it before a release and whenever the benchmarks'
+clocks (connectors/dev/compare) change.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ from eos_connectors.dev.endpoints import Endpoints
 from eos_connectors.sinks.kafka.options import KafkaSinkOptions, parse_options
 from eos_connectors.sinks.kafka.pool import ClientPool
 
-pytestmark = pytest.mark.services
+pytestmark = [pytest.mark.services, pytest.mark.full]
 
 
 def test_the_clock_charges_the_local_broker_for_transactions(
@@ -49,6 +53,7 @@ def test_the_clock_charges_the_local_broker_for_transactions(
     assert broker_s is not None and broker_s > 0.01  # ~40 transactions' coordinator work
 
 
+@pytest.mark.cost(4)
 def test_the_kafka_cpu_bench_measures_each_mode_on_the_real_broker(
     endpoints: Endpoints, tmp_path: Path
 ) -> None:

@@ -12,10 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import subprocess
-import sys
-import textwrap
 import traceback
 import uuid
 from collections.abc import Callable
@@ -316,57 +312,3 @@ def test_the_errors_still_say_what_is_wrong(endpoints: Endpoints) -> None:
         "topic": "t",
     }
     assert redact(f"password='{SECRET}' host=h") == "password=*** host=h"
-
-
-SPARK_SCRIPT = textwrap.dedent(
-    """
-    import json, sys
-    from eos_connectors.ops.session import local_session
-
-    cases = json.load(open(sys.argv[1]))
-    spark = local_session(app="eos-secrets")
-    rows = spark.readStream.format("rate").option("rowsPerSecond", 5).load()
-    words = rows.selectExpr("CAST(value % 3 AS STRING) AS word", "value AS count")
-    for name, (fmt, options) in cases.items():
-        query = (
-            words.writeStream.format(fmt).options(**options)
-            .option("checkpointLocation", sys.argv[2] + "/" + name).start()
-        )
-        try:
-            query.awaitTermination(120)
-            print("CASE", name, "did not fail", flush=True)
-        except Exception as exc:
-            print("CASE", name, "failed:", exc, flush=True)
-    spark.stop()
-    """
-)
-
-
-@pytest.mark.spark
-def test_no_secret_in_a_failing_spark_query_or_its_log(
-    endpoints: Endpoints, tmp_path: Path
-) -> None:
-    """A Spark process whose sinks get wrong passwords: its whole output, log included."""
-    cases = {
-        "postgres": ("eos_postgres", _pg_options(_pg_url(endpoints))),
-        "postgres-key-value": ("eos_postgres", _pg_options(_pg_kv(endpoints))),
-        "redis-unreachable": ("eos_redis", _redis_options(_redis_url(endpoints, port="1"))),
-    }
-    options_file = tmp_path / "cases.json"
-    options_file.write_text(json.dumps(cases))  # never on the command line
-    env = {**os.environ, "EOS_SPARK_LOG_LEVEL": "INFO"}
-    done = subprocess.run(
-        [sys.executable, "-c", SPARK_SCRIPT, str(options_file), str(tmp_path / "ck")],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
-        check=False,
-    )
-    output = done.stdout + done.stderr
-    for name in cases:
-        assert f"CASE {name} failed:" in output, output[-5000:]
-    assert " INFO " in output, "Spark's INFO lines were not printed: the test would see less"
-    assert "password authentication failed" in output
-    assert "Connection refused" in output
-    assert _leaks(output) == [], "the Spark process showed the secret"

@@ -22,8 +22,9 @@ from eos_connectors.sinks.kafka.options import transactional_id
 from eos_connectors.sinks.postgres import format as pg_format
 from eos_connectors.sinks.redis import format as redis_format
 from eos_connectors.testing import SinkContract
-from tests.integration import test_contract as contract
-from tests.integration.test_kafka_sink import _rows, _task
+from tests.kafka_sink_util import a_task as _task
+from tests.kafka_sink_util import rows_of as _rows
+from tests.services import test_contract as contract
 
 pytestmark = pytest.mark.services
 

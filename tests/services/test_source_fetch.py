@@ -180,3 +180,4 @@ def test_every_column_is_what_a_plain_consumer_reads(
     assert columns["timestampType"] == [spark_type] * len(expected)
     if time_type == "CreateTime":
         assert stamps[:50] == [1_700_000_000_000 + i for i in range(50)]
+

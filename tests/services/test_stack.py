@@ -1,4 +1,8 @@
-"""`eos stack`: idempotent up, down stops only what it started, restart keeps the port."""
+"""`eos stack`: idempotent up, down stops only what it started, restart keeps the port.
+
+Second tier (`make full`, ~13 s): run it before a release and whenever
+connectors/dev/stack changes (every CI run starts and stops the stack anyway).
+"""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ import pytest
 from eos_connectors.dev.stack import Stack
 from eos_connectors.dev.stack.process import pid_alive
 
-pytestmark = pytest.mark.services
+pytestmark = [pytest.mark.services, pytest.mark.full]
 
 
 def _eos(*args: str, root: Path) -> subprocess.CompletedProcess[str]:
@@ -28,6 +32,7 @@ def _eos(*args: str, root: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.cost(13)
 def test_stack_up_twice_down_once(tmp_path_factory: pytest.TempPathFactory) -> None:
     # A separate root so this test's stack is its own, beside the session's.
     base = Path("/var/lib/eos-connectors") if os.geteuid() == 0 else tmp_path_factory.mktemp("s")

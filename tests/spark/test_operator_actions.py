@@ -7,8 +7,6 @@ checkpoint, a resume or a reset while the query could still replay a batch.
 
 from __future__ import annotations
 
-import signal
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -18,7 +16,6 @@ from pyspark.sql import SparkSession
 from eos_connectors.core.topics import create_topic, read_to_end
 from eos_connectors.dev.endpoints import Endpoints
 from tests.kafka_util import produce_plain
-from tests.pipeline_util import env, run
 
 pytestmark = [pytest.mark.services, pytest.mark.spark]
 
@@ -26,34 +23,23 @@ RECORDS = 2_000
 HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
 
 
-def _to_kafka(
+def _in_session(
+    spark: SparkSession,
     endpoints: Endpoints,
     source: str,
     out: str,
     work: Path,
     sink_id: str,
     min_partitions: int,
-    cores: int = 1,
-) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "tests.pipelines.source_to_kafka",
-        "--bootstrap",
-        endpoints.kafka_bootstrap,
-        "--topic",
-        source,
-        "--out-topic",
-        out,
-        "--checkpoint",
-        str(work / "checkpoint"),
-        "--sink-id",
-        sink_id,
-        "--min-partitions",
-        str(min_partitions),
-        "--cores",
-        str(cores),
-    ]
+) -> None:
+    """eos_kafka -> eos_kafka to the end of the input, in the session's Spark: these
+    queries are never crashed, so they need no process of their own."""
+    from tests.pipelines import source_to_kafka
+
+    checkpoint = str(work / "checkpoint")
+    source_to_kafka.run(
+        spark, endpoints.kafka_bootstrap, source, out, checkpoint, sink_id, str(min_partitions)
+    )
 
 
 def _input(endpoints: Endpoints, unique: str) -> tuple[str, str, list[bytes]]:
@@ -66,43 +52,9 @@ def _input(endpoints: Endpoints, unique: str) -> tuple[str, str, list[bytes]]:
     return source, out, values
 
 
-@pytest.mark.parametrize(
-    ("before", "after"),
-    # 4 -> 2 in CI; 2 -> 4 in `make soak` (the conformance cells' records query restarts
-    # with 2, 6 and 4 tasks in CI too).
-    [(4, 2), pytest.param(2, 4, marks=pytest.mark.soak)],
-)
-def test_a_replay_with_another_min_partitions_writes_each_record_once(
-    endpoints: Endpoints, unique: str, tmp_path: Path, before: int, after: int
-) -> None:
-    """Batch 0 runs as ``before`` tasks; the last one dies after the others committed
-    their transactions (the whole pipeline with it); the operator restarts the query
-    with ``minPartitions=after``. The replay is split as the batch was first planned,
-    so each task partition's progress marker still speaks of the same records."""
-    source, out, values = _input(endpoints, unique)
-    sink_id = f"op-{unique}"
-    last = before - 1
-    crash = env(
-        EOS_FAULT_POINT=f"before-prepare@0#{last}",
-        EOS_FAULT_SCOPE="group",
-        EOS_FAULT_MARKER=str(tmp_path / "fired"),
-    )
-    first = _to_kafka(endpoints, source, out, tmp_path, sink_id, before)
-    assert run(first, crash) == -signal.SIGKILL
-    written = read_to_end(endpoints.kafka, out)
-    assert len(written) == RECORDS * last // before, "the other tasks committed first"
-
-    second = _to_kafka(endpoints, source, out, tmp_path, sink_id, after)
-    assert run(second, env()) == 0
-    counts = Counter(r.value for r in read_to_end(endpoints.kafka, out))
-    lost = [v for v in values if v not in counts]
-    duplicated = [v for v, n in counts.items() if n > 1]
-    assert (len(lost), len(duplicated)) == (0, 0), f"{len(lost)} lost, {len(duplicated)} twice"
-    assert sorted(counts) == sorted(values)
-
-
+@pytest.mark.cost(23)
 def test_a_new_checkpoint_that_reuses_a_kafka_sink_id_writes_nothing_anywhere(
-    endpoints: Endpoints, unique: str, tmp_path: Path
+    spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path
 ) -> None:
     """The first query writes through sink id S with 2 tasks a batch; a second query, on a
     new checkpoint with the same S, reads with 4 tasks side by side: its tasks on task
@@ -110,10 +62,9 @@ def test_a_new_checkpoint_that_reuses_a_kafka_sink_id_writes_nothing_anywhere(
     it fails having written nothing at all."""
     source, out, values = _input(endpoints, unique)
     sink_id = f"op-{unique}"
-    first = _to_kafka(endpoints, source, out, tmp_path / "first", sink_id, 2, cores=2)
-    assert run(first, env()) == 0
-    second = _to_kafka(endpoints, source, out, tmp_path / "second", sink_id, 4, cores=2)
-    assert run(second, env()) != 0, "the second query must fail"
+    _in_session(spark, endpoints, source, out, tmp_path / "first", sink_id, 2)
+    with pytest.raises(Exception, match=sink_id):  # the second query must fail
+        _in_session(spark, endpoints, source, out, tmp_path / "second", sink_id, 4)
     written = Counter(r.value for r in read_to_end(endpoints.kafka, out))
     assert sum(written.values()) == RECORDS, f"{sum(written.values()) - RECORDS} written twice"
     assert sorted(written) == sorted(values)
@@ -137,8 +88,13 @@ def _kafka_only(monkeypatch: pytest.MonkeyPatch, endpoints: Endpoints) -> None:
         monkeypatch.setenv(name, value)
 
 
+@pytest.mark.cost(38)
 def test_resume_and_reset_refuse_while_the_owning_query_can_still_replay_or_runs(
-    endpoints: Endpoints, unique: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    spark: SparkSession,
+    endpoints: Endpoints,
+    unique: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """One query into a Kafka sink id, two batches. Resuming a savepoint of it checks the
     sink its checkpoint records: refused when the environment cannot reach that sink (it
@@ -155,11 +111,11 @@ def test_resume_and_reset_refuse_while_the_owning_query_can_still_replay_or_runs
     _kafka_only(monkeypatch, endpoints)
     source, out, values = _input(endpoints, unique)
     sink_id, checkpoint = f"op-{unique}", tmp_path / "checkpoint"
-    assert run(_to_kafka(endpoints, source, out, tmp_path, sink_id, 2), env()) == 0
+    _in_session(spark, endpoints, source, out, tmp_path, sink_id, 2)
     stale = tmp_path / "stale"
     shutil.copytree(checkpoint, stale)
     produce_plain(endpoints.kafka_bootstrap, source, [b"one-more"], 0)
-    assert run(_to_kafka(endpoints, source, out, tmp_path, sink_id, 2), env()) == 0
+    _in_session(spark, endpoints, source, out, tmp_path, sink_id, 2)
     interrupted = tmp_path / "interrupted"
     shutil.copytree(checkpoint, interrupted)
     uncommit(interrupted, 1)
@@ -196,8 +152,7 @@ def test_resume_and_reset_refuse_while_the_owning_query_can_still_replay_or_runs
     code, said = reset(tmp_path / "resumed", quiet="3600")
     assert code == 2 and "looks alive" in said, said
     assert reset(tmp_path / "resumed") == (0, "")
-    second = _to_kafka(endpoints, source, out, tmp_path / "new", sink_id, 2)
-    assert run(second, env()) == 0, "a new query claims the reset sink id"
+    _in_session(spark, endpoints, source, out, tmp_path / "new", sink_id, 2)  # claims it
     counts = Counter(r.value for r in read_to_end(endpoints.kafka, out))
     assert all(counts[v] == 2 for v in values), "the new query wrote its input once more"
 

@@ -168,6 +168,7 @@ def test_server_without_prepared_transactions_is_refused_at_start(
         )
 
 
+@pytest.mark.cost(5)
 def test_a_new_checkpoint_with_the_same_sink_id_fails_at_its_first_batch(
     spark: SparkSession, endpoints: Endpoints, topic: str, unique: str, tmp_path: Path
 ) -> None:

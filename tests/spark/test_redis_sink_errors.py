@@ -1,8 +1,8 @@
 """The eos_redis sink refuses bad input and names an unreachable server without its password.
 
 Its exactly-once behaviour through crashes is proven by the contract suite
-(tests/integration/test_contract.py) and the conformance cells
-(tests/integration/test_conformance.py)."""
+(tests/services/test_contract.py) and the conformance cells
+(tests/system/test_conformance.py)."""
 
 from __future__ import annotations
 
@@ -44,6 +44,7 @@ def _write(
     stream_into(spark, endpoints, topic, tmp_path, select, "eos_redis", **sink)
 
 
+@pytest.mark.cost(5)
 def test_bad_input_gets_clear_errors_and_writes_nothing(
     spark: SparkSession, client: redis.Redis, endpoints: Endpoints, unique: str, tmp_path: Path
 ) -> None:

@@ -11,6 +11,7 @@ from eos_connectors.dev.harness.verify import Report
 pytestmark = [pytest.mark.services, pytest.mark.spark]
 
 
+@pytest.mark.cost(43)
 def test_a_pipeline_over_spark_connect_survives_its_crashes(
     eos_verify: Callable[..., Report],
 ) -> None:

@@ -1,34 +1,23 @@
-"""A stack with a replicated Kafka (`eos stack up --kafka-brokers 3`: three KRaft brokers,
-replication 3, min.insync.replicas 2, beside its own PostgreSQL and Redis), with one broker
-SIGKILLed at a time and started again while queries run:
+"""A replicated Kafka (`eos stack up --kafka-brokers 3`: three KRaft brokers, replication 3,
+min.insync.replicas 2; tests/system/conftest.py) with one broker SIGKILLed at a time:
 
-- an eos_kafka -> eos_kafka query while the leader of an input partition, the
-  transaction coordinator of a sink task partition's transactional id and the leader of
-  an output partition are killed in turn: no task may fail (the source asks a moving
-  leader again, the sink replaces a producer the coordinator's failover fenced), and the
-  output holds each input record exactly once;
-- the running-count conformance cell into Kafka, PostgreSQL and Redis (`eos verify
-  --kill-broker ... --step-fault ... --network-fault ... --checkpoint-root hdfs://...`),
-  every fault point crossed, its checkpoints on HDFS, with a leader killed at a random
-  moment, the sink's coordinator killed between a task's produce and its commit,
-  every broker's connections reset (through its proxied listener), PostgreSQL's reset
-  and Redis cut off: no query may fail on a broker's
-  kill, and every sink ends exact (make soak adds PostgreSQL and Redis restarted
-  between a decision and its commits).
+- the source's driver asks again when the broker its metadata names controller dies
+  (CI: ~15 s);
+- an eos_kafka -> eos_kafka query while the leader of an input partition, the transaction
+  coordinator of a sink task partition's transactional id and the leader of an output
+  partition are killed in turn: no task may fail, and the output holds each input record
+  exactly once (`make soak`: ~60 s, each hard kill stalls the batch in flight until the
+  controller fences the dead broker, ~9 s by default).
 
-Cost: ~15 s to start the stack; ~60 s for the first query (each hard kill stalls the
-batch in flight until the controller fences the dead broker, ~9 s by default), in
-`make soak`; ~165 s for the cell, in CI (which also stands for test_network_faults)."""
+The whole-pipeline run on this stack, with a Spark cluster, HDFS and every kind of
+fault, is tests/system/test_distributed.py."""
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -36,8 +25,7 @@ from confluent_kafka import Producer
 
 from eos_connectors.core.kafka_config import plaintext
 from eos_connectors.core.topics import create_topic, read_to_end
-from eos_connectors.dev.stack import Stack
-from eos_connectors.dev.stack.kafka_cluster import KafkaCluster, java_hash
+from eos_connectors.dev.stack.kafka_cluster import KafkaCluster
 from eos_connectors.sources.kafka.broker import BrokerView
 from eos_connectors.sources.kafka.options import parse_options
 from tests.pipeline_util import ROOT, committed_batches, env, kill_group
@@ -46,57 +34,6 @@ pytestmark = [pytest.mark.services, pytest.mark.spark]
 
 RECORDS = 4000
 PER_BATCH = 100
-
-
-def _eos(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """``eos`` on the stack under ``root``, with no endpoints from the session's stack (its
-    HDFS's WebHDFS stays: the sinks record themselves in checkpoints there)."""
-    environment = {
-        k: v for k, v in env().items() if not k.startswith("EOS_") or k == "EOS_WEBHDFS_URL"
-    }
-    environment["EOS_STACK_DIR"] = str(root)
-    command = [sys.executable, "-m", "eos_connectors.cli", *args]
-    return subprocess.run(
-        command, cwd=ROOT, env=environment, capture_output=True, text=True, check=False
-    )
-
-
-@pytest.fixture(scope="module")
-def replicated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """The root of a stack whose Kafka is three brokers (PostgreSQL's OS user must reach
-    it when the tests run as root, as in test_stack)."""
-    base = Path("/var/lib/eos-connectors") if os.geteuid() == 0 else tmp_path_factory.mktemp("r")
-    root = base / f"test-replicated-{os.getpid()}"
-    try:
-        up = _eos(root, "stack", "up", "--kafka-brokers", "3")
-        assert up.returncode == 0, up.stderr
-        switch = _eos(root, "stack", "up", "--kafka-brokers", "1")
-        assert switch.returncode != 0 and "stop it first" in switch.stderr
-        status = _eos(root, "stack", "status").stdout
-        assert [line.split()[0] for line in status.splitlines()][:3] == [
-            "kafka-1",
-            "kafka-2",
-            "kafka-3",
-        ]
-        yield root
-    finally:
-        down = _eos(root, "stack", "down")
-        shutil.rmtree(root, ignore_errors=True)
-    assert down.returncode == 0 and "kafka-3" in down.stdout, down.stdout + down.stderr
-
-
-@pytest.fixture(scope="module")
-def cluster(replicated: Path) -> KafkaCluster:
-    made = Stack(replicated).cluster
-    assert made is not None
-    return made
-
-
-def test_kafkas_rule_for_a_transactional_ids_coordinator() -> None:
-    """Java's String.hashCode, made non-negative as Kafka's Utils.abs does."""
-    assert java_hash("hello") == 99162322
-    assert java_hash("polygenelubricants") == 0  # hashCode is Integer.MIN_VALUE
-    assert java_hash("eos-sink-0") == 1803411642  # as java.lang.String says
 
 
 def _produce(bootstrap: str, topic: str) -> None:
@@ -160,6 +97,7 @@ def test_one_broker_killed_at_a_time_never_fails_the_query(
     assert len(values) == RECORDS and set(values) == {str(i).encode() for i in range(RECORDS)}
 
 
+@pytest.mark.cost(15)
 def test_the_source_asks_again_when_the_broker_named_controller_dies(
     cluster: KafkaCluster, unique: str
 ) -> None:
@@ -183,37 +121,3 @@ def test_the_source_asks_again_when_the_broker_named_controller_dies(
         assert time.monotonic() - began < 24
     finally:
         cluster.start(controller)
-
-
-@pytest.mark.hdfs
-def test_a_conformance_cell_on_a_replicated_kafka_with_brokers_killed(
-    replicated: Path, tmp_path: Path, hdfs_url: str
-) -> None:
-    """The running-count cell into every sink, its checkpoints on HDFS, with the input's
-    leader killed at a random moment, the sink's coordinator killed between a task's
-    produce and its commit, and a network fault per store (make soak: every broker role
-    at random moments, and PostgreSQL and Redis restarted between a decision and its
-    commits: ``--step-fault postgres --step-fault redis``)."""
-    work = tmp_path / "verify"
-    args = ["verify", "--cells", "running-count", "--sinks", "kafka,postgres,redis"]
-    args += ["--kills", "0", "--kill-broker", "input-leader"]
-    # one network fault per service in the same run (test_network_faults.py: every kind)
-    args += ["--network-fault", "postgres:reset", "--network-fault", "redis:cut"]
-    args += ["--network-fault", "kafka:reset"]  # every broker's connections: source and sink
-    args += ["--step-fault", "coordinator"]
-    args += ["--checkpoint-root", f"{hdfs_url}/verify"]
-    done = _eos(replicated, *args, "--records", "6000", "--work-dir", str(work))
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
-    report = json.loads((work / "report.json").read_text())
-    assert report["plan"]["checkpoints"].startswith(hdfs_url), report["plan"]["checkpoints"]
-    killed = " ".join(r["service_crashed"] or "" for r in report["runs"])
-    assert "(input-leader)" in killed, report["runs"]
-    assert "postgres network reset" in killed and "redis network cut" in killed
-    assert "kafka network reset" in killed, killed
-    assert "(coordinator at after-prepare)" in killed, killed
-    sinks = {
-        s["sink"]: (s["lost"], s["duplicated"], s["wrong"], len(s["leftovers"]))
-        for s in report["sinks"]
-    }
-    exact = (0, 0, 0, 0)
-    assert sinks == {"rc-kafka": exact, "rc-postgres": exact, "rc-redis-increment": exact}

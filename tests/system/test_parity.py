@@ -5,6 +5,9 @@ sinks, partition for partition in offset order.
 Each side runs in its own Spark process (``tests/pipelines/kafka_parity.py``), the
 JVM one with Spark's connector jars (``spark-sql-kafka-0-10``, resolved from Maven
 Central once). Cost: two Spark processes, about a minute.
+
+Second tier (`make full`): run it before a release and whenever the source's or the
+Kafka sink's options, columns or partitioning change.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from eos_connectors.core.kafka_config import plaintext
 from eos_connectors.core.topics import create_topic
 from eos_connectors.dev.endpoints import Endpoints
 
-pytestmark = [pytest.mark.services, pytest.mark.spark]
+pytestmark = [pytest.mark.services, pytest.mark.spark, pytest.mark.full]
 
 SCRIPT = Path(__file__).resolve().parents[1] / "pipelines" / "kafka_parity.py"
 
@@ -113,6 +116,7 @@ def _written(bootstrap: str, topic: str) -> dict[int, list[tuple[Any, ...]]]:
     return found
 
 
+@pytest.mark.cost(37)
 def test_reads_and_writes_match_sparks_jvm_kafka_format(
     endpoints: Endpoints, unique: str, tmp_path: Path
 ) -> None:

@@ -1,5 +1,5 @@
 """The harness itself: bad input must fail clearly and in bounded time. The harness's
-full run is tests/integration/test_conformance.py."""
+full run is tests/system/test_conformance.py."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ def read_nothing() -> dict[str, int]:
     return {}
 
 
+@pytest.mark.cost(9)
 def test_a_sink_format_that_does_not_exist_fails_fast(
     endpoints: Endpoints, eos_verify: Callable[..., Report]
 ) -> None:
@@ -31,6 +32,7 @@ def test_a_sink_format_that_does_not_exist_fails_fast(
     assert "no_such_sink" in report.problems[0]
 
 
+@pytest.mark.cost(8)
 def test_a_pipeline_that_never_progresses_is_stopped(
     endpoints: Endpoints, eos_verify: Callable[..., Report]
 ) -> None:

@@ -1,6 +1,10 @@
 """The package as a user gets it: the wheel alone, installed without extras into a fresh
 virtualenv outside the repository, run from a folder of the user's own that has
-``sources/``, ``sinks/`` and ``connectors/`` packages of its own."""
+``sources/``, ``sinks/`` and ``connectors/`` packages of its own.
+
+Second tier (`make full`, ~55 s): run it before a release and whenever packaging changes
+(pyproject.toml, package data, the CLI's entry point).
+"""
 
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ from eos_connectors.core.topics import create_topic
 from eos_connectors.dev.endpoints import Endpoints
 from tests.kafka_util import produce_plain
 
-pytestmark = [pytest.mark.services, pytest.mark.spark]
+pytestmark = [pytest.mark.services, pytest.mark.spark, pytest.mark.full]
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDS = 300
@@ -63,6 +67,7 @@ def _run(command: list[str], **kwargs: object) -> subprocess.CompletedProcess[st
     return done  # type: ignore[no-any-return]
 
 
+@pytest.mark.cost(55)
 def test_the_wheel_alone_gives_a_working_cli_and_pipeline(
     endpoints: Endpoints, unique: str, tmp_path: Path
 ) -> None:

@@ -1,7 +1,7 @@
 """The protocol's rules that the contract suite does not pin, over the in-memory store.
 
 The contract suite (eos_connectors.testing, run against every store in
-tests/unit/test_memory_contract.py and tests/integration/test_contract.py) covers
+tests/unit/test_memory_contract.py and tests/services/test_contract.py) covers
 crashes at every step and the cluster interleavings; this file covers naming,
 retries, the watermark skip and refusals.
 """

@@ -3,7 +3,7 @@
 A CI run on a 3-broker cluster got -1001 (no offset) and no error for a partition
 whose leader had just been killed; the source must ask again, never plan with it. The
 admin client here is a stand-in for librdkafka's answers, which a live broker gives
-only at a moment no test can choose (tests/integration/test_kafka_cluster.py kills the
+only at a moment no test can choose (tests/system/test_kafka_cluster.py kills the
 broker for real)."""
 
 from __future__ import annotations

@@ -1,0 +1,46 @@
+"""Fetch and build once what the tests and the harness need, ahead of them (development
+tooling): the Spark class archive (:mod:`eos_connectors.dev.warm_up`), Toxiproxy (the
+network-fault proxy, built from the Go module proxy) and the HDFS and Kafka jars (from
+Maven Central), each cached per user.
+
+Each is fetched the first time a test needs it anyway; ``make test`` runs this while
+ruff and mypy run, so a fresh machine's downloads and builds overlap the lint instead
+of adding to the tests' time. ``python -m eos_connectors.dev.prefetch``: exit 0 when
+everything is in place, 1 naming what failed (the tests then fail on it clearly).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+
+def _steps() -> dict[str, Callable[[], Path | None]]:
+    from eos_connectors.dev.stack import hdfs, kafka, toxiproxy
+    from eos_connectors.dev.warm_up import ensure_class_archive
+
+    return {
+        "Kafka's jars": kafka.ensure_jars,
+        "Hadoop's jars": hdfs.ensure_jars,
+        "Toxiproxy": toxiproxy.ensure_binary,
+        "Spark's class archive": ensure_class_archive,
+    }
+
+
+def main() -> int:
+    failed = []
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        futures = {name: pool.submit(step) for name, step in _steps().items()}
+    for name, future in futures.items():
+        error = future.exception()
+        if error is not None or future.result() is None:
+            failed.append(f"{name}: {error or 'not built'}")
+    for line in failed:
+        print(f"prefetch: {line}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

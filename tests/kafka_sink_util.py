@@ -1,0 +1,167 @@
+"""What the Kafka sink's tests share: a task's identity and rows, slow rows, a writer with a
+short transaction timeout, and what a reader sees."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from confluent_kafka import KafkaException
+from pyspark.sql import SparkSession
+
+from eos_connectors.core.context import TaskIdentity
+from eos_connectors.core.topics import create_topic, read_to_end
+from eos_connectors.dev.endpoints import Endpoints
+from eos_connectors.dev.harness.data import produce_words
+from eos_connectors.sinks.kafka.checks import check_broker
+from eos_connectors.sinks.kafka.clients import LIBRDKAFKA_LOG, fenced_producer
+from eos_connectors.sinks.kafka.exactly_once import KafkaExactlyOnceWriter, begin
+from eos_connectors.sinks.kafka.marker import MarkerGroup
+from eos_connectors.sinks.kafka.options import parse_options as sink_options
+from tests.sink_util import stream_into
+
+_TASK_IDS = itertools.count(1)
+
+
+def a_task(
+    batch: int, run: str = "run-1", partition: int = 0, query: str = "kafka-query"
+) -> TaskIdentity:
+    return TaskIdentity(query, "kafka", run, batch, partition, next(_TASK_IDS))
+
+
+def rows_of(batch: int) -> list[pa.RecordBatch]:
+    values = [f"b{batch}-r{i}".encode() for i in range(50)]
+    keys = [f"k{i % 5}".encode() for i in range(50)]
+    return [pa.RecordBatch.from_arrays([pa.array(keys), pa.array(values)], ["key", "value"])]
+
+
+def paused(batch: pa.RecordBatch, meanwhile: Callable[[], None]) -> Iterator[pa.RecordBatch]:
+    """A task's rows that pause it past its marker check, before its first record: the
+    first (empty) batch is pulled ahead while the task checks (RowsAhead), and
+    ``meanwhile`` runs when the task asks for more."""
+    yield batch.slice(0, 0)
+    meanwhile()
+    yield batch
+
+
+def values_read(
+    endpoints: Endpoints, writer: KafkaExactlyOnceWriter, isolation: str
+) -> list[bytes]:
+    topic = writer.options.topic
+    assert topic is not None
+    return sorted(r.value for r in read_to_end(endpoints.kafka, topic, isolation))
+
+
+def expected_values(batches: range) -> list[bytes]:
+    return sorted(v for b in batches for v in rows_of(b)[0].column("value").to_pylist())
+
+
+def wait_for_metadata_quiet(producer: Any, caplog: Any, answered: str) -> None:
+    """Polls the producer (it serves librdkafka's log queue) until the topic's look-up
+    was answered and every topic request since has its answer, for 1 s in a row: the
+    look-up registers the topic, and librdkafka may or may not query its leaders once
+    more, depending on which answer comes first. 10 s at most."""
+    deadline, quiet_since, seen = time.monotonic() + 10, time.monotonic(), -1
+    while True:
+        lines = [r.getMessage() for r in caplog.records]
+        asked = sum("Request metadata for 1 topic" in line for line in lines)
+        answers = sum(answered in line for line in lines)
+        if len(lines) != seen:
+            seen, quiet_since = len(lines), time.monotonic()
+        settled = answers >= 1 and answers >= asked
+        if settled and time.monotonic() - quiet_since >= 1:
+            return
+        assert time.monotonic() < deadline, f"the look-up never settled: {lines[-5:]}"
+        producer.poll(0.05)
+
+
+def fenced_lines(writer: KafkaExactlyOnceWriter, name: str, caplog: Any) -> list[str]:
+    """What librdkafka logs through the sink's logger when a pooled producer of ``name``,
+    fenced by a newer one, starts a transaction."""
+    caplog.clear()
+    old = fenced_producer(writer.options, name)
+    newer = fenced_producer(writer.options, name)
+    marker = MarkerGroup(writer.options, name)
+    with pytest.raises(Exception, match=r"(?i)fenced"):
+        begin(old, marker, a_task(0))
+    with contextlib.suppress(KafkaException):  # poll() raises the fatal error too
+        old.poll(1)  # serves the log lines librdkafka queued
+    marker.close()
+    del old, newer
+    return [r.getMessage() for r in caplog.records if r.name == LIBRDKAFKA_LOG.name]
+
+
+def marker_groups(writer: KafkaExactlyOnceWriter) -> list[str]:
+    from eos_connectors.sinks.kafka.options import transactional_id
+
+    sink_id = writer.options.sink_id
+    assert sink_id is not None
+    return [transactional_id(writer.options, sink_id, 0)]
+
+
+def write(
+    spark: SparkSession,
+    endpoints: Endpoints,
+    source: str,
+    tmp_path: Path,
+    select: list[str],
+    **options: str,
+) -> None:
+    sink = {"kafka.bootstrap.servers": endpoints.kafka_bootstrap, **options}
+    stream_into(spark, endpoints, source, tmp_path, select, "eos_kafka", **sink)
+
+
+def source_topics(endpoints: Endpoints, unique: str) -> tuple[str, str]:
+    source, out = f"ks-in-{unique}", f"ks-out-{unique}"
+    create_topic(endpoints.kafka, source, partitions=3)
+    create_topic(endpoints.kafka, out, partitions=2)
+    produce_words(endpoints.kafka_bootstrap, source, 500, seed=len(unique))
+    return source, out
+
+
+def java_partitions(endpoints: Endpoints, keys: list[bytes], unique: str) -> dict[bytes, int]:
+    """Where a Java producer with its default partitioner puts ``keys`` on a topic of two
+    partitions (the broker's own kafka-clients jar; ``tests/java/JavaKeyedProducer.java``)."""
+    import subprocess
+
+    from eos_connectors.dev.stack.kafka import ensure_jars
+
+    topic = f"ks-java-{unique}"
+    create_topic(endpoints.kafka, topic, partitions=2)
+    program = Path(__file__).resolve().parent / "java" / "JavaKeyedProducer.java"
+    command = ["java", "-cp", f"{ensure_jars()}/*", str(program), endpoints.kafka_bootstrap, topic]
+    done = subprocess.run(
+        command, input=b"\n".join(keys) + b"\n", capture_output=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr.decode(errors="replace")[-2000:]
+    return {r.key: r.partition for r in read_to_end(endpoints.kafka, topic) if r.key}
+
+
+def late(batches: list[pa.RecordBatch], before: float, between: float = 0.0) -> Iterator[Any]:
+    """Rows Spark hands over late: ``before`` seconds before the first batch (upstream work),
+    ``between`` seconds after each one."""
+    time.sleep(before)
+    for batch in batches:
+        yield batch
+        time.sleep(between)
+
+
+def short_timeout_writer(endpoints: Endpoints, unique: str) -> KafkaExactlyOnceWriter:
+    topic = f"ks-timeout-{unique}"
+    create_topic(endpoints.kafka, topic, 2)
+    options = sink_options(
+        {
+            "kafka.bootstrap.servers": endpoints.kafka_bootstrap,
+            "topic": topic,
+            "sinkId": f"ks-timeout-{unique}",
+            "kafka.transaction.timeout.ms": "2000",
+        }
+    )
+    check_broker(options)
+    return KafkaExactlyOnceWriter(options)

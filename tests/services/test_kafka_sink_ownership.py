@@ -1,0 +1,216 @@
+"""Who owns a Kafka sink id, and where its markers live: a second query or checkpoint on the
+same sink id writes nothing, two claims at once leave one owner, a marker is found in the
+marker log after its group offsets expired or behind an open transaction, and a log that
+is no marker log is refused.
+
+Cost: ~15 s."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
+
+from eos_connectors.core.errors import ConfigError
+from eos_connectors.core.protocol import SinkClaimedError
+from eos_connectors.core.topics import create_topic
+from eos_connectors.dev.endpoints import Endpoints
+from eos_connectors.sinks.kafka.checks import check_broker
+from eos_connectors.sinks.kafka.clients import fenced_producer
+from eos_connectors.sinks.kafka.errors import KafkaSinkError
+from eos_connectors.sinks.kafka.exactly_once import KafkaExactlyOnceWriter
+from eos_connectors.sinks.kafka.options import parse_options as sink_options
+from eos_connectors.sinks.kafka.options import transactional_id
+from eos_connectors.sinks.kafka.pool import ClientPool
+from tests.kafka_sink_util import (
+    a_task,
+    expected_values,
+    marker_groups,
+    paused,
+    rows_of,
+    values_read,
+)
+
+pytestmark = pytest.mark.services
+
+
+def test_a_new_checkpoint_that_reuses_the_sink_id_fails_instead_of_skipping(
+    endpoints: Endpoints, writer: KafkaExactlyOnceWriter
+) -> None:
+    """The new query's batch 0 is below the old marker: without the marker's query id it
+    would be skipped silently, and every batch after it up to the old query's last."""
+    for batch in range(3):
+        writer.write_task(a_task(batch), iter(rows_of(batch)))
+    with pytest.raises(SinkClaimedError, match=r"belongs to query kafka-query.*new-query"):
+        writer.write_task(a_task(0, run="new", query="new-query"), iter(rows_of(9)))
+    assert values_read(endpoints, writer, "read_committed") == expected_values(range(3))
+
+
+def test_of_two_queries_sharing_a_sink_id_only_one_writes(
+    endpoints: Endpoints, writer: KafkaExactlyOnceWriter
+) -> None:
+    """Query A's first task claims the sink id and waits for its rows; query B's tasks,
+    on A's task partition and on one A never wrote, are refused before they write
+    anything; A then commits, and only A's rows are in the topic."""
+    first = a_task(0, query="query-a")
+    refused: list[str] = []
+
+    def query_b() -> None:
+        for partition in (0, 3):
+            other = a_task(0, run="b", partition=partition, query="query-b")
+            with pytest.raises(SinkClaimedError, match="belongs to query query-a"):
+                writer.write_task(other, iter(rows_of(1)))
+            refused.append(f"b{partition}")
+
+    report = writer.write_task(first, paused(rows_of(0)[0], query_b))
+    assert (report.records, refused) == (50, ["b0", "b3"])
+    assert values_read(endpoints, writer, "read_committed") == expected_values(range(1))
+
+
+@pytest.mark.parametrize("b_claims", ["before A reads again", "after A read"])
+def test_two_queries_claiming_one_sink_id_at_once_leave_one_owner(
+    endpoints: Endpoints,
+    writer: KafkaExactlyOnceWriter,
+    monkeypatch: pytest.MonkeyPatch,
+    b_claims: str,
+) -> None:
+    """The claim is a compare-and-set by fencing. Query A finds no claim and starts to take
+    it; query B takes it meanwhile, either before A reads the claim again after its
+    init_transactions() (A sees B's claim) or right after A read it as free (B's
+    init_transactions() fenced A, whose commit fails; A reads again and sees B's)."""
+    from eos_connectors.sinks.kafka import claim
+
+    sid = writer.options.sink_id
+    assert sid is not None
+    real, calls = claim.read_claim, []
+
+    def racing(options: Any, sink_id: str, consumer: Any) -> tuple[str, bool]:
+        calls.append(sink_id)
+        if len(calls) != 2:  # A's second read: inside its compare-and-set
+            return real(options, sink_id, consumer)
+        if b_claims == "before A reads again":
+            claim.ensure_claimed(options, sink_id, "query-b")
+            return real(options, sink_id, consumer)
+        found = real(options, sink_id, consumer)
+        claim.ensure_claimed(options, sink_id, "query-b")
+        return found
+
+    monkeypatch.setattr(claim, "read_claim", racing)
+    with pytest.raises(SinkClaimedError, match="belongs to query query-b"):
+        claim.ensure_claimed(writer.options, sid, "query-a")
+    monkeypatch.setattr(claim, "read_claim", real)
+    claim.ensure_claimed(writer.options, sid, "query-b")  # B holds it, and may write
+    with pytest.raises(SinkClaimedError, match="query-b"):
+        writer.write_task(a_task(0, query="query-a"), iter(rows_of(0)))
+    assert values_read(endpoints, writer, "read_committed") == []
+
+
+def test_a_marker_whose_group_offsets_expired_is_found_in_the_marker_log(
+    endpoints: Endpoints, writer: KafkaExactlyOnceWriter
+) -> None:
+    """Group offsets expire after offsets.retention.minutes once a sink stops writing; a
+    replay after that must still find the marker, or it writes the batch again."""
+    for batch in range(3):
+        writer.write_task(a_task(batch), iter(rows_of(batch)))
+    options = writer.options
+    groups = marker_groups(writer)
+    admin = AdminClient(options.client_config())
+    for future in admin.delete_consumer_groups(groups, request_timeout=30).values():
+        future.result()  # what expiry does
+    # on another worker: this one's pooled producer remembers the marker it committed
+    replay = writer.write_task(a_task(2, run="after-expiry"), iter(rows_of(2)), ClientPool())
+    assert replay.skipped, "a batch marked before the group expired was written again"
+    with pytest.raises(SinkClaimedError, match="kafka-query"):
+        writer.write_task(a_task(0, run="new", query="new-query"), iter(rows_of(9)))
+    writer.write_task(a_task(3, run="after-expiry"), iter(rows_of(3)))
+    assert values_read(endpoints, writer, "read_committed") == expected_values(range(4))
+    resource = ConfigResource("TOPIC", options.marker_log)
+    config = admin.describe_configs([resource])[resource].result(timeout=30)
+    assert config["cleanup.policy"].value == "compact"
+
+
+def test_a_record_in_the_marker_log_that_is_no_marker_is_never_read_as_one(
+    endpoints: Endpoints, unique: str
+) -> None:
+    """Another writer on the marker log: under the task's own key, a replay whose group
+    offsets are gone fails with the record named (rather than taking "nothing done" and
+    writing again); under other keys, ``eos sinks list`` skips it."""
+    from confluent_kafka import Producer
+
+    from eos_connectors.sinks.kafka.admin import KafkaSinkAdmin
+
+    topic, log_topic = f"ks-{unique}", f"ks-log-{unique}"
+    create_topic(endpoints.kafka, topic, 2)
+    options = sink_options(
+        {
+            "kafka.bootstrap.servers": endpoints.kafka_bootstrap,
+            "topic": topic,
+            "sinkId": f"ks-{unique}",
+            "markerLogTopic": log_topic,
+        }
+    )
+    check_broker(options)
+    writer = KafkaExactlyOnceWriter(options)
+    for batch in range(2):
+        writer.write_task(a_task(batch), iter(rows_of(batch)))
+    (group,) = marker_groups(writer)
+    stray = Producer(options.client_config())
+    stray.produce(log_topic, b'{"unrelated": true}', b"someone-else")
+    stray.produce(log_topic, b"not json", group.encode())
+    assert stray.flush(30) == 0
+    admin = AdminClient(options.client_config())
+    for future in admin.delete_consumer_groups([group], request_timeout=30).values():
+        future.result()  # what expiry does: the log is all that is left
+    with pytest.raises(KafkaSinkError, match=rf"{log_topic}.*{group}.*not a sink marker"):
+        writer.write_task(a_task(1, run="after-expiry"), iter(rows_of(1)), ClientPool())
+    assert values_read(endpoints, writer, "read_committed") == expected_values(range(2))
+    listed = KafkaSinkAdmin(options.client_config(), marker_log=log_topic).records()
+    (mine,) = [r for r in listed if r.sink_id == f"ks-{unique}"]
+    assert mine.last_decided == 1, "the last marker that is one"
+
+
+def test_a_marker_log_without_compaction_is_refused(endpoints: Endpoints, unique: str) -> None:
+    topic, log = f"ks-{unique}", f"ks-log-{unique}"
+    create_topic(endpoints.kafka, topic, 1)
+    create_topic(endpoints.kafka, log, 1, **{"cleanup.policy": "delete"})
+    options = sink_options(
+        {
+            "kafka.bootstrap.servers": endpoints.kafka_bootstrap,
+            "topic": topic,
+            "markerLogTopic": log,
+        }
+    )
+    with pytest.raises(ConfigError, match=rf"'{log}' .*cleanup.policy=delete.*compact"):
+        check_broker(options)
+
+
+def test_a_marker_in_the_log_behind_an_open_transaction_is_still_found(
+    endpoints: Endpoints, writer: KafkaExactlyOnceWriter
+) -> None:
+    """Every task's transaction writes the marker log, so another task's open transaction
+    holds the log's last stable offset below a marker committed after it began. A task
+    whose group offsets expired reads the log through it (waiting for it to end) instead
+    of reading up to the last stable offset and missing its marker (then writing its
+    batch twice)."""
+    from threading import Timer
+
+    pool = ClientPool()
+    for batch in range(2):
+        writer.write_task(a_task(batch, partition=1), iter(rows_of(batch)), pool)
+    options = writer.options
+    blocker = fenced_producer(options, f"blocker-{options.sink_id}")
+    blocker.begin_transaction()
+    blocker.produce(options.marker_log, b"{}", b"someone-else", partition=0)
+    blocker.flush(30)  # open, below the next marker
+    writer.write_task(a_task(2, partition=1), iter(rows_of(2)), pool)  # its marker: behind it
+    (group,) = [transactional_id(options, options.sink_id or "", 1)]
+    admin = AdminClient(options.client_config())
+    for future in admin.delete_consumer_groups([group], request_timeout=30).values():
+        future.result()  # what expiry does: the log is all that is left
+    Timer(2.0, lambda: blocker.abort_transaction(30)).start()
+    replay = writer.write_task(
+        a_task(2, run="after-expiry", partition=1), iter(rows_of(2)), ClientPool()
+    )
+    assert replay.skipped, "the marker behind the open transaction was missed"
+    assert values_read(endpoints, writer, "read_committed") == expected_values(range(3))

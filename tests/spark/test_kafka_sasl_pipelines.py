@@ -1,0 +1,110 @@
+"""The source and the sink in Spark queries over SASL: librdkafka's settings, and a Java
+job's (a JAAS login and a PKCS#12 truststore) over SASL_SSL.
+
+Cost: ~10 s.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from eos_connectors.core.topics import create_topic, read_to_end
+from eos_connectors.dev.endpoints import Endpoints, KafkaSasl
+from tests.kafka_util import produce_plain, uncommit
+from tests.services.test_kafka_sasl import _values
+
+pytestmark = [pytest.mark.services, pytest.mark.spark]
+
+
+@pytest.fixture
+def sasl_ssl(sasl: KafkaSasl) -> KafkaSasl:
+    if not sasl.ssl_bootstrap:
+        pytest.skip("this broker has no SASL_SSL listener; `eos stack up` starts one")
+    return sasl
+
+
+@pytest.mark.cost(6)
+def test_source_and_sink_in_spark_over_sasl(
+    spark: SparkSession, endpoints: Endpoints, sasl: KafkaSasl, unique: str, tmp_path: Path
+) -> None:
+    """eos_kafka (SASL) -> eos_kafka sink (SASL), exactly once across a replayed batch."""
+    source, out = f"sasl-in-{unique}", f"sasl-out-{unique}"
+    create_topic(sasl.client_config(), source, 2)
+    create_topic(sasl.client_config(), out, 2)
+    values = [f"v{i}".encode() for i in range(200)]
+    produce_plain(endpoints.kafka_bootstrap, source, values)
+    checkpoint = tmp_path / "ck"
+
+    def run() -> None:
+        reader = spark.readStream.format("eos_kafka").options(**sasl.options())
+        rows = reader.option("subscribe", source).option("startingOffsets", "earliest").load()
+        query = (
+            rows.select("key", "value")
+            .writeStream.format("eos_kafka")
+            .options(**sasl.options())
+            .option("topic", out)
+            .option("sinkId", f"sasl-{unique}")
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(300)
+        assert query.exception() is None, query.exception()
+
+    run()
+    assert _values(endpoints, out) == sorted(values)
+    last = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+    uncommit(checkpoint, last)  # crashed after the sink committed
+    run()  # replays the batch: every task finds its marker over SASL and writes nothing
+    assert _values(endpoints, out) == sorted(values)
+    offsets = json.loads((checkpoint / "offsets" / str(last)).read_text().splitlines()[-1])
+    assert offsets[source] == {"0": _count(endpoints, source, 0), "1": _count(endpoints, source, 1)}
+
+
+def _count(endpoints: Endpoints, topic: str, partition: int) -> int:
+    return sum(1 for r in read_to_end(endpoints.kafka, topic) if r.partition == partition)
+
+
+@pytest.mark.cost(4)
+def test_a_java_jobs_security_settings_run_a_pipeline_over_sasl_ssl(
+    spark: SparkSession, endpoints: Endpoints, sasl_ssl: KafkaSasl, unique: str, tmp_path: Path
+) -> None:
+    """The settings a Java Spark job carries (a SCRAM JAAS login, a PKCS#12 truststore
+    with its password) taken unchanged: a stream and a batch read, and the exactly-once
+    sink with its markers, over TLS with the broker's host name checked."""
+    source, out = f"tls-in-{unique}", f"tls-out-{unique}"
+    create_topic(sasl_ssl.client_config(), source, 2)
+    create_topic(sasl_ssl.client_config(), out, 2)
+    values = [f"v{i}".encode() for i in range(100)]
+    produce_plain(endpoints.kafka_bootstrap, source, values)
+    java = sasl_ssl.java_options()
+    rows = (
+        spark.readStream.format("eos_kafka")
+        .options(**java)
+        .option("subscribe", source)
+        .option("startingOffsets", "earliest")
+        .load()
+    )
+    query = (
+        rows.select("key", "value")
+        .writeStream.format("eos_kafka")
+        .options(**java)
+        .option("topic", out)
+        .option("sinkId", f"tls-{unique}")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(300)
+    assert query.exception() is None, query.exception()
+    assert _values(endpoints, out) == sorted(values)
+    batch = spark.read.format("eos_kafka").options(**java).option("subscribe", out).load()
+    assert sorted(bytes(r["value"]) for r in batch.collect()) == sorted(values)
+    # a truststore that is not there: a clear error naming the option, on the driver
+    untrusted = {**java, "kafka.ssl.truststore.location": str(tmp_path / "none.p12")}
+    with pytest.raises(Exception, match="cannot read"):
+        spark.read.format("eos_kafka").options(**untrusted).option("subscribe", out).load()

@@ -1,0 +1,112 @@
+"""Test tiers and what each test costs (a pytest plugin, loaded by tests/conftest.py).
+
+Tiers are folders, by what a test needs:
+
+* ``tests/unit``: nothing but Python;
+* ``tests/services``: the real Kafka, PostgreSQL and Redis, no Spark;
+* ``tests/spark``: the services and the session's one local Spark;
+* ``tests/system``: whole pipelines as processes of their own (the harness, clusters).
+
+Each test gets its folder's marker (``-m unit`` selects the unit tier). A test of more
+than a few seconds says what it costs with ``@pytest.mark.cost(seconds)`` (measured on
+this project's 2-core CI machine); one without a mark counts its tier's default. When
+the selection is made, the session prints the selected tests' expected total against
+the CI budget, and at its end writes ``test-results/durations.md``: the slowest tests,
+each with its mark beside what it took (pytest's JUnit XML, ``--junitxml``, keeps every
+test's time). ``make full`` adds the second tier (``@pytest.mark.full``): tests that can
+neither lose nor duplicate a record nor leak a secret (the wheel, parity with Spark's
+JVM connector, the stack's lifecycle, the benchmarks' probes).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TIERS = ("unit", "services", "spark", "system")
+#: Seconds a test without a cost mark is expected to take, by tier.
+DEFAULT_COST = {"unit": 0.1, "services": 1.0, "spark": 2.0, "system": 30.0, "": 0.5}
+#: What the whole pytest run may take in CI: 15 minutes for all of ``.ci/run``, less what
+#: installing, linting and starting the services take on a fresh machine.
+PYTEST_BUDGET_SECONDS = 600
+RESULTS = ROOT / "test-results"
+SLOWEST = 25
+
+_took: dict[str, float] = {}
+_started: dict[str, float] = {}
+
+
+def tier(item: pytest.Item) -> str:
+    parts = Path(str(item.path)).relative_to(ROOT).parts
+    return parts[1] if len(parts) > 2 and parts[0] == "tests" and parts[1] in TIERS else ""
+
+
+def cost(item: pytest.Item) -> float:
+    """The test's cost mark, else its tier's default."""
+    mark = item.get_closest_marker("cost")
+    return float(mark.args[0]) if mark is not None else DEFAULT_COST[tier(item)]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "cost(seconds): what the test takes on the 2-core CI machine, in seconds"
+    )
+    for name in TIERS:
+        config.addinivalue_line("markers", f"{name}: a test of the tests/{name} tier")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if tier(item):
+            item.add_marker(tier(item))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if not session.items:
+        return
+    by_tier: dict[str, float] = {}
+    for item in session.items:
+        by_tier[tier(item) or "other"] = by_tier.get(tier(item) or "other", 0.0) + cost(item)
+    total = sum(by_tier.values())
+    parts = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in sorted(by_tier.items()))
+    verdict = "within" if total <= PYTEST_BUDGET_SECONDS else "OVER"
+    line = (
+        f"expected cost of the {len(session.items)} selected tests: {total:.0f} s ({parts}); "
+        f"{verdict} CI's pytest budget of {PYTEST_BUDGET_SECONDS} s"
+    )
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(line)
+
+
+def pytest_runtest_logstart(nodeid: str) -> None:
+    _started[nodeid] = time.monotonic()
+
+
+def pytest_runtest_logfinish(nodeid: str) -> None:
+    if nodeid in _started:
+        _took[nodeid] = time.monotonic() - _started.pop(nodeid)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """``test-results/durations.md``: the slowest tests, their marks and what they took."""
+    if not _took:
+        return
+    items = {item.nodeid: item for item in session.items}
+    rows = sorted(_took.items(), key=lambda pair: -pair[1])[:SLOWEST]
+    lines = [
+        f"# The {len(rows)} slowest of {len(_took)} tests: {sum(_took.values()):.0f} s in all",
+        "",
+        "| took (s) | cost mark (s) | test |",
+        "| --: | --: | --- |",
+    ]
+    for nodeid, took in rows:
+        item = items.get(nodeid)
+        mark = item.get_closest_marker("cost") if item is not None else None
+        marked = f"{float(mark.args[0]):.0f}" if mark is not None else "-"
+        lines.append(f"| {took:.1f} | {marked} | `{nodeid}` |")
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "durations.md").write_text("\n".join(lines) + "\n")
