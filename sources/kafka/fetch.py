@@ -225,7 +225,11 @@ def _checked_start(consumer: Consumer, options: KafkaSourceOptions, work: KafkaR
 def _log_start(consumer: Consumer, options: KafkaSourceOptions, work: KafkaRange) -> int:
     """Task: the partition's first offset. A leader that is moving or a broker that went
     (one of a replicated cluster died) or another retriable error is asked again, backing off,
-    within kafkaConsumer.pollTimeoutMs; the error says why it gave up."""
+    within kafkaConsumer.pollTimeoutMs; the error says why it gave up.
+
+    A partition the consumer does not know (added to the topic since this pooled consumer
+    last read it: librdkafka would learn of it only at its next metadata refresh, five
+    minutes by default) makes it ask for the topic's metadata before it asks again."""
     tp = TopicPartition(work.topic, work.partition)
     deadline = time.monotonic() + options.poll_timeout_ms / 1000
     backoff = 0.05
@@ -244,8 +248,19 @@ def _log_start(consumer: Consumer, options: KafkaSourceOptions, work: KafkaRange
                     f"(kafkaConsumer.pollTimeoutMs): {error.str()}"
                 ) from exc
             log.info("eos_kafka: %s-%d: %s; asking again", work.topic, work.partition, error)
+            if error.code() == KafkaError._UNKNOWN_PARTITION:
+                _learn_partitions(consumer, work.topic, deadline)
         time.sleep(backoff)
         backoff = min(2 * backoff, 1.0)
+
+
+def _learn_partitions(consumer: Consumer, topic: str, deadline: float) -> None:
+    """Task: ask the brokers for ``topic``'s metadata (librdkafka keeps what they answer);
+    a failed request is left to the caller's next attempt."""
+    try:
+        consumer.list_topics(topic, timeout=max(0.1, min(5.0, deadline - time.monotonic())))
+    except KafkaException as exc:
+        log.info("eos_kafka: %s: metadata not answered (%s); asking again", topic, exc)
 
 
 def report_data_loss(options: KafkaSourceOptions, what: str, resume: int) -> int:

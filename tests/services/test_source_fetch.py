@@ -17,7 +17,7 @@ from eos_connectors.dev.endpoints import Endpoints
 from eos_connectors.sources.kafka import fetch
 from eos_connectors.sources.kafka.offsets import KafkaRange
 from eos_connectors.sources.kafka.options import KafkaSourceOptions, parse_options
-from tests.kafka_util import produce_mixed, produce_plain
+from tests.kafka_util import add_partitions, produce_mixed, produce_plain
 
 pytestmark = pytest.mark.services
 
@@ -181,3 +181,27 @@ def test_every_column_is_what_a_plain_consumer_reads(
     if time_type == "CreateTime":
         assert stamps[:50] == [1_700_000_000_000 + i for i in range(50)]
 
+
+@pytest.mark.cost(3)
+def test_a_pooled_consumer_reads_a_partition_added_after_it_last_read(
+    endpoints: Endpoints, unique: str
+) -> None:
+    """A worker's pooled consumer learned the topic's partitions when it read it last; a
+    partition added since was unknown to it, and its offsets call waited for librdkafka's
+    next metadata refresh (5 minutes by default), up to kafkaConsumer.pollTimeoutMs (2
+    minutes): a stream stalled that long after its topic grew, whenever the new
+    partition's first task went to a worker that had read the topic before. The task
+    asks for the topic's metadata first."""
+    bootstrap = endpoints.kafka_bootstrap
+    topic = f"src-grown-{unique}"
+    create_topic(endpoints.kafka, topic, 1)
+    produce_plain(bootstrap, topic, [b"a%d" % i for i in range(10)], partition=0)
+    options = parse_options({"kafka.bootstrap.servers": bootstrap, "subscribe": topic})
+    pool = fetch.ConsumerPool()
+    assert _offsets(options, KafkaRange(topic, 0, 0, 10), pool) == list(range(10))
+    add_partitions(bootstrap, topic, 2)
+    produce_plain(bootstrap, topic, [b"b%d" % i for i in range(10)], partition=1)
+    began = time.monotonic()
+    assert _offsets(options, KafkaRange(topic, 1, 0, 10), pool) == list(range(10))
+    assert pool.created == 1, "the pooled consumer read the new partition"
+    assert time.monotonic() - began < 10, "the read waited for a metadata refresh"
