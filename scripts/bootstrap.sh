@@ -48,3 +48,9 @@ if [ ! -f "$stamp" ]; then
   rm -f .venv/.installed-*
   touch "$stamp"
 fi
+
+# Commit messages: "area: what changed", at most 72 characters (scripts/hooks/commit-msg).
+if git rev-parse --git-dir >/dev/null 2>&1 \
+    && [ "$(git config core.hooksPath || true)" != scripts/hooks ]; then
+  git config core.hooksPath scripts/hooks
+fi
