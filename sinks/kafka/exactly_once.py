@@ -169,10 +169,12 @@ class KafkaExactlyOnceWriter(DataSourceStreamArrowWriter):
             since = time.perf_counter()
             producer, fresh = self._stand(producer, fresh, marker, task, sid, pool)
             steps.add("marker and producer", since)
-            done, _owner = marker.known or (0, "")
-            if done > task.batch_id:
+            done, owner = marker.known or (0, "")
+            if done > task.batch_id and owner == task.query_id:
                 log.info("batch %d partition %d is marked: skipping", task.batch_id, task.partition)
                 return TaskReport(task.batch_id, task.partition, 0, skipped=True), producer
+            if done > task.batch_id:  # _stand refused another query's marker: never here
+                raise SinkClaimedError(sid, Lineage(owner), task.query_id)
             if rows_in.first() is None:
                 return TaskReport(task.batch_id, task.partition, 0, skipped=False), producer
             assert producer is not None
@@ -240,6 +242,11 @@ class KafkaExactlyOnceWriter(DataSourceStreamArrowWriter):
                 marker.group,
             )
             producer = None
+        if producer is not None and marker.known is not None and marker.known[1] != task.query_id:
+            # the pooled producer's last marker was another query's: the sink id was reset
+            # (which deleted the marker and fenced the producer) and claimed by this one
+            log.info("marker %s was another query's: its producer is not reused", marker.group)
+            producer, marker.known = None, None
         if producer is None and quick is not None and quick[0] > task.batch_id:
             marker.known = quick  # marked (markers only move forward): no producer needed
             return producer, fresh

@@ -138,7 +138,12 @@ def test_a_kafka_sink_id_is_listed_with_its_query_and_reset(
         capsys, "reset", sink_id, "--checkpoint-deleted", "--quiet-seconds", "0", "--yes"
     )
     assert sink_id not in _eos(capsys, "list")
-    writer.write_task(_task(0, query="new-query"), iter(_rows(0)))  # claimed by the new query
+    # The new query claims it and writes, also through this worker's pooled producers,
+    # whose last marker was the old query's (they once skipped the batch as marked).
+    report = writer.write_task(_task(0, query="new-query"), iter(_rows(0)))
+    assert (report.skipped, report.records) == (False, 50), report
+    report = writer.write_task(_task(0, query="new-query", partition=1), iter(_rows(0)))
+    assert (report.skipped, report.records) == (False, 50), report
 
 
 def test_a_decision_racing_a_reset_waits_for_it_and_then_fails(
