@@ -30,7 +30,21 @@ def main() -> None:
     from eos_connectors.ops.session import local_session
 
     spark = local_session("source-to-files")
-    out = Path(args.out)
+    run(spark, args.bootstrap, args.topic, args.checkpoint, Path(args.out), args.max_offsets,
+        args.trigger)  # fmt: skip
+
+
+def run(
+    spark: Any,
+    bootstrap: str,
+    topic: str,
+    checkpoint: str,
+    out: Path,
+    max_offsets: str = "100",
+    trigger: str = "available-now",
+) -> None:
+    """The query in ``spark``: a process of its own for a crash test, the test session's
+    Spark for a run that is not crashed (an available-now run returns at its end)."""
     out.mkdir(parents=True, exist_ok=True)
 
     def write_batch(df: Any, batch_id: int) -> None:
@@ -41,17 +55,15 @@ def main() -> None:
 
     stream = (
         spark.readStream.format("eos_kafka")
-        .option("kafka.bootstrap.servers", args.bootstrap)
-        .option("subscribe", args.topic)
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
         .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", args.max_offsets)
+        .option("maxOffsetsPerTrigger", max_offsets)
         .load()
         .select("partition", "offset", "value")
     )
-    writer = stream.writeStream.foreachBatch(write_batch).option(
-        "checkpointLocation", args.checkpoint
-    )
-    if args.trigger == "available-now":
+    writer = stream.writeStream.foreachBatch(write_batch).option("checkpointLocation", checkpoint)
+    if trigger == "available-now":
         writer = writer.trigger(availableNow=True)
     else:
         writer = writer.trigger(processingTime="200 milliseconds")

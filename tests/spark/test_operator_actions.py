@@ -154,7 +154,14 @@ def test_resume_and_reset_refuse_while_the_owning_query_can_still_replay_or_runs
     assert reset(tmp_path / "resumed") == (0, "")
     _in_session(spark, endpoints, source, out, tmp_path / "new", sink_id, 2)  # claims it
     counts = Counter(r.value for r in read_to_end(endpoints.kafka, out))
-    assert all(counts[v] == 2 for v in values), "the new query wrote its input once more"
+    from eos_connectors.core.topics import end_offsets
+
+    assert all(counts[v] == 2 for v in values), (
+        "the new query wrote its input once more",
+        Counter(counts[v] for v in values),
+        end_offsets(endpoints.kafka, out),
+        end_offsets(endpoints.kafka, out, "read_uncommitted"),
+    )
 
 
 def test_rescale_refuses_the_default_state_store_before_taking_anything(

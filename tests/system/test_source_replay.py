@@ -13,12 +13,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 
 from eos_connectors.core.topics import Record, create_topic, read_to_end
 from eos_connectors.dev.endpoints import Endpoints
 from eos_connectors.sources.kafka.offsets import from_spark
 from tests.kafka_util import produce_mixed
 from tests.pipeline_util import env, fault_env, kill_when, progress_after, run
+from tests.pipelines import source_to_files
 
 pytestmark = [pytest.mark.services, pytest.mark.spark]
 
@@ -94,8 +96,10 @@ def _check_every_batch(endpoints: Endpoints, topic: str, work: Path, visible: se
 
 @pytest.mark.cost(19)
 def test_a_crashed_batch_replays_the_same_offsets_and_records(
-    endpoints: Endpoints, unique: str, tmp_path: Path
+    spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path
 ) -> None:
+    """The pipeline killed while a task of batch 2 reads; the replay (in the session's
+    Spark) reads the very offsets and records batch 2 was planned with."""
     topic = f"replay-{unique}"
     create_topic(endpoints.kafka, topic, partitions=2)
     visible = produce_mixed(
@@ -111,7 +115,9 @@ def test_a_crashed_batch_replays_the_same_offsets_and_records(
     assert _committed(checkpoint) == [0, 1]
     planned = (checkpoint / "offsets" / "2").read_text()
 
-    assert run(command, env()) == 0
+    source_to_files.run(
+        spark, endpoints.kafka_bootstrap, topic, str(checkpoint), tmp_path / "out", "60"
+    )
     assert (checkpoint / "offsets" / "2").read_text() == planned  # replayed, not re-planned
     _check_every_batch(endpoints, topic, tmp_path, visible)
     # Written through the raw local file system (eos_connectors.ops.session.LOCAL_FILES_RAW).

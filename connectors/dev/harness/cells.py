@@ -111,7 +111,9 @@ class CustomSink:
     optional) what it holds in doubt (a list of names); ``register`` (``module:Class``)
     names the DataSource to register when the format is not one of this package's.
     Several custom sinks in one run need a ``name`` each: the query is
-    ``rc-custom-<name>`` (``rc-custom`` for the default name).
+    ``rc-custom-<name>`` (``rc-custom`` for the default name). ``points`` (with
+    ``coverage="pairs"``): the fault points to cross, when not every one; a sink shown
+    to fail crosses those that show its flaw.
     """
 
     format: str
@@ -121,6 +123,7 @@ class CustomSink:
     name: str = ""
     columns: tuple[str, ...] = ("word", "count")
     leftovers: str | None = None
+    points: tuple[str, ...] = ()
 
     @property
     def sink(self) -> str:

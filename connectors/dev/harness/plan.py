@@ -127,8 +127,9 @@ class Plan:
         shows (:data:`CLUSTER_PAIR_POINTS`): each lost executor costs a new executor's
         start and the stages that lost their shuffle output. A query keeps the points it
         must cross (the records query's ``after-commit``, its restart with another
-        ``minPartitions``), and a custom sink crosses every point: a connector author's
-        sink, or a broken one shown to fail, is proven in full."""
+        ``minPartitions``), and a custom sink crosses every point (a connector author's
+        sink is proven in full) unless it names its own (``CustomSink.points``: a sink
+        shown to fail crosses those that show its flaw)."""
         if self.coverage == "every":
             return {t.name: t.points for t in chosen}
         if self.on_cluster:
@@ -137,7 +138,10 @@ class Plan:
         families: dict[str, list[Target]] = {}
         for target in chosen:
             if target.family == "custom":
-                assigned[target.name] = target.points
+                custom = target.custom_of(self.custom_sinks)
+                chosen_points = custom.points if custom is not None else ()
+                assigned[target.name] = tuple(p for p in target.points if p in chosen_points)
+                assigned[target.name] = assigned[target.name] or target.points
             else:
                 families.setdefault(target.family, []).append(target)
         for members in families.values():
