@@ -242,7 +242,7 @@ class KafkaExactlyOnceWriter(DataSourceStreamArrowWriter):
                 marker.group,
             )
             producer = None
-        if producer is not None and marker.known is not None and marker.known[1] != task.query_id:
+        if producer is not None and marker.known and marker.known[1] not in ("", task.query_id):
             # the pooled producer's last marker was another query's: the sink id was reset
             # (which deleted the marker and fenced the producer) and claimed by this one
             log.info("marker %s was another query's: its producer is not reused", marker.group)
