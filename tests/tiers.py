@@ -11,7 +11,7 @@ Each test gets its folder's marker (``-m unit`` selects the unit tier). A test o
 than a few seconds says what it costs with ``@pytest.mark.cost(seconds)`` (measured on
 this project's 2-core CI machine); one without a mark counts its tier's default. When
 the selection is made, the session prints the selected tests' expected total against
-the CI budget, and at its end writes ``test-results/durations.md``: the slowest tests,
+the CI budget, and at its end writes ``test-results/durations*.md``: the slowest tests,
 each with its mark beside what it took (pytest's JUnit XML, ``--junitxml``, keeps every
 test's time). ``make full`` adds the second tier (``@pytest.mark.full``): tests that can
 neither lose nor duplicate a record nor leak a secret (the wheel, parity with Spark's
@@ -28,7 +28,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 TIERS = ("unit", "services", "spark", "system")
 #: Seconds a test without a cost mark is expected to take, by tier.
-DEFAULT_COST = {"unit": 0.1, "services": 1.0, "spark": 2.0, "system": 30.0, "": 0.5}
+DEFAULT_COST = {"unit": 0.05, "services": 0.5, "spark": 1.5, "system": 30.0, "": 0.5}
 #: What the whole pytest run may take in CI: 15 minutes for all of ``.ci/run``, less what
 #: installing, linting and starting the services take on a fresh machine.
 PYTEST_BUDGET_SECONDS = 600
@@ -92,9 +92,12 @@ def pytest_runtest_logfinish(nodeid: str) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """``test-results/durations.md``: the slowest tests, their marks and what they took."""
+    """``test-results/durations.md``: the slowest tests, their marks and what they took
+    (``durations-<name>.md`` beside a ``--junitxml`` of ``junit-<name>.xml``)."""
     if not _took:
         return
+    junit = Path(str(session.config.getoption("xmlpath", None) or "junit.xml"))
+    name = junit.stem.replace("junit", "durations", 1) if junit.stem.startswith("junit") else ""
     items = {item.nodeid: item for item in session.items}
     rows = sorted(_took.items(), key=lambda pair: -pair[1])[:SLOWEST]
     lines = [
@@ -109,4 +112,4 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         marked = f"{float(mark.args[0]):.0f}" if mark is not None else "-"
         lines.append(f"| {took:.1f} | {marked} | `{nodeid}` |")
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "durations.md").write_text("\n".join(lines) + "\n")
+    (RESULTS / f"{name or 'durations'}.md").write_text("\n".join(lines) + "\n")

@@ -3,6 +3,7 @@ cannot see a loss, a duplicate or a leftover proves nothing."""
 
 from __future__ import annotations
 
+import pytest
 from confluent_kafka import Producer
 
 from eos_connectors.core.topics import create_topic
@@ -10,6 +11,7 @@ from eos_connectors.dev.endpoints import Endpoints
 from eos_connectors.dev.harness import checks
 
 
+@pytest.mark.cost(7)
 def test_the_kafka_check_takes_each_words_last_count_so_a_count_that_goes_back_is_lost(
     endpoints: Endpoints, unique: str
 ) -> None:
@@ -27,6 +29,7 @@ def test_the_kafka_check_takes_each_words_last_count_so_a_count_that_goes_back_i
     assert (result.lost, result.duplicated, result.wrong, result.ok) == (2, 0, 0, False)
 
 
+@pytest.mark.cost(4)
 def test_open_transactions_finds_a_really_open_transaction(
     endpoints: Endpoints, unique: str
 ) -> None:

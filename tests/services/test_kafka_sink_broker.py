@@ -71,7 +71,7 @@ def test_a_new_producer_has_looked_the_topic_up_before_its_first_row(
     assert values_read(endpoints, writer, "read_committed") == expected_values(range(1))
 
 
-@pytest.mark.cost(12)
+@pytest.mark.cost(13)
 def test_a_producer_that_lost_its_broker_is_replaced_and_not_kept(
     endpoints: Endpoints, unique: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

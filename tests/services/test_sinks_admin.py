@@ -101,6 +101,7 @@ def _reset(suite: SinkContract, sink_id: str, guard: ResetGuard) -> None:
         next(a for a in stores if a.store == store).reset(sink_id, guard)
 
 
+@pytest.mark.cost(4)
 def test_a_kafka_sink_id_is_listed_with_its_query_and_reset(
     endpoints: Endpoints,
     unique: str,

@@ -182,7 +182,6 @@ def test_every_column_is_what_a_plain_consumer_reads(
         assert stamps[:50] == [1_700_000_000_000 + i for i in range(50)]
 
 
-@pytest.mark.cost(3)
 def test_a_pooled_consumer_reads_a_partition_added_after_it_last_read(
     endpoints: Endpoints, unique: str
 ) -> None:

@@ -62,7 +62,7 @@ def _save(df: DataFrame, fmt: str, mode: str = "append", **options: str) -> None
     df.write.format(fmt).options(**options).mode(mode).save()
 
 
-@pytest.mark.cost(30)
+@pytest.mark.cost(12)
 def test_versions_write_once_each_and_a_version_used_again_writes_nothing(
     spark: SparkSession, endpoints: Endpoints, unique: str
 ) -> None:

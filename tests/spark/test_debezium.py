@@ -94,7 +94,6 @@ def _produce_history(bootstrap: str, topic: str) -> dict[int, tuple[str, int]]:
     return table
 
 
-@pytest.mark.cost(4)
 def test_debezium_events_keep_a_table_in_step(
     spark: SparkSession, endpoints: Endpoints, unique: str
 ) -> None:

@@ -27,7 +27,7 @@ def sasl_ssl(sasl: KafkaSasl) -> KafkaSasl:
     return sasl
 
 
-@pytest.mark.cost(6)
+@pytest.mark.cost(4)
 def test_source_and_sink_in_spark_over_sasl(
     spark: SparkSession, endpoints: Endpoints, sasl: KafkaSasl, unique: str, tmp_path: Path
 ) -> None:

@@ -21,7 +21,7 @@ from tests.kafka_sink_util import (
 pytestmark = [pytest.mark.services, pytest.mark.spark]
 
 
-@pytest.mark.cost(4)
+@pytest.mark.cost(5)
 def test_the_sink_writes_as_sparks_own_kafka_sink_does(
     spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path
 ) -> None:

@@ -92,7 +92,7 @@ def test_read_limit_bounds_every_batch(
     assert sum(batches) == 1000
 
 
-@pytest.mark.cost(5)
+@pytest.mark.cost(3)
 def test_starting_offsets_forms(
     spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path
 ) -> None:

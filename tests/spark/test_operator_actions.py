@@ -52,7 +52,7 @@ def _input(endpoints: Endpoints, unique: str) -> tuple[str, str, list[bytes]]:
     return source, out, values
 
 
-@pytest.mark.cost(23)
+@pytest.mark.cost(5)
 def test_a_new_checkpoint_that_reuses_a_kafka_sink_id_writes_nothing_anywhere(
     spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path
 ) -> None:
@@ -88,7 +88,7 @@ def _kafka_only(monkeypatch: pytest.MonkeyPatch, endpoints: Endpoints) -> None:
         monkeypatch.setenv(name, value)
 
 
-@pytest.mark.cost(38)
+@pytest.mark.cost(8)
 def test_resume_and_reset_refuse_while_the_owning_query_can_still_replay_or_runs(
     spark: SparkSession,
     endpoints: Endpoints,

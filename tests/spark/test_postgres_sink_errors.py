@@ -73,6 +73,7 @@ def _nothing_written(endpoints: Endpoints, table: str) -> None:
             assert count.fetchone() == (0,)
 
 
+@pytest.mark.cost(5)
 def test_missing_table_without_create(
     spark: SparkSession, endpoints: Endpoints, topic: str, unique: str, tmp_path: Path
 ) -> None:

@@ -169,7 +169,7 @@ def _sinks(endpoints: Endpoints) -> list[SinkRecord]:
         admin.close()
 
 
-@pytest.mark.cost(36)
+@pytest.mark.cost(42)
 @pytest.mark.parametrize(
     "base",
     [pytest.param("hdfs", marks=pytest.mark.hdfs), pytest.param("local", marks=pytest.mark.soak)],
@@ -304,7 +304,7 @@ def test_inspect_savepoint_fork_and_resume(
     assert _table(endpoints, table_a) == dict.fromkeys(KEYS, 14)
 
 
-@pytest.mark.cost(7)
+@pytest.mark.cost(6)
 def test_state_get_reads_a_transform_with_state_variable(
     spark: SparkSession,
     endpoints: Endpoints,
@@ -365,7 +365,7 @@ def _rescale_killed_midway(checkpoint: Location, partitions: int, root: Location
     return not read_checkpoint(checkpoint).clean
 
 
-@pytest.mark.cost(12)
+@pytest.mark.cost(9)
 @pytest.mark.parametrize(
     "base",
     [pytest.param("hdfs", marks=[pytest.mark.hdfs, pytest.mark.soak]), pytest.param("local")],

@@ -45,7 +45,7 @@ def read_sqlite() -> dict[str, int]:
     return counts(_SQLITE["path"], "counts")
 
 
-@pytest.mark.cost(125)
+@pytest.mark.cost(146)
 def test_every_cell_crosses_every_point_of_every_sink(
     endpoints: Endpoints, eos_verify: Callable[..., Report], tmp_path: Path
 ) -> None:

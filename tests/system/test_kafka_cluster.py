@@ -97,7 +97,7 @@ def test_one_broker_killed_at_a_time_never_fails_the_query(
     assert len(values) == RECORDS and set(values) == {str(i).encode() for i in range(RECORDS)}
 
 
-@pytest.mark.cost(15)
+@pytest.mark.cost(16)
 def test_the_source_asks_again_when_the_broker_named_controller_dies(
     cluster: KafkaCluster, unique: str
 ) -> None:

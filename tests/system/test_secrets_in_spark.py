@@ -51,7 +51,7 @@ SPARK_SCRIPT = textwrap.dedent(
 )
 
 
-@pytest.mark.cost(12)
+@pytest.mark.cost(10)
 def test_no_secret_in_a_failing_spark_query_or_its_log(
     endpoints: Endpoints, tmp_path: Path
 ) -> None:

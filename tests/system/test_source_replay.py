@@ -94,7 +94,7 @@ def _check_every_batch(endpoints: Endpoints, topic: str, work: Path, visible: se
     assert set(seen) == visible, f"gap: {len(visible - set(seen))} records never read"
 
 
-@pytest.mark.cost(19)
+@pytest.mark.cost(14)
 def test_a_crashed_batch_replays_the_same_offsets_and_records(
     spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path
 ) -> None:

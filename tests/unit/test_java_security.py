@@ -97,7 +97,7 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return where
 
 
-@pytest.mark.cost(6)
+@pytest.mark.cost(4)
 def test_a_pkcs12_truststore_becomes_the_ca_pem(stores: Path) -> None:
     out = translate(
         {
