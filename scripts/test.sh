@@ -2,32 +2,51 @@
 # `make test`: lint, then the CI tier of the tests against real services.
 #
 # The services start (and what the tests fetch or build once is prepared) while ruff,
-# mypy and the layer contracts run, so a fresh machine's downloads and start-ups overlap
-# the lint. The services are the local stack (Kafka, PostgreSQL, Redis, a 2-worker Spark
-# cluster, HDFS), unless EOS_KAFKA_BOOTSTRAP names services already; what this script
-# started, it stops. pytest leaves its JUnit XML and a table of the slowest tests in
-# test-results/ (junit-unit.xml and durations-unit.md for the tests that need no
-# server). Arguments go to pytest.
+# mypy and the layer contracts run, and then the unit tier, so a fresh machine's
+# downloads and start-ups overlap them. The services are the local stack (Kafka,
+# PostgreSQL, Redis, a 2-worker Spark cluster, HDFS) and a second Kafka, PostgreSQL and
+# Redis for the second pytest worker, unless EOS_KAFKA_BOOTSTRAP names services
+# already; what this script started, it stops.
+#
+# Without arguments: the unit tier (and examples/), then the services and Spark tiers on
+# two pytest workers (pytest-xdist; they wait on brokers and timeouts about half the
+# time, and each worker has services of its own: tests/conftest.py), then the system
+# tier, one test at a time (its whole-pipeline runs keep both cores busy, and one of
+# them restarts a service). With arguments, one pytest run gets them. Each run leaves
+# its JUnit XML and a table of its slowest tests in test-results/.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=.venv/bin
 results=test-results
 mkdir -p "$results"
 
-stack_pid=""
-ours=0
+declare -a stack_pids=()
+declare -a our_roots=()
+default_root=$("$bin/python" -c 'from eos_connectors.dev.stack import default_root; print(default_root())')
+second_root="$default_root-gw1"
+
+start_stack() {  # root, eos stack up arguments...
+  local root=$1
+  shift
+  if ! EOS_STACK_DIR=$root "$bin/eos" stack status >/dev/null 2>&1; then our_roots+=("$root"); fi
+  EOS_STACK_DIR=$root "$bin/eos" stack up "$@" >>"$results/stack-up.log" 2>&1 &
+  stack_pids+=($!)
+}
+
+stop_ours() {
+  for root in "${our_roots[@]}"; do
+    EOS_STACK_DIR=$root "$bin/eos" stack down >>"$results/stack-up.log" 2>&1 || true
+  done
+}
+trap stop_ours EXIT
+
+: >"$results/stack-up.log"
 if [ -z "${EOS_KAFKA_BOOTSTRAP:-}" ]; then
-  "$bin/eos" stack status >/dev/null 2>&1 || ours=1
-  "$bin/eos" stack up --spark-workers 2 --hdfs >"$results/stack-up.log" 2>&1 &
-  stack_pid=$!
+  start_stack "$default_root" --spark-workers 2 --hdfs
+  if [ "$#" = 0 ]; then start_stack "$second_root"; fi
 fi
 "$bin/python" -m eos_connectors.dev.prefetch >"$results/prefetch.log" 2>&1 &
 prefetch_pid=$!
-
-stop_ours() {
-  if [ "$ours" = 1 ]; then "$bin/eos" stack down >>"$results/stack-up.log" 2>&1 || true; fi
-}
-trap stop_ours EXIT
 
 began=$(date +%s)
 status=0
@@ -36,17 +55,33 @@ status=0
 echo "test.sh: lint took $(( $(date +%s) - began )) s"
 [ "$status" = 0 ] || exit "$status"
 
-# Without arguments, the tests that need no server run while the services finish
-# starting, then the rest; with arguments (a selection, a marker), pytest gets them alone.
-if [ "$#" = 0 ]; then
-  "$bin/python" -m pytest -q --junitxml="$results/junit-unit.xml" tests/unit examples \
-    || status=$?
-  set -- tests/services tests/spark tests/system
+services_up() {
+  wait "$prefetch_pid" || { echo "test.sh: prefetch failed:"; cat "$results/prefetch.log"; }
+  for pid in "${stack_pids[@]}"; do
+    if ! wait "$pid"; then
+      echo "test.sh: eos stack up failed:"; cat "$results/stack-up.log"; exit 1
+    fi
+  done
+  echo "test.sh: services up after $(( $(date +%s) - began )) s"
+  if [ -z "${EOS_KAFKA_BOOTSTRAP:-}" ]; then  # both workers use the first stack's HDFS
+    eval "$(EOS_STACK_DIR=$default_root "$bin/eos" stack env | grep -E '^export EOS_(WEB)?HDFS_URL=')"
+  fi
+}
+
+if [ "$#" != 0 ]; then
+  services_up
+  "$bin/python" -m pytest -v --junitxml="$results/junit.xml" "$@" || status=$?
+  exit "$status"
 fi
-wait "$prefetch_pid" || { echo "test.sh: prefetch failed:"; cat "$results/prefetch.log"; }
-if [ -n "$stack_pid" ] && ! wait "$stack_pid"; then
-  echo "test.sh: eos stack up failed:"; cat "$results/stack-up.log"; exit 1
-fi
-echo "test.sh: services up after $(( $(date +%s) - began )) s"
-"$bin/python" -m pytest -v --junitxml="$results/junit.xml" "$@" || status=$?
+
+"$bin/python" -m pytest --collect-only -q tests examples | grep '^expected cost' || true
+"$bin/python" -m pytest -q --junitxml="$results/junit-unit.xml" tests/unit examples \
+  || status=$?
+services_up
+workers=2
+if [ -n "${EOS_KAFKA_BOOTSTRAP:-}" ]; then workers=0; fi  # services of one's own: not shared
+"$bin/python" -m pytest -v -n "$workers" --junitxml="$results/junit-services.xml" \
+  tests/services tests/spark || status=$?
+"$bin/python" -m pytest -v --junitxml="$results/junit-system.xml" tests/system || status=$?
+echo "test.sh: tests took $(( $(date +%s) - began )) s after lint began"
 exit "$status"

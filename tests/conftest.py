@@ -28,6 +28,17 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Each pytest-xdist worker but the first gets a stack of its own (``<root>-gw1``):
+    a test's services are never shared with a test running beside it, so the units it
+    leaves in doubt are its own and a service one test restarts is nobody else's."""
+    from eos_connectors.dev.stack import default_root
+
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    if worker != "gw0":
+        os.environ["EOS_STACK_DIR"] = f"{default_root()}-{worker}"
+
+
 def _docker_engine_answers() -> bool:
     if os.environ.get("EOS_NO_DOCKER") or shutil.which("docker") is None:
         return False
