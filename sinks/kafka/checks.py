@@ -91,11 +91,13 @@ def ensure_marker_log(admin: AdminClient, options: KafkaSinkOptions, exists: boo
     except KafkaException:
         return  # not allowed to describe it: the operator vouches for it
     policy = configs.get("cleanup.policy")
-    if policy is not None and "compact" not in str(policy.value):
+    policies = {p.strip() for p in str(policy.value).split(",")} if policy is not None else None
+    if policies is not None and policies != {"compact"}:
         raise ConfigError(
             f"Topic {topic!r} (option 'markerLogTopic') has cleanup.policy={policy.value}: "
             "retention would delete the markers that stop replayed batches from being written "
-            "twice. Set cleanup.policy=compact on it, or name another topic."
+            "twice (with compact,delete too: retention deletes compacted segments). Set "
+            "cleanup.policy=compact on it, or name another topic."
         )
 
 

@@ -29,6 +29,7 @@ their query in the marker, so this costs nothing per batch.
 from __future__ import annotations
 
 import logging
+import re
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
@@ -101,11 +102,11 @@ def _claim_in_log(options: KafkaSinkOptions, sink_id: str) -> str:
     """The claim as the marker log keeps it (the group's offsets expired), else the one
     query the sink's markers name (a sink that wrote before claims existed), else ""."""
     name = claim_name(options, sink_id)
-    prefix = f"{options.transactional_id_prefix}-{sink_id}-"
+    mine = _own_keys(options, sink_id)
     latest: dict[bytes, bytes | None] = {}
     records = read_settled(options, f"the claim on sink {sink_id!r}")
     for record in records:
-        if record.key is not None and record.key.startswith(prefix.encode()):
+        if record.key is not None and mine.fullmatch(record.key):
             latest[record.key] = record.value or None
     if name.encode() in latest:
         value = latest[name.encode()]
@@ -113,6 +114,13 @@ def _claim_in_log(options: KafkaSinkOptions, sink_id: str) -> str:
         return marker.query if marker is not None else ""
     owners = {m.query for v in latest.values() if v and (m := decode(v)) is not None} - {""}
     return " and ".join(sorted(owners))
+
+
+def _own_keys(options: KafkaSinkOptions, sink_id: str) -> re.Pattern[bytes]:
+    """The marker log keys of ``sink_id``: ``<prefix>-<sink id>-<task partition>`` and its
+    claim, never another sink's whose id starts with this one's (``a`` and ``a-b``)."""
+    own = re.escape(f"{options.transactional_id_prefix}-{sink_id}-".encode())
+    return re.compile(own + rb"(?:[0-9]+|claim)")
 
 
 def _refuse_other(sink_id: str, owner: str, query_id: str) -> None:

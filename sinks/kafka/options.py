@@ -52,7 +52,7 @@ MARKER_LOG_TOPIC = opt.Option(
     opt.required_text,
     "compacted topic keeping every task partition's last marker and the claim, created at "
     "start if missing (needs CREATE, else create it: 1 partition, `cleanup.policy=compact`); "
-    "one without compaction is refused",
+    "one whose `cleanup.policy` is not `compact` alone (`delete`, `compact,delete`) is refused",
     default=DEFAULT_MARKER_LOG,
 )
 INCLUDE_HEADERS = opt.Option(

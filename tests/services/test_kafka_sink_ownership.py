@@ -170,10 +170,15 @@ def test_a_record_in_the_marker_log_that_is_no_marker_is_never_read_as_one(
     assert mine.last_decided == 1, "the last marker that is one"
 
 
-def test_a_marker_log_without_compaction_is_refused(endpoints: Endpoints, unique: str) -> None:
+@pytest.mark.parametrize("policy", ["delete", "compact,delete"])
+def test_a_marker_log_that_retention_may_delete_is_refused(
+    endpoints: Endpoints, unique: str, policy: str
+) -> None:
+    """compact,delete was taken for compaction: retention then deletes old segments,
+    markers in them too, and a replayed batch would be written twice."""
     topic, log = f"ks-{unique}", f"ks-log-{unique}"
     create_topic(endpoints.kafka, topic, 1)
-    create_topic(endpoints.kafka, log, 1, **{"cleanup.policy": "delete"})
+    create_topic(endpoints.kafka, log, 1, **{"cleanup.policy": policy})
     options = sink_options(
         {
             "kafka.bootstrap.servers": endpoints.kafka_bootstrap,
@@ -181,8 +186,29 @@ def test_a_marker_log_without_compaction_is_refused(endpoints: Endpoints, unique
             "markerLogTopic": log,
         }
     )
-    with pytest.raises(ConfigError, match=rf"'{log}' .*cleanup.policy=delete.*compact"):
+    with pytest.raises(ConfigError, match=rf"'{log}' .*cleanup.policy={policy}.*compact"):
         check_broker(options)
+
+
+def test_a_sinks_claim_is_not_read_from_a_sink_whose_id_starts_with_its_own(
+    endpoints: Endpoints, unique: str
+) -> None:
+    """Sink ``a`` and sink ``a-b`` share the marker log: a's first claim, with no claim
+    group yet, looks the claim up in the log, where b's markers (keys ``eos-a-b-<n>``)
+    used to count as a's: a new query on ``a`` was refused as if ``a-b``'s owned it."""
+    topic = f"ks-prefix-{unique}"
+    create_topic(endpoints.kafka, topic, 1)
+    base = {"kafka.bootstrap.servers": endpoints.kafka_bootstrap, "topic": topic}
+    short, longer = f"p{unique}", f"p{unique}-b"
+    check_broker(sink_options({**base, "sinkId": longer}))
+    KafkaExactlyOnceWriter(sink_options({**base, "sinkId": longer})).write_task(
+        a_task(0, query="query-b"), iter(rows_of(0)), ClientPool()
+    )
+    options = sink_options({**base, "sinkId": short})
+    report = KafkaExactlyOnceWriter(options).write_task(
+        a_task(0, query="query-a"), iter(rows_of(0)), ClientPool()
+    )
+    assert (report.skipped, report.records) == (False, 50), report
 
 
 def test_a_marker_in_the_log_behind_an_open_transaction_is_still_found(
