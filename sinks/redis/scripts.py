@@ -29,6 +29,18 @@ and the script goes on. The driver logs how many were rejected and where.
 
 from __future__ import annotations
 
+#: Batch ids (and txnVersions, up to 2**63 - 1) are compared and stored as the decimal
+#: text the driver sends: a Lua number is a double, exact only below 2**53, and one
+#: written back with SET becomes text such as "1.7641584e+18", which no later run reads
+#: as a batch id. ``after(a, b)``: whether batch text ``a`` comes after ``b`` ("-1": none).
+AFTER = """
+local function after(a, b)
+  if b == '-1' then return true end
+  if #a ~= #b then return #a > #b end
+  return a > b
+end
+"""
+
 _WRITE = """
 local mode, number, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local nfields = tonumber(ARGV[4])
@@ -98,11 +110,12 @@ end
 #: KEYS: stage, units, watermark, rejected, applied.
 #: ARGV: mode, number, ttl, nfields, fields..., unit, batch.
 APPLY_STAGE = (
-    _WRITE
+    AFTER
+    + _WRITE
     + """
 local stage, units, watermark, rejected = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local applied_units = KEYS[5]
-local unit, batch = ARGV[first_entry], tonumber(ARGV[first_entry + 1])
+local unit, batch = ARGV[first_entry], ARGV[first_entry + 1]
 if redis.call('EXISTS', stage) == 0 then
   redis.call('SREM', units, unit)
   if redis.call('HEXISTS', applied_units, unit) == 1 then return {-1, 0, 0} end
@@ -116,8 +129,7 @@ end
 redis.call('DEL', stage)
 redis.call('SREM', units, unit)
 redis.call('HSET', applied_units, unit, batch)
-local mark = tonumber(redis.call('GET', watermark) or '-1')
-if batch > mark then redis.call('SET', watermark, batch) end
+if after(batch, redis.call('GET', watermark) or '-1') then redis.call('SET', watermark, batch) end
 return {applied, failed, absent}
 """
 )
@@ -159,12 +171,14 @@ return {1, text}
 #: seconds it must have been idle. Deletes every key and returns {0} when all holds, else
 #: deletes nothing and returns {1, owner query, last decided batch, units in doubt, idle
 #: seconds} ("" for what is unknown): ``eos sinks reset``, atomic with DECIDE.
-RESET = """
+RESET = (
+    AFTER
+    + """
 local owner, decisions, units = KEYS[1], KEYS[2], KEYS[3]
 local query = redis.call('HGET', owner, 'query') or ''
 local last = ''
 for _, batch in ipairs(redis.call('HKEYS', decisions)) do
-  if last == '' or tonumber(batch) > tonumber(last) then last = batch end
+  if last == '' or after(batch, last) then last = batch end
 end
 local doubt = redis.call('SCARD', units)
 local idle = ''
@@ -172,12 +186,13 @@ local active = redis.call('HGET', owner, 'active_at')
 if active then idle = tostring(tonumber(redis.call('TIME')[1]) - tonumber(active)) end
 local ok = doubt == 0
 if ARGV[1] ~= '' and query ~= '' and query ~= ARGV[1] then ok = false end
-if ARGV[2] ~= '' and last ~= '' and tonumber(last) > tonumber(ARGV[2]) then ok = false end
+if ARGV[2] ~= '' and last ~= '' and after(last, ARGV[2]) then ok = false end
 if idle ~= '' and tonumber(idle) < tonumber(ARGV[3]) then ok = false end
 if not ok then return {1, query, last, doubt, idle} end
 redis.call('DEL', unpack(KEYS))
 return {0}
 """
+)
 
 #: KEYS: decisions, units, then each unit's stage. ARGV: batch, unit names.
 #: Returns 0 (nothing done) when the batch is decided, 1 when the units were discarded.

@@ -87,3 +87,43 @@ def test_versions_write_once_each_and_a_version_used_again_writes_nothing(
     assert sum(_kafka_values(endpoints.kafka_bootstrap, out).values()) == 150
     with pytest.raises(Exception, match="'overwrite' is not supported"):
         _save(df, "eos_kafka", mode="overwrite", txnVersion="9", **job)
+
+
+def test_a_bad_job_identity_is_refused_before_any_ddl_or_network_call(
+    spark: SparkSession, endpoints: Endpoints, unique: str
+) -> None:
+    """txnVersion and sinkId are checked first: the table is not created for a write that
+    is refused, and an unreachable store is not what the error talks about."""
+    df = spark.createDataFrame([("k",)], "key string")
+    table = f"bid_{unique}"
+    pg = {"dsn": endpoints.postgres_dsn, "table": table, "createTable": "true", "sinkId": unique}
+    with pytest.raises(Exception, match="'txnVersion' must be a whole number"):
+        _save(df, "eos_postgres", txnVersion="one", **pg)
+    with psycopg.connect(endpoints.postgres_dsn) as conn:
+        found = conn.execute("SELECT to_regclass(%s)", (table,)).fetchone()
+    assert found == (None,), "the table was created for a refused write"
+    nowhere = {"url": "redis://127.0.0.1:1/0", "keyColumn": "key", "valueColumns": "key"}
+    with pytest.raises(Exception, match="sinkId' and 'txnVersion' are not set"):
+        _save(df, "eos_redis", **nowhere)
+
+
+def test_versions_above_2_to_the_53_stay_exact_in_redis(
+    spark: SparkSession, endpoints: Endpoints, unique: str
+) -> None:
+    """Redis's scripts kept the watermark as a Lua number: 2**62 was written back as
+    "4.6116860184274e+18", and every later run of the job failed to read it."""
+    df = spark.createDataFrame([(f"k{i}", 1) for i in range(5)], "key string, n long")
+    prefix = f"big-{unique}"
+    job = {
+        "url": endpoints.redis_url,
+        "keyColumn": "key",
+        "valueColumns": "n",
+        "mode": "increment",
+        "keyPrefix": f"{prefix}:",
+        "sinkId": unique,
+    }
+    for version in (2**62, 2**62 + 1, 2**62, 2**63 - 1):
+        df.write.format("eos_redis").options(**job, txnVersion=str(version)).mode("append").save()
+    assert _redis_counts(endpoints.redis_url, prefix) == Counter({f"k{i}": 3 for i in range(5)}), (
+        "2**62, 2**62 + 1 and 2**63 - 1 once each; 2**62 again wrote nothing"
+    )
