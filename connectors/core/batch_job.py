@@ -69,13 +69,6 @@ class StreamSinkWriter(Protocol):
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None: ...
 
 
-class ConfiguredSinkWriter(StreamSinkWriter, Protocol):
-    """A sink's streaming writer with its parsed options."""
-
-    @property
-    def options(self) -> SinkOptions: ...
-
-
 @runtime_checkable
 class ExactlyOnceSinkWriter(StreamSinkWriter, Protocol):
     """An exactly-once writer also writes one task's rows under an identity it is given."""
@@ -165,6 +158,11 @@ class SinkFormat(DataSource):
     connector = "this sink"
     instead_of_overwrite = "append instead"
 
+    @property
+    def sink_config(self) -> SinkOptions:
+        """Driver: the sink's parsed options (no network call)."""
+        raise NotImplementedError
+
     def _writer(self, schema: StructType, overwrite: bool) -> Any:
         """Driver: the sink's streaming writer for ``schema`` (``overwrite``: complete mode)."""
         raise NotImplementedError
@@ -178,12 +176,12 @@ class SinkFormat(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         """Driver: a batch write (``df.write``) as batch ``txnVersion`` of job ``sinkId``:
-        Overwrite refused first, then the sink's streaming writer (its checks run), wrapped
-        for the job."""
+        Overwrite and the job's identity checked first, before any network call or DDL,
+        then the sink's streaming writer (its checks run), wrapped for the job."""
         refuse_overwrite(overwrite, self.connector, self.instead_of_overwrite)
-        stream: ConfiguredSinkWriter = self._writer(schema, False)
-        options = stream.options
+        options = self.sink_config
         job = batch_job(self.options, self.connector, options.exactly_once, options.sink_id)
+        stream: StreamSinkWriter = self._writer(schema, False)
         return BatchWriter(stream, job)
 
 

@@ -13,6 +13,7 @@ from eos_connectors.core.startup import once_per_driver, start_key
 
 if TYPE_CHECKING:
     from eos_connectors.sinks.kafka import KafkaAtLeastOnceWriter, KafkaExactlyOnceWriter
+    from eos_connectors.sinks.kafka.options import KafkaSinkOptions
 
 NAME = "the eos_kafka sink"
 
@@ -26,15 +27,20 @@ class KafkaSinkFormat(batch_job.SinkFormat):
         "a Kafka topic is appended to, never rewritten (Spark's sink refuses it too)"
     )
 
+    @property
+    def sink_config(self) -> KafkaSinkOptions:
+        from eos_connectors.sinks.kafka import parse_options as parse_sink_options
+
+        return parse_sink_options(self.options)
+
     def _writer(
         self, schema: StructType, overwrite: bool
     ) -> KafkaExactlyOnceWriter | KafkaAtLeastOnceWriter:
         from eos_connectors.sinks.kafka import KafkaAtLeastOnceWriter, KafkaExactlyOnceWriter
-        from eos_connectors.sinks.kafka import parse_options as parse_sink_options
         from eos_connectors.sinks.kafka.checks import start_checks
         from eos_connectors.sinks.kafka.records import check_schema
 
-        options = parse_sink_options(self.options)
+        options = self.sink_config
         check_schema(schema, has_topic_option=options.topic is not None)
         check_changes(options.changes, schema, ("key",), NAME)
         once_per_driver(

@@ -39,7 +39,7 @@ class PostgresDataSource(batch_job.SinkFormat):
         return "eos_postgres"
 
     @property
-    def config(self) -> PostgresSinkOptions:
+    def sink_config(self) -> PostgresSinkOptions:
         return parse_options(self.options)
 
     connector = NAME
@@ -48,7 +48,7 @@ class PostgresDataSource(batch_job.SinkFormat):
     def _writer(
         self, schema: StructType, overwrite: bool
     ) -> PostgresExactlyOnceWriter | PostgresAtLeastOnceWriter:
-        options = self.config
+        options = self.sink_config
         if overwrite and options.mode == "append":
             raise ConfigError(
                 "outputMode 'complete' rewrites the whole result every batch: with mode=append "

@@ -37,7 +37,7 @@ class RedisDataSource(batch_job.SinkFormat):
         return "eos_redis"
 
     @property
-    def config(self) -> RedisSinkOptions:
+    def sink_config(self) -> RedisSinkOptions:
         return parse_options(self.options)
 
     connector = NAME
@@ -46,7 +46,7 @@ class RedisDataSource(batch_job.SinkFormat):
     def _writer(
         self, schema: StructType, overwrite: bool
     ) -> RedisExactlyOnceWriter | RedisAtLeastOnceWriter:
-        options = self.config
+        options = self.sink_config
         spec = values.layout(options, schema)
         if overwrite and options.mode == "increment":
             raise ConfigError(
