@@ -11,6 +11,7 @@ compaction, which carries no change and is dropped.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from pyspark.sql import functions as F
@@ -19,7 +20,7 @@ from pyspark.sql.types import DataType, LongType, StringType, StructField, Struc
 from eos_connectors.core.errors import ConfigError
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
 #: Columns the rows get beside the row's own (their names must not be the row's).
 CHANGE_COLUMNS = ("op", "lsn", "source_ts_ms")
@@ -46,8 +47,9 @@ def debezium_changes(
     row's columns (``after`` for a write, ``before`` for a delete: with the default replica
     identity that holds the key), ``op`` (``c``/``u``/``r`` write, ``d`` delete),
     ``lsn`` and ``source_ts_ms`` from ``source``, and the source's ``topic``,
-    ``partition`` and ``offset`` where ``events`` has them. Tombstones are dropped; a
-    truncate (``t``) is refused by the sink later as a change without a key.
+    ``partition`` and ``offset`` where ``events`` has them. Tombstones are dropped; any
+    other value that is no change event fails the query, naming where it is; a truncate
+    (``t``) is refused by the sink later as a change without a key.
 
     Feed the result to a sink with ``deleteColumn=op``, ``deleteValue=d`` and
     ``orderColumns=partition,offset`` (one key's events are in one partition) or ``lsn``.
@@ -64,7 +66,13 @@ def debezium_changes(
     text = F.col(value_column).cast("string")
     event = F.coalesce(F.from_json(text, wrapped).payload, F.from_json(text, envelope))
     place = [c for c in ("topic", "partition", "offset") if c in events.columns]
-    parsed = events.select(event.alias("event"), *place).where(F.col("event.op").isNotNull())
+    parsed = events.select(event.alias("event"), text.alias("__text"), *place)
+    # A tombstone (a null value) carries no change and is dropped; any other value that is
+    # no change event (Avro bytes, a row unwrapped by ExtractNewRecordState, broken JSON)
+    # fails the query where it stands, rather than being dropped unseen.
+    no_event = F.col("__text").isNotNull() & F.col("event.op").isNull()
+    refused = F.raise_error(_not_an_event(place))
+    parsed = parsed.where(F.coalesce(F.when(no_event, refused), F.col("event.op").isNotNull()))
     is_delete = F.col("event.op") == "d"
     fields = [
         F.when(is_delete, F.col(f"event.before.{f.name}"))
@@ -78,6 +86,23 @@ def debezium_changes(
         F.col("event.source.lsn").alias("lsn"),
         F.col("event.source.ts_ms").alias("source_ts_ms"),
         *place,
+    )
+
+
+def _not_an_event(place: Sequence[str]) -> Column:
+    """The message for a value that is no Debezium change event, naming where it is."""
+    where = [F.lit(" at")]
+    for name in place:
+        where += [F.lit(f" {name} "), F.col(name).cast("string")]
+    return F.concat(
+        F.lit("A record"),
+        *(where if place else []),
+        F.lit(
+            " is not a Debezium change event (a JSON envelope with 'op', wrapped in "
+            "'payload' or not): nothing of the batch is written. Read the topic with Kafka "
+            "Connect's JSON converter, without ExtractNewRecordState, or filter such "
+            "records out before debezium_changes."
+        ),
     )
 
 

@@ -14,6 +14,7 @@ import json
 import random
 import time
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -261,3 +262,40 @@ def _drop_slot(dsn: str, slot: str) -> None:
                 break
             time.sleep(0.5)
         conn.execute(f"DROP PUBLICATION IF EXISTS {slot}")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [b"\x00\x00\x00\x00\x01avro", b"{not json", b'{"id": 3, "name": "c", "balance": 1}'],
+    ids=["avro", "broken-json", "unwrapped-row"],
+)
+def test_a_value_that_is_no_change_event_fails_naming_where_it_is(
+    spark: SparkSession, endpoints: Endpoints, unique: str, value: bytes
+) -> None:
+    """Only a tombstone carries no change: any other value that is no Debezium event (Avro
+    bytes, broken JSON, a row ExtractNewRecordState unwrapped) fails the read, naming its
+    topic, partition and offset. It used to be dropped, and the query stayed green."""
+    from confluent_kafka import Producer
+
+    topic = f"dbz-bad-{unique}"
+    create_topic(endpoints.kafka, topic, partitions=1)
+    good = {"before": None, "after": {"id": 1, "name": "a", "balance": 5}, "op": "c"}
+    producer = Producer({"bootstrap.servers": endpoints.kafka_bootstrap})
+
+    def changes() -> Any:
+        events = (
+            spark.read.format("eos_kafka")
+            .option("kafka.bootstrap.servers", endpoints.kafka_bootstrap)
+            .option("subscribe", topic)
+            .load()
+        )
+        return debezium_changes(events, ROW)
+
+    for record in (json.dumps(good).encode(), None):
+        producer.produce(topic, key=b"1", value=record, partition=0)
+    assert producer.flush(30) == 0
+    assert changes().count() == 1, "the event read, the tombstone dropped"
+    producer.produce(topic, key=b"1", value=value, partition=0)
+    assert producer.flush(30) == 0
+    with pytest.raises(Exception, match=rf"topic {topic} partition 0 offset 2 is not a Debezium"):
+        changes().collect()
