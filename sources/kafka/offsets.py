@@ -13,6 +13,8 @@ from typing import Any
 
 from pyspark.sql.datasource import InputPartition
 
+from eos_connectors.core.errors import ConfigError
+
 TopicPartitionKey = tuple[str, int]
 Offsets = dict[TopicPartitionKey, int]
 
@@ -82,11 +84,16 @@ class Split:
     min_partitions: int | None = None
     max_partitions: int | None = None
     max_records_per_partition: int | None = None
+    #: The packing algorithm that planned the batch (:data:`PLANNER`); 1 in an offset
+    #: that names none (written by 0.2 or earlier).
+    planner: int = 1
 
     def to_spark(self) -> dict[str, int | None]:
         value = {"minPartitions": self.min_partitions, "maxPartitions": self.max_partitions}
         if self.max_records_per_partition is not None:
             value["maxRecordsPerPartition"] = self.max_records_per_partition
+        if self.planner != 1:
+            value["planner"] = self.planner
         return value
 
     @classmethod
@@ -95,6 +102,7 @@ class Split:
             _optional_int(value.get("minPartitions")),
             _optional_int(value.get("maxPartitions")),
             _optional_int(value.get("maxRecordsPerPartition")),
+            int(value.get("planner", 1)),
         )
 
 
@@ -241,16 +249,55 @@ def _split(whole: KafkaRange, parts: int) -> list[KafkaRange]:
     ]
 
 
-def pack_ranges(ranges: list[KafkaRange], max_tasks: int | None) -> list[KafkaRange | KafkaRanges]:
-    """At most ``max_tasks`` tasks: each range, largest first, goes to the task with the
-    fewest offsets so far (the first such on a tie). A pure function of its arguments,
+#: The algorithm :func:`pack_ranges` packs new batches with. 1 (0.2 and earlier) took
+#: pieces largest first, so one task could read a partition's later offsets before its
+#: earlier ones, and a later task a partition's earlier offsets; 2 keeps offset order.
+#: A batch is re-planned with the algorithm its offset names, so an upgrade never
+#: re-splits a batch in flight.
+PLANNER = 2
+
+
+def pack_ranges(
+    ranges: list[KafkaRange], max_tasks: int | None, planner: int = PLANNER
+) -> list[KafkaRange | KafkaRanges]:
+    """At most ``max_tasks`` tasks (:data:`PLANNER`). A pure function of its arguments,
     so a replay plans the same tasks."""
     if not max_tasks or len(ranges) <= max_tasks:
         return list(ranges)
+    if planner not in (1, 2):
+        raise ConfigError(
+            f"This batch's offset names task planner {planner}, which this version of "
+            "eos_kafka does not have: it was planned by a newer version. Run the query with "
+            "that version (or a newer one) until the batch is committed."
+        )
+    pack = _pack_largest_first if planner == 1 else _pack_in_offset_order
+    tasks = [task for task in pack(ranges, max_tasks) if task]
+    return [task[0] if len(task) == 1 else KafkaRanges(tuple(task)) for task in tasks]
+
+
+def _pack_in_offset_order(ranges: list[KafkaRange], max_tasks: int) -> list[list[KafkaRange]]:
+    """Planner 2: the ranges in (topic, partition, offset) order, cut into consecutive
+    runs of about equal size (a range goes to the task whose share holds its middle).
+    A task reads its ranges in offset order, and a partition's ranges go to tasks in
+    offset order: a key written twice is read in the order it was written."""
+    ordered = sorted(ranges, key=lambda r: (r.topic, r.partition, r.start))
+    total = sum(r.size for r in ordered)
+    tasks: list[list[KafkaRange]] = [[] for _ in range(max_tasks)]
+    done = 0
+    for piece in ordered:
+        middle = done + piece.size // 2
+        tasks[min(max_tasks - 1, middle * max_tasks // total)].append(piece)
+        done += piece.size
+    return tasks
+
+
+def _pack_largest_first(ranges: list[KafkaRange], max_tasks: int) -> list[list[KafkaRange]]:
+    """Planner 1, kept for batches it planned: each range, largest first, to the task
+    with the fewest offsets so far (the first such on a tie)."""
     tasks: list[list[KafkaRange]] = [[] for _ in range(max_tasks)]
     sizes = [0] * max_tasks
     for piece in sorted(ranges, key=lambda r: (-r.size, r.topic, r.partition, r.start)):
         emptiest = min(range(max_tasks), key=lambda i: (sizes[i], i))
         tasks[emptiest].append(piece)
         sizes[emptiest] += piece.size
-    return [task[0] if len(task) == 1 else KafkaRanges(tuple(task)) for task in tasks]
+    return tasks

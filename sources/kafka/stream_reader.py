@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
@@ -24,6 +25,7 @@ from pyspark.sql.streaming.datasource import (
 from eos_connectors.sources.kafka.broker import BrokerView
 from eos_connectors.sources.kafka.fetch import read_partition, report_data_loss
 from eos_connectors.sources.kafka.offsets import (
+    PLANNER,
     Offsets,
     SourceOffset,
     Split,
@@ -124,12 +126,15 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ranges = plan_ranges(
             begin, following.ends, split.min_partitions, split.max_records_per_partition
         )
-        return pack_ranges(ranges, split.max_partitions)
+        return pack_ranges(ranges, split.max_partitions, split.planner)
 
     def _split(self) -> Split:
         options = self.options
         return Split(
-            options.min_partitions, options.max_partitions, options.max_records_per_partition
+            options.min_partitions,
+            options.max_partitions,
+            options.max_records_per_partition,
+            PLANNER,
         )
 
     def _unrecorded_split(self) -> Split:
@@ -141,7 +146,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             "maxPartitions. If they changed since it first ran, a sink that marks progress "
             "per task partition may write part of it twice or skip part of it."
         )
-        return self._split()
+        return replace(self._split(), planner=1)  # and with 0.2's packing
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Task: the partition's records (:func:`read_partition`)."""

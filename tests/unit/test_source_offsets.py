@@ -2,7 +2,11 @@ from __future__ import annotations
 
 import pickle
 
+import pytest
+
+from eos_connectors.core.errors import ConfigError
 from eos_connectors.sources.kafka.offsets import (
+    PLANNER,
     KafkaRange,
     KafkaRanges,
     SourceOffset,
@@ -144,15 +148,20 @@ def test_the_progress_report_reuses_latest_offsets_look_up() -> None:
     assert broker.latest_calls == 2
 
 
-def test_pack_puts_every_range_into_at_most_max_tasks_the_same_way_every_time() -> None:
+@pytest.mark.parametrize("planner", [1, 2])
+def test_pack_puts_every_range_into_at_most_max_tasks_the_same_way_every_time(
+    planner: int,
+) -> None:
     sizes = {0: 500, 1: 100, 2: 300, 3: 250, 4: 50}
     ranges = [KafkaRange("t", p, 1000, 1000 + n) for p, n in sizes.items()]
-    tasks = pack_ranges(ranges, 2)
-    assert tasks == pack_ranges(list(reversed(ranges)), 2), "packing depends on the input order"
+    tasks = pack_ranges(ranges, 2, planner)
+    again = pack_ranges(list(reversed(ranges)), 2, planner)
+    assert tasks == again, "packing depends on the input order"
     assert len(tasks) == 2 and all(isinstance(t, KafkaRanges) for t in tasks)
     packed = [r for t in tasks if isinstance(t, KafkaRanges) for r in t.ranges]
     assert sorted(packed, key=str) == sorted(ranges, key=str), "a range was lost or read twice"
-    assert [t.size for t in tasks] == [600, 600]  # largest first, each to the emptiest task
+    # planner 1: largest first, each to the emptiest task; 2: consecutive runs
+    assert [t.size for t in tasks] == [600, 600]
     assert pack_ranges(ranges, 5) == ranges and pack_ranges(ranges, None) == ranges
     single = pack_ranges(ranges[:3], 2)
     assert single[0] == KafkaRange("t", 0, 1000, 1500), "a lone range stays a plain range"
@@ -185,3 +194,41 @@ def test_a_batch_is_split_as_its_offset_recorded_whatever_the_options_say_now() 
         )
     )
     assert len(reader.partitions(start, unrecorded)) == 2
+
+
+def _pieces(tasks: list[KafkaRange | KafkaRanges]) -> list[list[tuple[int, int]]]:
+    return [
+        [(r.start, r.end) for r in (t.ranges if isinstance(t, KafkaRanges) else (t,))]
+        for t in tasks
+    ]
+
+
+def test_packed_pieces_of_a_partition_are_read_in_offset_order() -> None:
+    """Planner 1 read [66,100) before [0,33) in one task (maxRecordsPerPartition=40,
+    maxPartitions=1), and gave task 0 the later offsets with maxRecordsPerPartition=34,
+    maxPartitions=2: a key written twice kept its older value."""
+    whole = {("t", 0): 100}
+    start = {("t", 0): 0}
+    one_task = pack_ranges(plan_ranges(start, whole, None, 40), 1)
+    assert _pieces(one_task) == [[(0, 33), (33, 66), (66, 100)]]
+    two_tasks = pack_ranges(plan_ranges(start, whole, None, 34), 2)
+    assert _pieces(two_tasks) == [[(0, 33), (33, 66)], [(66, 100)]]
+    old = pack_ranges(plan_ranges(start, whole, None, 40), 1, planner=1)
+    assert _pieces(old) == [[(66, 100), (0, 33), (33, 66)]], "planner 1 is kept as it was"
+
+
+def test_a_batch_is_packed_by_the_planner_its_offset_names() -> None:
+    """An upgrade never re-splits a batch in flight: an offset of 0.2 (no planner) is
+    packed as 0.2 packed it; a new one records planner 2."""
+    start = SourceOffset({("t", 0): 0}).to_spark()
+    old_end = SourceOffset({("t", 0): 100}, split=Split(None, 1, 40)).to_spark()
+    assert "planner" not in old_end["@split"]
+    raw = {"kafka.bootstrap.servers": "unused:9092", "subscribe": "t"}
+    reader = KafkaStreamReader(parse_options(raw))
+    assert _pieces(list(reader.partitions(start, old_end))) == [[(66, 100), (0, 33), (33, 66)]]
+    new_end = SourceOffset({("t", 0): 100}, split=Split(None, 1, 40, PLANNER)).to_spark()
+    assert new_end["@split"]["planner"] == PLANNER == 2
+    assert _pieces(list(reader.partitions(start, new_end))) == [[(0, 33), (33, 66), (66, 100)]]
+    newer = SourceOffset({("t", 0): 100}, split=Split(None, 1, 40, 9)).to_spark()
+    with pytest.raises(ConfigError, match="planner 9"):
+        reader.partitions(start, newer)
