@@ -17,6 +17,9 @@ with two or more changes in a task needs ``orderColumns``, and among that key's
 changes no order column may be null and no two changes may have equal order values.
 Otherwise the task is refused: their order cannot be known once Spark has shuffled
 them. The delete and order columns are *control columns*: read, never written.
+
+Across the tasks of one batch there is no order: an exactly-once keyed sink
+refuses a batch whose key reached two tasks (:class:`KeyAcrossTasksError`).
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from pyspark.sql.types import (
 )
 
 from eos_connectors.core import options as opt
-from eos_connectors.core.errors import ConfigError
+from eos_connectors.core.errors import BadRecordError, ConfigError
 
 DELETE_COLUMN = opt.Option(
     "deleteColumn",
@@ -112,6 +115,22 @@ class ChangeRules:
     def written(self, columns: Sequence[str]) -> tuple[str, ...]:
         """``columns`` without the control columns."""
         return tuple(c for c in columns if c not in self.control_columns)
+
+
+class KeyAcrossTasksError(BadRecordError):
+    """The rows of one key reached two tasks of one batch: the batch is refused."""
+
+    def __init__(
+        self, key: str, sink_id: str, batch_id: int, partitions: tuple[int, int], by: str
+    ) -> None:
+        low, high = sorted(partitions)
+        super().__init__(
+            f"Key {key} reached two tasks of batch {batch_id} of sink {sink_id!r} (partitions "
+            f"{low} and {high} of the sink's input), so neither can apply its changes in "
+            "their order: the batch is refused and nothing of it is written. Put each key's "
+            f"rows in one task: .repartition({by}) just before the sink. Restart the query "
+            "with that change; the batch is replayed with the same source split and applies."
+        )
 
 
 def parse_changes(options: Mapping[str, str], connector: str) -> ChangeRules:

@@ -7,6 +7,7 @@ from psycopg import sql
 
 from eos_connectors.core.protocol import Lineage, TwoPhaseCommitWriter, UnitId
 from eos_connectors.core.sinks_admin import ResetGuard, SinkAdmin, SinkRecord, UnitInDoubt, refuse
+from eos_connectors.sinks.postgres import key_claims
 from eos_connectors.sinks.postgres.connection import Connection, connect
 from eos_connectors.sinks.postgres.exactly_once import PostgresExactlyOnceWriter, sink_lock_key
 from eos_connectors.sinks.postgres.options import PostgresSinkOptions
@@ -107,6 +108,9 @@ class PostgresSinkAdmin(SinkAdmin):
                     sql.SQL("DELETE FROM {} WHERE sink_id = %s").format(self._table(table)),
                     (sink_id,),
                 )
+            schema = self.options.bookkeeping_schema
+            key_claims.create_table(self.conn, schema)  # a schema made by 0.2 lacks it
+            key_claims.forget(self.conn, schema, sink_id, 2**63 - 1)
 
     def close(self) -> None:
         if self._conn is not None:

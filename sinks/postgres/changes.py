@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import psycopg
@@ -26,6 +26,9 @@ from eos_connectors.sinks.postgres.schema import table_ident
 log = logging.getLogger(__name__)
 
 Cursor = psycopg.Cursor[tuple[object, ...]]
+#: Called with the stage once it holds the task's checked rows, before any row lock on
+#: the target (the exactly-once sink claims the keys there: :mod:`.key_claims`).
+BeforeApply = Callable[[Cursor, sql.Identifier], None]
 
 
 @dataclass(frozen=True)
@@ -65,7 +68,11 @@ class Applied:
 
 
 def apply(
-    cur: Cursor, target: Target, stage_name: str, batches: Iterator[pa.RecordBatch]
+    cur: Cursor,
+    target: Target,
+    stage_name: str,
+    batches: Iterator[pa.RecordBatch],
+    before_apply: BeforeApply | None = None,
 ) -> Applied:
     """Task: stage the rows, check their keys and order, apply them; say what they did."""
     stage = sql.Identifier(
@@ -75,6 +82,8 @@ def apply(
     rows = copy_batches(cur, stage, target.columns, batches)
     _check_keys(cur, target, stage)
     _check_order(cur, target, stage)
+    if before_apply is not None:
+        before_apply(cur, stage)
     applied = _apply(cur, target, stage, rows)
     cur.execute(sql.SQL("DROP TABLE {}").format(stage))
     if applied.absent:

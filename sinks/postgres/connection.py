@@ -47,11 +47,12 @@ class _Pool(threading.local):
 _POOL = _Pool()
 
 
-def take(options: PostgresSinkOptions) -> Connection:
-    """Task or driver: this thread's idle connection for ``options.dsn`` once it answered
-    a query, or a new one. One that does not answer (the server restarted, the
-    connection dropped) is closed; a new one fails clearly if PostgreSQL is unreachable."""
-    held = _POOL.idle.pop(settings_digest(options.dsn), None)
+def take(options: PostgresSinkOptions, purpose: str = "main") -> Connection:
+    """Task or driver: this thread's idle connection for ``options.dsn`` and ``purpose``
+    (a task's key claims use a second one beside its transaction's) once it answered a
+    query, or a new one. One that does not answer (the server restarted, the connection
+    dropped) is closed; a new one fails clearly if PostgreSQL is unreachable."""
+    held = _POOL.idle.pop(_pool_key(options, purpose), None)
     if held is not None and held[0] == os.getpid():  # not a forked parent's: leave that be
         conn = _answering(held[1])
         if conn is not None:
@@ -59,15 +60,19 @@ def take(options: PostgresSinkOptions) -> Connection:
     return connect(options)
 
 
-def give_back(options: PostgresSinkOptions, conn: Connection) -> None:
+def give_back(options: PostgresSinkOptions, conn: Connection, purpose: str = "main") -> None:
     """Task or driver: ``conn`` into this thread's pool when it is outside any transaction,
     else closed (the server then rolls back the open transaction, not prepared ones)."""
-    key = settings_digest(options.dsn)
+    key = _pool_key(options, purpose)
     idle = not conn.closed and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-    if idle and key not in _POOL.idle:  # one a DSN is enough
+    if idle and key not in _POOL.idle:  # one a DSN and purpose is enough
         _POOL.idle[key] = (os.getpid(), conn)
     else:
         conn.close()
+
+
+def _pool_key(options: PostgresSinkOptions, purpose: str) -> str:
+    return f"{settings_digest(options.dsn)}|{purpose}"
 
 
 def _answering(conn: Connection) -> Connection | None:

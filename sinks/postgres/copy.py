@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import io
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import psycopg
 import pyarrow as pa
@@ -68,6 +68,8 @@ def upsert(
     columns: Sequence[str],
     keys: Sequence[str],
     batches: Iterator[pa.RecordBatch],
+    before_apply: Callable[[psycopg.Cursor[tuple[object, ...]], sql.Identifier], None]
+    | None = None,
 ) -> int:
     """COPY into a stage table, then one INSERT ... ON CONFLICT; the last row per key wins.
 
@@ -89,6 +91,8 @@ def upsert(
         )
     )
     rows = copy_batches(cur, stage, columns, batches)
+    if before_apply is not None:
+        before_apply(cur, stage)
     key_cols = sql.SQL(", ").join(map(sql.Identifier, keys))
     cur.execute(
         sql.SQL(

@@ -27,6 +27,8 @@ from eos_connectors.core.protocol import (
     UnitId,
     UnitMissingError,
 )
+from eos_connectors.sinks.postgres import key_claims
+from eos_connectors.sinks.postgres.changes import BeforeApply
 from eos_connectors.sinks.postgres.connection import (
     Connection,
     first_line,
@@ -85,18 +87,27 @@ class PostgresExactlyOnceWriter(TwoPhaseCommitWriter):
             self.close()
 
     def commit(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
-        """Driver: the protocol's commit, then the connection back to the pool."""
+        """Driver: the protocol's commit, the batch's key claims forgotten, then the
+        connection back to the pool."""
         try:
             super().commit(messages, batchId)
+            self._forget_claims(messages, batchId)
         finally:
             self.close()
 
     def abort(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
-        """Driver: the protocol's abort, then the connection back to the pool."""
+        """Driver: the protocol's abort, the batch's key claims forgotten, then the
+        connection back to the pool."""
         try:
             super().abort(messages, batchId)
+            self._forget_claims(messages, batchId)
         finally:
             self.close()
+
+    def _forget_claims(self, messages: Sequence[WriterCommitMessage | None], batch: int) -> None:
+        sinks = {m.sink_id for m in messages if isinstance(m, PreparedUnit)}
+        for sink_id in sinks:
+            key_claims.forget(self.conn, self.options.bookkeeping_schema, sink_id, batch)
 
     def _table(self, name: str) -> sql.Composable:
         return sql.Identifier(self.options.bookkeeping_schema, name)
@@ -157,10 +168,11 @@ class PostgresExactlyOnceWriter(TwoPhaseCommitWriter):
         finished, so the worker's next task can use it. Any error closes the connection:
         the server rolls the open transaction back."""
         conn = self.conn
+        side = take(self.options, "claims") if self.options.key_columns else None
         try:
             with conn.cursor() as cur:
                 cur.execute("BEGIN")
-                count = self.rows.write(cur, str(unit), rows)
+                count = self.rows.write(cur, str(unit), rows, self._claiming(unit, side))
                 cur.execute(
                     sql.SQL("INSERT INTO {} (unit, sink_id, batch_id) VALUES (%s, %s, %s)").format(
                         self._table("committed_units")
@@ -172,7 +184,21 @@ class PostgresExactlyOnceWriter(TwoPhaseCommitWriter):
         except BaseException:
             self._drop()
             raise
+        finally:
+            if side is not None:
+                give_back(self.options, side, "claims")
         return count
+
+    def _claiming(self, unit: UnitId, side: Connection | None) -> BeforeApply | None:
+        """Task: the key claims of a keyed mode, on ``side`` (:mod:`.key_claims`)."""
+        if side is None:
+            return None
+        schema, keys = self.options.bookkeeping_schema, self.options.key_columns
+
+        def claim(cur: psycopg.Cursor[Any], stage: sql.Identifier) -> None:
+            key_claims.claim(cur, side, schema, stage, keys, unit)
+
+        return claim
 
     def decide(self, decision: Decision) -> Decision:
         """Under the sink's lock, shared (``eos sinks reset`` takes it exclusively), and the

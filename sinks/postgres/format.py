@@ -15,6 +15,7 @@ from eos_connectors.core.errors import ConfigError
 from eos_connectors.core.sinks_admin import ORPHAN_AGE_SECONDS, SinkRecord
 from eos_connectors.core.sinks_admin import warn_about_orphans as shared_warning
 from eos_connectors.core.startup import once_per_driver, start_key
+from eos_connectors.sinks.postgres import key_claims
 from eos_connectors.sinks.postgres import schema as pg_schema
 from eos_connectors.sinks.postgres.at_least_once import PostgresAtLeastOnceWriter
 from eos_connectors.sinks.postgres.connection import Connection, connect
@@ -151,6 +152,7 @@ def ensure_bookkeeping(conn: Connection, bookkeeping_schema: str) -> None:
             " target text NOT NULL, claimed_at timestamptz NOT NULL DEFAULT now())"
         ).format(sql.Identifier(bookkeeping_schema, "sinks"))
     )
+    key_claims.create_table(conn, bookkeeping_schema)
 
 
 def ensure_table(conn: Connection, options: PostgresSinkOptions, schema: StructType) -> None:

@@ -30,12 +30,19 @@ class TaskRows:
         self.columns = columns
         self.control_types = control_types
 
-    def write(self, cur: psycopg.Cursor[Any], name: str, batches: Iterator[pa.RecordBatch]) -> int:
+    def write(
+        self,
+        cur: psycopg.Cursor[Any],
+        name: str,
+        batches: Iterator[pa.RecordBatch],
+        before_apply: changes.BeforeApply | None = None,
+    ) -> int:
+        """Task: the rows into the table; ``before_apply`` sees a keyed mode's stage."""
         cur.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(LOCK_TIMEOUT)))
         if self.options.mode == "append":
             return copy.append(cur, self.options.table, self.columns, batches)
         if self.options.mode == "update" or self.options.changes.applies_changes:
-            return changes.apply(cur, self._target(), name, batches).rows
+            return changes.apply(cur, self._target(), name, batches, before_apply).rows
         return copy.upsert(
             cur,
             self.options.table,
@@ -44,6 +51,7 @@ class TaskRows:
             self.columns,
             self.options.key_columns,
             batches,
+            before_apply,
         )
 
     def _target(self) -> changes.Target:

@@ -10,12 +10,15 @@ from typing import Any
 
 import pyarrow as pa
 import redis
+from pyspark.sql.datasource import WriterCommitMessage
 
+from eos_connectors.core.changes import KeyAcrossTasksError
 from eos_connectors.core.errors import ServiceUnavailableError
 from eos_connectors.core.protocol import (
     Decision,
     Lineage,
     Outcome,
+    PreparedUnit,
     Siblings,
     SinkResetError,
     TwoPhaseCommitWriter,
@@ -58,6 +61,10 @@ class SinkKeys:
 
     def watermark(self, query_id: str) -> str:
         return f"{self.base}:watermark:{query_id}"
+
+    def claims(self, batch_id: int) -> str:
+        """Hash: key -> ``<run>:<partition>`` that claimed it in the batch."""
+        return f"{self.base}:claims:{batch_id}"
 
     @property
     def rejected(self) -> str:
@@ -145,7 +152,45 @@ class RedisExactlyOnceWriter(TwoPhaseCommitWriter):
             for start in range(0, len(flat), chunk):
                 pipe.rpush(stage, *flat[start : start + chunk])
             pipe.execute()
+        if self.spec.mode != "increment":  # increments commute: any layout is exact
+            self._claim_keys(unit, keys)
         return count
+
+    def _claim_keys(self, unit: UnitId, keys: SinkKeys) -> None:
+        """Task: claim the stage's keys for this partition of the batch, or drop the unit
+        and refuse the batch when another partition claimed one
+        (:class:`KeyAcrossTasksError`)."""
+        parts = unit.attempt.split("-")
+        run = parts[1] if len(parts) > 1 else ""
+        script = self.client.register_script(scripts.CLAIM_KEYS)
+        lead = 1 if self.spec.deletes else 0
+        found = script(
+            keys=[keys.stage(unit), keys.claims(unit.batch_id), keys.units],
+            args=[run, str(unit.partition), str(self.spec.stride), str(lead), str(unit)],
+        )
+        if found:
+            key, other = as_text(found[0]), int(as_text(found[1]))
+            raise KeyAcrossTasksError(
+                repr(key),
+                unit.sink_id,
+                unit.batch_id,
+                (other, unit.partition),
+                repr(self.spec.key_column),
+            )
+
+    def commit(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
+        """Driver: the protocol's commit, then the batch's key claims forgotten."""
+        super().commit(messages, batchId)
+        self._forget_claims(messages, batchId)
+
+    def abort(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
+        """Driver: the protocol's abort, then the batch's key claims forgotten."""
+        super().abort(messages, batchId)
+        self._forget_claims(messages, batchId)
+
+    def _forget_claims(self, messages: Sequence[WriterCommitMessage | None], batch: int) -> None:
+        for sink_id in {m.sink_id for m in messages if isinstance(m, PreparedUnit)}:
+            self.client.delete(self.keys(sink_id).claims(batch))
 
     def decide(self, decision: Decision) -> Decision:
         keys = self.keys(decision.sink_id)

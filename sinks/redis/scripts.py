@@ -215,3 +215,35 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
 end
 return redis.call('HMGET', KEYS[1], 'query', 'origin')
 """
+
+#: Exactly-once, in tasks: claim the keys of the unit's stage for its partition (one
+#: key, one task of a batch; see :mod:`eos_connectors.core.changes`), atomically with
+#: every other task's claims. A claim of an earlier run of the query is replaced.
+#: A refused unit is dropped in the same script (its stage, its name in the unit set).
+#: KEYS: stage, claims, units. ARGV: run, partition, stride, lead (1 when an op leads),
+#: unit. Returns {} or {key, the other partition}.
+CLAIM_KEYS = """
+local stage, claims, units = KEYS[1], KEYS[2], KEYS[3]
+local run, stride, lead = ARGV[1], tonumber(ARGV[3]), tonumber(ARGV[4])
+local mine = run .. ':' .. ARGV[2]
+local this_run = run .. ':'
+local total = redis.call('LLEN', stage)
+local chunk = stride * 2000
+for start = 0, total - 1, chunk do
+  local items = redis.call('LRANGE', stage, start, start + chunk - 1)
+  for i = 1 + lead, #items, stride do
+    local key = items[i]
+    local held = redis.call('HGET', claims, key)
+    if held ~= mine then
+      if held and string.sub(held, 1, #this_run) == this_run then
+        redis.call('DEL', stage)
+        redis.call('SREM', units, ARGV[5])
+        return {key, string.sub(held, #this_run + 1)}
+      end
+      redis.call('HSET', claims, key, mine)
+    end
+  end
+end
+redis.call('EXPIRE', claims, 604800)
+return {}
+"""

@@ -1,0 +1,145 @@
+"""One key, one task of a batch: each exactly-once task claims its keys before it writes
+(task side), and a key another task of the batch claimed refuses the batch.
+
+Two tasks of one batch that write one key cannot apply its changes in their order:
+neither sees the other's prepared transaction, so a delete in one task misses the
+other's insert (the row comes back), and an update waits on the other's prepared row
+lock until ``lock_timeout`` and fails every replay alike. A task therefore claims the
+keys it staged before it takes any row lock: it copies their digests, with its
+partition, into ``<bookkeepingSchema>.batch_keys`` on a second connection that commits
+at once, so every other task of the batch sees the claims whether or not its own
+transaction is prepared yet. A digest another partition claimed first refuses this
+task within seconds, naming the key, both partitions and the fix; the batch is then
+never decided and the driver rolls every unit back.
+
+Claims are kept per query run: a replay after a restart (with the fix, a
+``repartition`` by the key, applied) is never refused by the claims of the run that
+failed. The driver forgets a batch's claims once it is committed or aborted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from eos_connectors.core.changes import KeyAcrossTasksError
+from eos_connectors.core.protocol import UnitId
+
+Cursor = psycopg.Cursor[tuple[Any, ...]]
+Connection = psycopg.Connection[tuple[Any, ...]]
+
+TABLE = "batch_keys"
+
+
+@dataclass(frozen=True)
+class Claimant:
+    """Who claims: one partition of one batch of one query run of one sink."""
+
+    sink_id: str
+    batch_id: int
+    run: str
+    partition: int
+
+    @classmethod
+    def of(cls, unit: UnitId) -> Claimant:
+        parts = unit.attempt.split("-")
+        run = parts[1] if len(parts) > 1 else ""
+        return cls(unit.sink_id, unit.batch_id, run, unit.partition)
+
+
+def create_table(conn: Connection, schema: str) -> None:
+    """Driver, at query start: the claims table (no lock any prepared transaction holds)."""
+    conn.execute(
+        sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {} ("
+            " sink_id text NOT NULL, batch_id bigint NOT NULL, run text NOT NULL,"
+            " key uuid NOT NULL, partition int NOT NULL,"
+            " PRIMARY KEY (sink_id, batch_id, run, key))"
+        ).format(sql.Identifier(schema, TABLE))
+    )
+
+
+def claim(
+    cur: Cursor,
+    side: Connection,
+    schema: str,
+    stage: sql.Identifier,
+    keys: Sequence[str],
+    unit: UnitId,
+) -> None:
+    """Task, before any row lock on the target: claim the keys staged in ``stage`` (inside
+    the task's transaction, on ``cur``) for the unit's partition, committed on ``side``;
+    raise :class:`KeyAcrossTasksError` when another partition of the batch holds one."""
+    who = Claimant.of(unit)
+    digests = sql.SQL(
+        "COPY (SELECT DISTINCT {digest} FROM {stage}) TO STDOUT (FORMAT binary)"
+    ).format(digest=_digest(keys), stage=stage)
+    with side.transaction():
+        side.execute(sql.SQL("CREATE TEMP TABLE eos_claim (key uuid NOT NULL) ON COMMIT DROP"))
+        with (
+            cur.copy(digests) as out,
+            side.cursor().copy("COPY eos_claim (key) FROM STDIN (FORMAT binary)") as into,
+        ):
+            for data in out:
+                into.write(data)
+        table = sql.Identifier(schema, TABLE)
+        side.execute(
+            sql.SQL(
+                "INSERT INTO {} (sink_id, batch_id, run, key, partition)"
+                " SELECT %(sink_id)s, %(batch_id)s, %(run)s, key, %(partition)s FROM eos_claim"
+                " ON CONFLICT DO NOTHING"
+            ).format(table),
+            asdict(who),
+        )
+        # A statement of its own: its snapshot sees the claims the insert waited for.
+        other = side.execute(
+            sql.SQL(
+                "SELECT b.key, b.partition FROM eos_claim c JOIN {} b ON b.key = c.key"
+                " WHERE b.sink_id = %(sink_id)s AND b.batch_id = %(batch_id)s AND b.run = %(run)s"
+                " AND b.partition <> %(partition)s LIMIT 1"
+            ).format(table),
+            asdict(who),
+        ).fetchone()
+    if other is not None:
+        raise _refusal(cur, stage, keys, who, other[0], int(other[1]))
+
+
+def forget(conn: Connection, schema: str, sink_id: str, up_to_batch: int) -> None:
+    """Driver, after a batch is committed or aborted: its claims (and older ones) go."""
+    conn.execute(
+        sql.SQL("DELETE FROM {} WHERE sink_id = %s AND batch_id <= %s").format(
+            sql.Identifier(schema, TABLE)
+        ),
+        (sink_id, up_to_batch),
+    )
+
+
+def _digest(keys: Sequence[str]) -> sql.Composable:
+    """A key's digest: md5 of its columns' row text, as a uuid (16 bytes)."""
+    columns = sql.SQL(", ").join(map(sql.Identifier, keys))
+    return sql.SQL("md5(ROW({})::text)::uuid").format(columns)
+
+
+def _refusal(
+    cur: Cursor,
+    stage: sql.Identifier,
+    keys: Sequence[str],
+    who: Claimant,
+    digest: object,
+    partition: int,
+) -> KeyAcrossTasksError:
+    row = cur.execute(
+        sql.SQL("SELECT {} FROM {} WHERE {} = %s LIMIT 1").format(
+            sql.SQL(", ").join(map(sql.Identifier, keys)), stage, _digest(keys)
+        ),
+        (digest,),
+    ).fetchone()
+    shown = ", ".join(f"{k}={v!r}" for k, v in zip(keys, row or (), strict=False))
+    by_key = ", ".join(repr(k) for k in keys)
+    return KeyAcrossTasksError(
+        shown or "(unknown)", who.sink_id, who.batch_id, (partition, who.partition), by_key
+    )
