@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pickle
+from collections.abc import Sequence
 
 import pytest
 
@@ -196,11 +197,13 @@ def test_a_batch_is_split_as_its_offset_recorded_whatever_the_options_say_now() 
     assert len(reader.partitions(start, unrecorded)) == 2
 
 
-def _pieces(tasks: list[KafkaRange | KafkaRanges]) -> list[list[tuple[int, int]]]:
-    return [
-        [(r.start, r.end) for r in (t.ranges if isinstance(t, KafkaRanges) else (t,))]
-        for t in tasks
-    ]
+def _pieces(tasks: Sequence[object]) -> list[list[tuple[int, int]]]:
+    pieces = []
+    for task in tasks:
+        assert isinstance(task, KafkaRange | KafkaRanges)
+        ranges = task.ranges if isinstance(task, KafkaRanges) else (task,)
+        pieces.append([(r.start, r.end) for r in ranges])
+    return pieces
 
 
 def test_packed_pieces_of_a_partition_are_read_in_offset_order() -> None:
@@ -225,10 +228,10 @@ def test_a_batch_is_packed_by_the_planner_its_offset_names() -> None:
     assert "planner" not in old_end["@split"]
     raw = {"kafka.bootstrap.servers": "unused:9092", "subscribe": "t"}
     reader = KafkaStreamReader(parse_options(raw))
-    assert _pieces(list(reader.partitions(start, old_end))) == [[(66, 100), (0, 33), (33, 66)]]
+    assert _pieces(reader.partitions(start, old_end)) == [[(66, 100), (0, 33), (33, 66)]]
     new_end = SourceOffset({("t", 0): 100}, split=Split(None, 1, 40, PLANNER)).to_spark()
     assert new_end["@split"]["planner"] == PLANNER == 2
-    assert _pieces(list(reader.partitions(start, new_end))) == [[(0, 33), (33, 66), (66, 100)]]
+    assert _pieces(reader.partitions(start, new_end)) == [[(0, 33), (33, 66), (66, 100)]]
     newer = SourceOffset({("t", 0): 100}, split=Split(None, 1, 40, 9)).to_spark()
     with pytest.raises(ConfigError, match="planner 9"):
         reader.partitions(start, newer)
