@@ -43,6 +43,7 @@ from pyspark.sql.types import StructType
 from eos_connectors.core import options as opt
 from eos_connectors.core.context import NotInStreamingTaskError, TaskIdentity
 from eos_connectors.core.errors import ConfigError
+from eos_connectors.core.protocol import TwoPhaseCommitWriter
 
 log = logging.getLogger(__name__)
 
@@ -182,7 +183,37 @@ class SinkFormat(DataSource):
         options = self.sink_config
         job = batch_job(self.options, self.connector, options.exactly_once, options.sink_id)
         stream: StreamSinkWriter = self._writer(schema, False)
+        if job is not None and isinstance(stream, TwoPhaseCommitWriter):
+            settle_earlier_versions(stream, job, self.connector)
         return BatchWriter(stream, job)
+
+
+def settle_earlier_versions(stream: TwoPhaseCommitWriter, job: BatchJob, connector: str) -> None:
+    """Driver, before any task of version ``job.version`` runs: earlier versions of the job
+    left in doubt are applied first when decided (a driver that died between decision
+    and commit), so they never land over this version; an earlier version prepared and
+    undecided (still running, or its driver died before deciding) refuses this run,
+    naming it: rolling it back would lose a load its run may still report as written."""
+    sink_id = stream.sink_id(job.query_id)
+    earlier = [
+        u
+        for u in stream.units_in_doubt(sink_id)
+        if u.batch_id < job.version and u.made_by(job.query_id)
+    ]
+    versions = sorted({u.batch_id for u in earlier})
+    undecided = [v for v in versions if stream.find_decision(sink_id, v) is None]
+    if undecided:
+        shown = ", ".join(map(str, undecided))
+        raise ConfigError(
+            f"{connector}: {TXN_VERSION} {shown} of job {sink_id!r} has prepared writes and no "
+            "decision: a run of it is still going, or its driver died before it decided. "
+            f"Nothing of {TXN_VERSION} {job.version} was written. Let that run finish, or rerun "
+            f"{TXN_VERSION} {undecided[0]} (it settles what the dead run left), or discard that "
+            f"load with `eos sinks settle {sink_id}`; then run {TXN_VERSION} {job.version} again."
+        )
+    if versions:
+        log.info("sink %s: applying decided versions %s first", sink_id, versions)
+        stream.recover(sink_id, job.version - 1)
 
 
 class BatchWriter(DataSourceArrowWriter):

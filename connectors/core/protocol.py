@@ -409,8 +409,12 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter, UnitStore):
     # -- commit: on the driver ---------------------------------------------------
 
     def commit(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
-        """Driver: 1. the units; 2. claim the sink id; 3. decide; 4. commit each; 5. recover
-        leftovers; 6. prune."""
+        """Driver: 1. the units; 2. claim the sink id; 3. decide; 4. settle earlier batches;
+        5. commit each unit; 6. roll back this batch's strays; 7. prune.
+
+        Step 4 comes before step 5: a batch decided but not yet applied (a driver that
+        died between decision and commit, then a batch job run with the next version)
+        must land before this batch's units, never over them."""
         prepared = _prepared_units(messages, batchId)
         sink_id = _sink_of(prepared)
         if sink_id is None:
@@ -421,6 +425,7 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter, UnitStore):
         patience.reaching(lambda: self._claim(sink_id, prepared))
         decision = patience.reaching(lambda: self._decide(sink_id, batchId, prepared))
         faults.point("after-decision", batchId, role="driver", query=query)
+        self.recover(sink_id, batchId - 1)
         for index, unit in enumerate(decision.units):
             if index == 1:
                 faults.point("between-commits", batchId, role="driver", query=query)
