@@ -14,7 +14,7 @@ from eos_connectors.sinks.kafka.clients import CALL_TIMEOUT, produce_rows
 from eos_connectors.sinks.kafka.errors import KafkaSinkError
 from eos_connectors.sinks.kafka.options import KafkaSinkOptions
 from eos_connectors.sinks.kafka.pool import PLAIN_PRODUCERS, PlainProducers
-from eos_connectors.sinks.kafka.records import rows
+from eos_connectors.sinks.kafka.records import in_order, rows
 
 
 class KafkaAtLeastOnceWriter(DataSourceStreamArrowWriter):
@@ -45,7 +45,7 @@ class KafkaAtLeastOnceWriter(DataSourceStreamArrowWriter):
             produce_rows(
                 producer,
                 rows(
-                    steps.pulled("waiting for rows", iterator),
+                    in_order(steps.pulled("waiting for rows", iterator), self.options.changes),
                     self.options.topic,
                     self.options.changes,
                 ),

@@ -65,7 +65,7 @@ from eos_connectors.sinks.kafka.errors import KafkaSinkError
 from eos_connectors.sinks.kafka.marker import MarkerGroup, moved
 from eos_connectors.sinks.kafka.options import KafkaSinkOptions, transactional_id
 from eos_connectors.sinks.kafka.pool import CLIENTS, ClientPool
-from eos_connectors.sinks.kafka.records import Row, rows
+from eos_connectors.sinks.kafka.records import Row, in_order, rows
 
 log = logging.getLogger(__name__)
 
@@ -284,7 +284,8 @@ class KafkaExactlyOnceWriter(DataSourceStreamArrowWriter):
             steps.add("begin and marker", since)
             log_marker(producer, marker, task)
             faults.point("before-prepare", task.batch_id, role="worker", query=task.query_name)
-            batches = rows(rows_in.all(), self.options.topic, self.options.changes)
+            changes = self.options.changes
+            batches = rows(in_order(rows_in.all(), changes), self.options.topic, changes)
             count = finish(producer, task, batches, sid, steps)
             marker.known = (task.batch_id + 1, task.query_id)
         except Exception as exc:  # a crash (or a simulated one) leaves it open, for fencing

@@ -100,9 +100,18 @@ _OWNED = (
         refused="write the value column as binary or string",
     ),
 )
-_NO_ORDER = (
-    "the sink writes a task's rows in their order and a null value as a tombstone already; "
-    "use deleteColumn (and deleteValue) to write deletes as tombstones"
+_NO_NULL_DELETE = (
+    "the sink writes a null value as a tombstone already; use deleteColumn (and "
+    "deleteValue) to write other rows as tombstones"
+)
+ORDER_COLUMNS = opt.Option(
+    "orderColumns",
+    opt.names,
+    "write each task's rows sorted by these columns (ascending), so one key's changes "
+    "reach the topic in their order and compaction keeps the last; distinct and not null "
+    "among one key's changes. The task's rows are held in memory to sort them. Across "
+    "tasks of a batch there is no order: keep each key in one task",
+    default=(),
 )
 OPTIONS = opt.OptionTable(
     "the eos_kafka sink",
@@ -116,8 +125,8 @@ OPTIONS = opt.OptionTable(
         *opt.SINK_OPTIONS,
         DELETE_COLUMN,
         DELETE_VALUE,
-        opt.Option("orderColumns", opt.text, "", refused=_NO_ORDER),
-        opt.Option("deleteWhenValuesNull", opt.text, "", refused=_NO_ORDER),
+        ORDER_COLUMNS,
+        opt.Option("deleteWhenValuesNull", opt.text, "", refused=_NO_NULL_DELETE),
         TRANSACTION_TIMEOUT,
         PARTITIONER_CLASS,
         *_OWNED,

@@ -16,7 +16,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from eos_connectors.core.changes import ChangeRules, delete_mask, place
+from eos_connectors.core.changes import ChangeRules, delete_mask, place, unordered_change
 from eos_connectors.core.errors import BadRecordError, ConfigError
 
 _BYTES = (BinaryType, StringType)
@@ -105,6 +105,34 @@ def rows(
         )
         stamps = _millis(batch.column("timestamp")) if "timestamp" in names else [None] * count
         yield list(zip(topics, values, keys, partitions, headers, stamps, strict=True))
+
+
+def in_order(
+    batches: Iterator[pa.RecordBatch], changes: ChangeRules | None
+) -> Iterator[pa.RecordBatch]:
+    """Task: the task's rows as they come, or, with ``orderColumns``, all of them sorted by
+    those columns (a stable sort), so each key's changes are written in their order. Two
+    changes of one key whose order is unknown (a null or an equal order value) are a
+    BadRecordError, as in every keyed sink: nothing of the task is committed."""
+    order = changes.order_columns if changes is not None else ()
+    if not order:
+        yield from batches
+        return
+    held = list(batches)
+    if not held:
+        return
+    table = pa.Table.from_batches(held)
+    if "key" in table.schema.names:
+        by_key = table.sort_by([("key", "ascending"), *((c, "ascending") for c in order)])
+        at = unordered_change(by_key, "key", order)
+        if at is not None:
+            raise BadRecordError(
+                f"Several changes of key {by_key.column('key')[at].as_py()!r} in this task "
+                f"with the same (or a null) {', '.join(order)} at {place(by_key, at)}, so "
+                "which is written last is unknown. Set orderColumns to columns distinct and "
+                "not null per key (e.g. partition,offset). Nothing of this task is committed."
+            )
+    yield from table.sort_by([(c, "ascending") for c in order]).to_batches()
 
 
 def _tombstones(batch: pa.RecordBatch, changes: ChangeRules) -> pa.RecordBatch:

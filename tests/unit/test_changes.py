@@ -57,7 +57,35 @@ def test_the_options_say_what_is_missing_or_wrong() -> None:
             SCHEMA,
         )
     with pytest.raises(ConfigError, match="cannot be set: the sink writes"):
-        kafka_options({"kafka.bootstrap.servers": "b", "topic": "t", "orderColumns": "offset"})
+        kafka_options(
+            {"kafka.bootstrap.servers": "b", "topic": "t", "deleteWhenValuesNull": "true"}
+        )
+
+
+def test_the_kafka_sink_writes_a_tasks_rows_in_order_columns_order() -> None:
+    """Issue 52, item 3: after a shuffle a task's rows come in any order; with orderColumns
+    each key's changes are written in their order (the last one is what compaction
+    keeps), and two changes of a key with no known order are refused."""
+    from eos_connectors.sinks.kafka.records import in_order
+
+    options = kafka_options(
+        {"kafka.bootstrap.servers": "b", "topic": "t", "orderColumns": "partition,offset"}
+    )
+    first = pa.RecordBatch.from_pydict(
+        {"key": [b"k", b"j"], "value": [b"new", b"j1"], "partition": [0, 0], "offset": [90, 5]}
+    )
+    second = pa.RecordBatch.from_pydict(
+        {"key": [b"k"], "value": [b"old"], "partition": [0], "offset": [10]}
+    )
+    written = pa.Table.from_batches(list(in_order(iter([first, second]), options.changes)))
+    assert written.column("value").to_pylist() == [b"j1", b"old", b"new"]
+    tie = pa.RecordBatch.from_pydict(
+        {"key": [b"k", b"k"], "value": [b"a", b"b"], "partition": [0, 0], "offset": [7, 7]}
+    )
+    with pytest.raises(BadRecordError, match=r"Several changes of key b'k'.*offset 7"):
+        list(in_order(iter([tie]), options.changes))
+    plain = kafka_options({"kafka.bootstrap.servers": "b", "topic": "t"})
+    assert list(in_order(iter([first, second]), plain.changes)) == [first, second]
 
 
 def test_a_row_is_a_delete_by_value_by_flag_or_by_null_values() -> None:
