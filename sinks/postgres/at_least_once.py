@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
-from eos_connectors.sinks.postgres.connection import give_back, take
+from eos_connectors.sinks.postgres.connection import allowing, give_back, take
 from eos_connectors.sinks.postgres.options import PostgresSinkOptions
 from eos_connectors.sinks.postgres.rows import ControlTypes, TaskRows
 
@@ -36,7 +36,8 @@ class PostgresAtLeastOnceWriter(DataSourceStreamArrowWriter):
         name = f"plain|{context.partitionId() if context else 0}"
         conn = take(self.options)
         try:
-            with conn.transaction(), conn.cursor() as cur:
+            seconds = self.options.statement_seconds
+            with allowing(conn, seconds), conn.transaction(), conn.cursor() as cur:
                 self.rows.write(cur, name, iterator)
         except BaseException:
             conn.close()

@@ -3,11 +3,14 @@ that never shows the password. Used in tasks and on the driver."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from eos_connectors.core.errors import ServiceUnavailableError, keeping_code
 from eos_connectors.core.secrets import redact, secret_values, settings_digest
@@ -15,11 +18,85 @@ from eos_connectors.sinks.postgres.options import PostgresSinkOptions
 
 Connection = psycopg.Connection[tuple[Any, ...]]
 
+#: The longest a bookkeeping call (an owner check, a decision, ``COMMIT PREPARED``) or a
+#: connection attempt waits for PostgreSQL's answer; the statements that write a task's
+#: rows wait up to the sink's ``statementTimeoutMs``.
+CALL_SECONDS = 15.0
+
+
+class BoundedConnection(psycopg.Connection[tuple[Any, ...]]):
+    """A connection on which every wait for the server has a deadline, kept on the client.
+
+    A server that stops answering without closing (a frozen process, a proxy that holds
+    bytes) is acknowledged by its kernel, so neither TCP keepalives, nor a user timeout,
+    nor its own ``statement_timeout`` ever end the wait. psycopg waits for every
+    statement, COPY block and commit in :meth:`wait`: past the deadline the connection
+    is closed (the server rolls its open transaction back; a prepared one stays for the
+    protocol) and the call fails with an OperationalError saying so."""
+
+    #: Seconds each wait may last: ``base_seconds``, or longer inside :func:`allowing`.
+    base_seconds: float = CALL_SECONDS
+    call_seconds: float = CALL_SECONDS
+
+    def wait(self, gen: Any, interval: float = 0.1, timeout: float | None = None) -> Any:
+        limit = self.call_seconds if timeout is None else timeout
+        try:
+            return super().wait(gen, interval, limit)
+        except psycopg.OperationalError as exc:
+            if not isinstance(exc, _WAIT_TIMEOUT):
+                raise
+            self.close()
+            raise psycopg.OperationalError(
+                f"PostgreSQL gave no answer within {limit:g} s, so the connection was closed "
+                "(a stopped or overloaded server, or a network that holds packets)"
+            ) from None
+
+
+class _NeverRaisedError(Exception):
+    pass
+
+
+#: psycopg's exception for a wait past its timeout (``psycopg.errors._WaitTimeout``, raised
+#: by ``Connection.wait(timeout=...)`` in psycopg 3.3, the floor of the dependency range).
+_WAIT_TIMEOUT: type[BaseException] = getattr(psycopg.errors, "_WaitTimeout", _NeverRaisedError)
+
+
+@contextlib.contextmanager
+def allowing(conn: Connection, seconds: float) -> Iterator[None]:
+    """Task: the calls inside (the statements that write a task's rows) may each wait up
+    to ``seconds``; bookkeeping calls keep the connection's ``base_seconds``."""
+    if not isinstance(conn, BoundedConnection):
+        yield
+        return
+    conn.call_seconds = seconds
+    try:
+        yield
+    finally:
+        conn.call_seconds = conn.base_seconds
+
+
+#: libpq's TCP settings for a network that drops packets (a dead peer is found in about
+#: a minute instead of the kernel's two hours); a DSN that sets one keeps its own.
+TCP_SETTINGS = {
+    "keepalives": "1",
+    "keepalives_idle": "30",
+    "keepalives_interval": "10",
+    "keepalives_count": "3",
+    "tcp_user_timeout": "60000",
+}
+
 
 def connect(options: PostgresSinkOptions, autocommit: bool = True) -> Connection:
     """A connection, or a ServiceUnavailableError that never shows the password."""
+    seconds = call_seconds(options)
+    given = conninfo_to_dict(options.dsn)
+    tcp = {k: v for k, v in TCP_SETTINGS.items() if k not in given}
     try:
-        return psycopg.connect(options.dsn, autocommit=autocommit, connect_timeout=15)
+        conn = BoundedConnection.connect(
+            make_conninfo(options.dsn, **tcp),
+            autocommit=autocommit,
+            connect_timeout=max(1, int(seconds)),
+        )
     except psycopg.Error as exc:
         raise keeping_code(
             ServiceUnavailableError(
@@ -28,6 +105,14 @@ def connect(options: PostgresSinkOptions, autocommit: bool = True) -> Connection
             ),
             exc,
         ) from None
+    conn.base_seconds = conn.call_seconds = seconds
+    return conn
+
+
+def call_seconds(options: PostgresSinkOptions) -> float:
+    """How long a bookkeeping call, or a connection attempt, waits: :data:`CALL_SECONDS`,
+    or ``statementTimeoutMs`` when that is shorter."""
+    return min(CALL_SECONDS, options.statement_seconds)
 
 
 class _Pool(threading.local):
@@ -54,7 +139,10 @@ def take(options: PostgresSinkOptions, purpose: str = "main") -> Connection:
     dropped) is closed; a new one fails clearly if PostgreSQL is unreachable."""
     held = _POOL.idle.pop(_pool_key(options, purpose), None)
     if held is not None and held[0] == os.getpid():  # not a forked parent's: leave that be
-        conn = _answering(held[1])
+        pooled = held[1]
+        if isinstance(pooled, BoundedConnection):  # this sink's bound, not the last one's
+            pooled.base_seconds = pooled.call_seconds = call_seconds(options)
+        conn = _answering(pooled)
         if conn is not None:
             return conn
     return connect(options)

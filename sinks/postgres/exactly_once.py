@@ -31,6 +31,7 @@ from eos_connectors.sinks.postgres import key_claims
 from eos_connectors.sinks.postgres.changes import BeforeApply
 from eos_connectors.sinks.postgres.connection import (
     Connection,
+    allowing,
     first_line,
     give_back,
     take,
@@ -169,8 +170,9 @@ class PostgresExactlyOnceWriter(TwoPhaseCommitWriter):
         the server rolls the open transaction back."""
         conn = self.conn
         side = take(self.options, "claims") if self.options.key_columns else None
+        seconds = self.options.statement_seconds
         try:
-            with conn.cursor() as cur:
+            with conn.cursor() as cur, allowing(conn, seconds):
                 cur.execute("BEGIN")
                 count = self.rows.write(cur, str(unit), rows, self._claiming(unit, side))
                 cur.execute(
@@ -196,7 +198,8 @@ class PostgresExactlyOnceWriter(TwoPhaseCommitWriter):
         schema, keys = self.options.bookkeeping_schema, self.options.key_columns
 
         def claim(cur: psycopg.Cursor[Any], stage: sql.Identifier) -> None:
-            key_claims.claim(cur, side, schema, stage, keys, unit)
+            with allowing(side, self.options.statement_seconds):
+                key_claims.claim(cur, side, schema, stage, keys, unit)
 
         return claim
 

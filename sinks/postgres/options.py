@@ -52,6 +52,16 @@ BOOKKEEPING_SCHEMA = opt.Option(
     "schema of the `sinks`, `decisions` and `committed_units` tables and upsert stages",
     default="eos",
 )
+STATEMENT_TIMEOUT = opt.Option(
+    "statementTimeoutMs",
+    opt.integer(1000),
+    "how long each statement that writes a task's rows may run (the server's "
+    "`statement_timeout`) and wait for an answer (kept on the client, so a frozen server "
+    "or a network that holds packets fails the task instead of blocking it); every other "
+    "call (checks, decisions, `COMMIT PREPARED`) and a connection attempt wait at most "
+    "15 s, or this when shorter",
+    default=300_000,
+)
 OPTIONS = opt.OptionTable(
     "eos_postgres",
     [
@@ -61,6 +71,7 @@ OPTIONS = opt.OptionTable(
         KEY_COLUMNS,
         CREATE_TABLE,
         BOOKKEEPING_SCHEMA,
+        STATEMENT_TIMEOUT,
         *opt.SINK_OPTIONS,
         *CHANGE_OPTIONS,
     ],
@@ -78,6 +89,11 @@ class PostgresSinkOptions:
     sink_id: str | None
     exactly_once: bool
     changes: ChangeRules = field(default_factory=ChangeRules)
+    statement_timeout_ms: int = 300_000
+
+    @property
+    def statement_seconds(self) -> float:
+        return self.statement_timeout_ms / 1000
 
     def __repr__(self) -> str:  # the DSN's password never reaches a log line
         return (
@@ -122,6 +138,7 @@ def parse_options(raw: Mapping[str, str]) -> PostgresSinkOptions:
         sink_id=opt.SINK_ID.value(options),
         exactly_once=opt.DELIVERY_GUARANTEE.value(options) == "exactly-once",
         changes=changes,
+        statement_timeout_ms=STATEMENT_TIMEOUT.value(options),
     )
 
 

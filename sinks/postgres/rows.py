@@ -39,6 +39,8 @@ class TaskRows:
     ) -> int:
         """Task: the rows into the table; ``before_apply`` sees a keyed mode's stage."""
         cur.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(LOCK_TIMEOUT)))
+        timeout = sql.Literal(f"{self.options.statement_timeout_ms}ms")
+        cur.execute(sql.SQL("SET LOCAL statement_timeout = {}").format(timeout))
         if self.options.mode == "append":
             return copy.append(cur, self.options.table, self.columns, batches)
         if self.options.mode == "update" or self.options.changes.applies_changes:

@@ -146,8 +146,10 @@ class RedisExactlyOnceWriter(TwoPhaseCommitWriter):
         keys = self.keys(unit.sink_id)
         stage = keys.stage(unit)
         chunk = ENTRIES_PER_COMMAND * self.spec.stride
-        with self.client.pipeline(transaction=False) as pipe:
-            pipe.sadd(keys.units, str(unit))  # registered first: a torn stage is found
+        # One MULTI/EXEC: a stage is pushed whole or not at all, and a copy sent twice
+        # (a late first one and a retry) replaces the stage instead of adding to it.
+        with self.client.pipeline(transaction=True) as pipe:
+            pipe.sadd(keys.units, str(unit))
             pipe.delete(stage)
             for start in range(0, len(flat), chunk):
                 pipe.rpush(stage, *flat[start : start + chunk])

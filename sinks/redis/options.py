@@ -51,6 +51,15 @@ TTL_SECONDS = opt.Option(
 BOOKKEEPING_PREFIX = opt.Option(
     "bookkeepingPrefix", opt.required_text, "prefix of the bookkeeping keys", default="eos"
 )
+SOCKET_TIMEOUT = opt.Option(
+    "socketTimeoutMs",
+    opt.integer(1000),
+    "how long one command (a task's stage, a unit's apply script, a check) waits for Redis's "
+    "answer, kept on the client so a frozen server or a network that holds packets fails "
+    "the call instead of blocking it; connecting waits at most 10 s (or this, when shorter). "
+    "The client never resends a command by itself",
+    default=30_000,
+)
 OPTIONS = opt.OptionTable(
     "eos_redis",
     [
@@ -61,6 +70,7 @@ OPTIONS = opt.OptionTable(
         MODE,
         TTL_SECONDS,
         BOOKKEEPING_PREFIX,
+        SOCKET_TIMEOUT,
         *opt.SINK_OPTIONS,
         *CHANGE_OPTIONS,
     ],
@@ -79,6 +89,7 @@ class RedisSinkOptions:
     bookkeeping_prefix: str
     exactly_once: bool
     changes: ChangeRules = field(default_factory=ChangeRules)
+    socket_timeout_ms: int = 30_000
 
     def sink_id_for(self, query_id: str) -> str:
         """The ``sinkId`` option, else one derived from the query id and the target."""
@@ -131,4 +142,5 @@ def parse_options(raw: Mapping[str, str]) -> RedisSinkOptions:
         bookkeeping_prefix=BOOKKEEPING_PREFIX.value(options),
         exactly_once=opt.DELIVERY_GUARANTEE.value(options) == "exactly-once",
         changes=parse_changes(options, "eos_redis"),
+        socket_timeout_ms=SOCKET_TIMEOUT.value(options),
     )

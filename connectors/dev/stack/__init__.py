@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import fcntl
 import os
+import signal
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from eos_connectors.dev.stack.hdfs import HdfsService
 from eos_connectors.dev.stack.kafka import KAFKA_SETTINGS, KAFKA_VERSION, KafkaService
 from eos_connectors.dev.stack.kafka_cluster import KafkaCluster
 from eos_connectors.dev.stack.postgres import POSTGRES_SETTINGS, PostgresService
-from eos_connectors.dev.stack.process import LOOPBACK, crash
+from eos_connectors.dev.stack.process import LOOPBACK, crash, descendants
 from eos_connectors.dev.stack.redis import REDIS_SETTINGS, RedisService
 from eos_connectors.dev.stack.service import Service, ServiceRecord
 from eos_connectors.dev.stack.spark import SparkMaster, SparkWorker
@@ -222,6 +223,24 @@ class Stack:
         record = self._service(name).running()
         if record is not None:
             crash(record.pid)
+
+    @contextmanager
+    def frozen(self, name: str) -> Iterator[None]:
+        """Within the block, one service (``postgres`` or ``redis``) and every process it
+        started are stopped with SIGSTOP, as a frozen server is: the kernel still accepts
+        and acknowledges, nothing answers, nothing is closed. SIGCONT on the way out."""
+        record = self._service(name).running()
+        if record is None:
+            raise StackError(f"{name} is not running: nothing to freeze.")
+        stopped = [record.pid, *descendants(record.pid)]  # PostgreSQL's backends too
+        for pid in stopped:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            for pid in stopped:
+                with suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
 
     def _node(self, name: str) -> int | None:
         """The cluster node ``kafka-<n>`` names, None for another service; StackError

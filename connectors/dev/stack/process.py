@@ -65,6 +65,23 @@ def _is_zombie(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[0] == "Z"
 
 
+def descendants(pid: int) -> list[int]:
+    """Every live process below ``pid`` (children, their children, ...), from /proc."""
+    parents: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[-1].split()
+        except OSError:
+            continue
+        parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        children = parents.get(todo.pop(), [])
+        found += children
+        todo += children
+    return found
+
+
 def pid_cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()

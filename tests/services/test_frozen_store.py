@@ -1,0 +1,135 @@
+"""Issue 52, item 6: a store that stops answering without closing (SIGSTOP of the stack's
+PostgreSQL, with its backends, or of its Redis: the kernel still acknowledges, nothing
+answers, nothing is closed) fails a task's write and the driver's commit within their
+bounds instead of blocking them, and nothing is lost: the batch replayed once the
+store answers again is exact.
+
+On 0.2 both sinks waited the whole freeze out (a query's write, 120 s by hand):
+PostgreSQL connections had only ``connect_timeout``, Redis waited 300 s a call and
+redis-py retried a timed-out call. The sinks' timeouts are shrunk here
+(``statementTimeoutMs`` / ``socketTimeoutMs`` = 2 s, the driver's patience 2 s) so the
+test costs seconds; docs/deploy.md gives the bounds with the defaults.
+Cost: ~25 s.
+"""
+
+from __future__ import annotations
+
+import pickle
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+
+import psycopg
+import pyarrow as pa
+import pytest
+import redis
+
+from eos_connectors.core import protocol
+from eos_connectors.core.context import TaskIdentity
+from eos_connectors.core.protocol import PreparedUnit, TwoPhaseCommitWriter
+from eos_connectors.dev.endpoints import Endpoints
+from eos_connectors.sinks.postgres import PostgresDataSource
+from eos_connectors.sinks.redis import RedisDataSource
+from eos_connectors.testing import CONTRACT_SCHEMA
+
+pytestmark = pytest.mark.services
+
+_ARROW = pa.schema([pa.field("word", pa.string()), pa.field("n", pa.int64())])
+#: What a frozen store may cost a call here: the 2 s timeout, a reconnection's 2 s and
+#: the driver's 2 s of patience, with room for a loaded machine.
+BOUND_SECONDS = 15.0
+
+
+@pytest.fixture
+def frozen(endpoints: Endpoints) -> Callable[[str], AbstractContextManager[None]]:
+    from eos_connectors.dev.stack import Stack
+
+    stack = Stack()
+    if not stack.is_up() or stack.endpoints() != endpoints:
+        pytest.fail("This test freezes a service of the package's own stack (`eos stack up`).")
+    return stack.frozen
+
+
+class Sink:
+    def __init__(self, store: str, endpoints: Endpoints, name: str) -> None:
+        self.store, self.endpoints, self.name = store, endpoints, name
+        self.run = uuid.uuid4().hex
+        self.attempts = iter(range(1, 1000))
+
+    def writer(self) -> TwoPhaseCommitWriter:
+        options = {"sinkId": self.name, "mode": "upsert"}
+        if self.store == "postgres":
+            options |= {"dsn": self.endpoints.postgres_dsn, "table": self.name}
+            options |= {"keyColumns": "word", "createTable": "true", "statementTimeoutMs": "2000"}
+            writer = PostgresDataSource(options).streamWriter(CONTRACT_SCHEMA, False)
+        else:
+            options |= {"url": self.endpoints.redis_url, "keyPrefix": f"{self.name}:"}
+            options |= {"keyColumn": "word", "valueColumns": "n", "socketTimeoutMs": "2000"}
+            writer = RedisDataSource(options).streamWriter(CONTRACT_SCHEMA, False)
+        assert isinstance(writer, TwoPhaseCommitWriter)
+        return writer
+
+    def task(self, writer: TwoPhaseCommitWriter, partition: int) -> PreparedUnit:
+        """A task of batch 0 writing ``w<partition>`` = ``partition + 1``."""
+        identity = TaskIdentity(
+            "frozen-query", self.name, self.run, 0, partition, next(self.attempts)
+        )
+        rows = pa.RecordBatch.from_pydict(
+            {"word": [f"w{partition}"], "n": [partition + 1]}, schema=_ARROW
+        )
+        shipped: TwoPhaseCommitWriter = pickle.loads(pickle.dumps(writer))
+        return shipped.prepare_task(identity, iter([rows]))
+
+    def visible(self) -> dict[str, int]:
+        if self.store == "postgres":
+            with psycopg.connect(self.endpoints.postgres_dsn) as conn:
+                rows = conn.execute(f'SELECT word, n FROM "{self.name}"').fetchall()
+            return {str(w): int(n) for w, n in rows}
+        client = redis.Redis.from_url(self.endpoints.redis_url, decode_responses=True)
+        try:
+            keys = list(client.scan_iter(f"{self.name}:*"))
+            return {k.removeprefix(f"{self.name}:"): int(client.get(k) or 0) for k in keys}
+        finally:
+            client.close()
+
+
+def _fails_within(seconds: float, call: Callable[[], object]) -> str:
+    began = time.monotonic()
+    with pytest.raises(BaseException) as failed:
+        call()
+    took = time.monotonic() - began
+    assert took < seconds, f"a call to the frozen store waited {took:.0f} s"
+    assert not isinstance(failed.value, KeyboardInterrupt)
+    return str(failed.value)
+
+
+@pytest.fixture
+def short_patience(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setattr(protocol, "COMMIT_RETRY_SECONDS", 2.0)
+    yield
+
+
+@pytest.mark.cost(25)
+@pytest.mark.parametrize("store", ["postgres", "redis"])
+@pytest.mark.usefixtures("short_patience")
+def test_a_frozen_store_fails_tasks_and_the_driver_in_bounds_and_loses_nothing(
+    endpoints: Endpoints,
+    unique: str,
+    store: str,
+    frozen: Callable[[str], AbstractContextManager[None]],
+) -> None:
+    sink = Sink(store, endpoints, f"frozen_{unique}_{store}")
+    writer = sink.writer()
+    first = sink.task(writer, 0)
+    with frozen(store):
+        _fails_within(BOUND_SECONDS, lambda: sink.task(writer, 1))  # a task's connection
+        _fails_within(BOUND_SECONDS, lambda: writer.commit([first], 0))  # the driver's
+    assert sink.visible() == {}, "nothing of the batch may be visible"
+    writer.close()
+
+    replay = sink.writer()  # Spark replays the batch once the store answers again
+    units = [sink.task(replay, 0), sink.task(replay, 1)]
+    replay.commit(units, 0)
+    assert sink.visible() == {"w0": 1, "w1": 2}
+    assert replay.units_in_doubt(sink.name) == []
