@@ -9,7 +9,7 @@ PostgreSQL connections had only ``connect_timeout``, Redis waited 300 s a call a
 redis-py retried a timed-out call. The sinks' timeouts are shrunk here
 (``statementTimeoutMs`` / ``socketTimeoutMs`` = 2 s, the driver's patience 2 s) so the
 test costs seconds; docs/deploy.md gives the bounds with the defaults.
-Cost: ~25 s.
+Cost: ~9 s per store.
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def short_patience(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
-@pytest.mark.cost(25)
+@pytest.mark.cost(9)
 @pytest.mark.parametrize("store", ["postgres", "redis"])
 @pytest.mark.usefixtures("short_patience")
 def test_a_frozen_store_fails_tasks_and_the_driver_in_bounds_and_loses_nothing(

@@ -109,7 +109,7 @@ class Target:
 SINKS = ["eos_postgres", "eos_redis"]
 
 
-@pytest.mark.cost(25)
+@pytest.mark.cost(6)
 @pytest.mark.parametrize("fmt", SINKS)
 def test_a_change_stream_whose_keys_cross_tasks_is_refused_then_applies_after_a_repartition(
     spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path, fmt: str
