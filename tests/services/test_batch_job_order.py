@@ -13,10 +13,8 @@ from __future__ import annotations
 import pickle
 from collections.abc import Callable
 
-import psycopg
 import pyarrow as pa
 import pytest
-import redis
 from pyspark.sql.datasource import WriterCommitMessage
 
 from eos_connectors.core import faults
@@ -25,9 +23,8 @@ from eos_connectors.core.context import TaskIdentity
 from eos_connectors.core.errors import ConfigError
 from eos_connectors.core.protocol import TwoPhaseCommitWriter
 from eos_connectors.dev.endpoints import Endpoints
-from eos_connectors.sinks.postgres import PostgresDataSource
-from eos_connectors.sinks.redis import RedisDataSource
 from eos_connectors.testing import CONTRACT_SCHEMA
+from tests.upsert_util import STORES, upsert_source, upserted
 
 pytestmark = pytest.mark.services
 
@@ -44,15 +41,8 @@ class Job:
         self.store, self.endpoints, self.name = store, endpoints, name
 
     def writer(self, version: int) -> BatchWriter:
-        options = {"sinkId": self.name, "txnVersion": str(version)}
-        if self.store == "postgres":
-            options |= {"dsn": self.endpoints.postgres_dsn, "table": self.name}
-            options |= {"mode": "upsert", "keyColumns": "word", "createTable": "true"}
-            found = PostgresDataSource(options).writer(CONTRACT_SCHEMA, False)
-        else:
-            options |= {"url": self.endpoints.redis_url, "keyPrefix": f"{self.name}:"}
-            options |= {"mode": "upsert", "keyColumn": "word", "valueColumns": "n"}
-            found = RedisDataSource(options).writer(CONTRACT_SCHEMA, False)
+        source = upsert_source(self.store, self.endpoints, self.name, txnVersion=str(version))
+        found = source.writer(CONTRACT_SCHEMA, False)
         assert isinstance(found, BatchWriter)
         return found
 
@@ -66,19 +56,10 @@ class Job:
         return shipped.prepare_task(task, iter([rows]))
 
     def value(self) -> object:
-        if self.store == "postgres":
-            with psycopg.connect(self.endpoints.postgres_dsn) as conn:
-                row = conn.execute(f"SELECT n FROM \"{self.name}\" WHERE word = 'k'").fetchone()
-            return None if row is None else row[0]
-        client = redis.Redis.from_url(self.endpoints.redis_url)
-        try:
-            raw = client.get(f"{self.name}:k")
-        finally:
-            client.close()
-        return None if raw is None else int(raw)
+        return upserted(self.store, self.endpoints, self.name).get("k")
 
 
-@pytest.mark.parametrize("store", ["postgres", "redis"])
+@pytest.mark.parametrize("store", STORES)
 def test_a_version_decided_but_not_applied_lands_before_the_next_version(
     endpoints: Endpoints, unique: str, store: str
 ) -> None:
@@ -96,7 +77,7 @@ def test_a_version_decided_but_not_applied_lands_before_the_next_version(
     assert second.stream.units_in_doubt(job.name) == []
 
 
-@pytest.mark.parametrize("store", ["postgres", "redis"])
+@pytest.mark.parametrize("store", STORES)
 def test_a_version_run_while_an_earlier_one_is_undecided_refuses_naming_it(
     endpoints: Endpoints, unique: str, store: str
 ) -> None:

@@ -20,18 +20,15 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 
-import psycopg
 import pyarrow as pa
 import pytest
-import redis
 
 from eos_connectors.core import protocol
 from eos_connectors.core.context import TaskIdentity
 from eos_connectors.core.protocol import PreparedUnit, TwoPhaseCommitWriter
 from eos_connectors.dev.endpoints import Endpoints
-from eos_connectors.sinks.postgres import PostgresDataSource
-from eos_connectors.sinks.redis import RedisDataSource
 from eos_connectors.testing import CONTRACT_SCHEMA
+from tests.upsert_util import STORES, upsert_source, upserted
 
 pytestmark = pytest.mark.services
 
@@ -58,15 +55,9 @@ class Sink:
         self.attempts = iter(range(1, 1000))
 
     def writer(self) -> TwoPhaseCommitWriter:
-        options = {"sinkId": self.name, "mode": "upsert"}
-        if self.store == "postgres":
-            options |= {"dsn": self.endpoints.postgres_dsn, "table": self.name}
-            options |= {"keyColumns": "word", "createTable": "true", "statementTimeoutMs": "2000"}
-            writer = PostgresDataSource(options).streamWriter(CONTRACT_SCHEMA, False)
-        else:
-            options |= {"url": self.endpoints.redis_url, "keyPrefix": f"{self.name}:"}
-            options |= {"keyColumn": "word", "valueColumns": "n", "socketTimeoutMs": "2000"}
-            writer = RedisDataSource(options).streamWriter(CONTRACT_SCHEMA, False)
+        timeout = "statementTimeoutMs" if self.store == "postgres" else "socketTimeoutMs"
+        source = upsert_source(self.store, self.endpoints, self.name, **{timeout: "2000"})
+        writer = source.streamWriter(CONTRACT_SCHEMA, False)
         assert isinstance(writer, TwoPhaseCommitWriter)
         return writer
 
@@ -82,16 +73,7 @@ class Sink:
         return shipped.prepare_task(identity, iter([rows]))
 
     def visible(self) -> dict[str, int]:
-        if self.store == "postgres":
-            with psycopg.connect(self.endpoints.postgres_dsn) as conn:
-                rows = conn.execute(f'SELECT word, n FROM "{self.name}"').fetchall()
-            return {str(w): int(n) for w, n in rows}
-        client = redis.Redis.from_url(self.endpoints.redis_url, decode_responses=True)
-        try:
-            keys = list(client.scan_iter(f"{self.name}:*"))
-            return {k.removeprefix(f"{self.name}:"): int(client.get(k) or 0) for k in keys}
-        finally:
-            client.close()
+        return upserted(self.store, self.endpoints, self.name)
 
 
 def _fails_within(seconds: float, call: Callable[[], object]) -> str:
@@ -111,7 +93,7 @@ def short_patience(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 @pytest.mark.cost(9)
-@pytest.mark.parametrize("store", ["postgres", "redis"])
+@pytest.mark.parametrize("store", STORES)
 @pytest.mark.usefixtures("short_patience")
 def test_a_frozen_store_fails_tasks_and_the_driver_in_bounds_and_loses_nothing(
     endpoints: Endpoints,
