@@ -169,6 +169,12 @@ class UnitId:
             return None
         return cls(parts[1], int(parts[2]), int(parts[3]), parts[4])
 
+    @property
+    def run(self) -> str:
+        """The 12 hex digits of the query run that made the unit ("" for an older unit)."""
+        parts = self.attempt.split("-")
+        return parts[1] if len(parts) > 1 else ""
+
     def same_run(self, task: TaskIdentity) -> bool:
         """Whether another attempt of ``task``'s run made this unit (the attempt's id aside)."""
         return self.attempt.partition("-")[2] == task.attempt.partition("-")[2]
@@ -297,6 +303,10 @@ class UnitStore(ABC):
 
     def prune_decisions(self, sink_id: str, below_batch: int) -> None:  # noqa: B027
         """Driver: forget decisions (and commit records) of batches Spark can no longer replay."""
+
+    def forget_key_claims(self, sink_id: str, up_to_batch: int) -> None:  # noqa: B027
+        """Driver, once a batch is committed or aborted: drop what its tasks claimed to keep
+        one key in one task (optional; the PostgreSQL and Redis sinks claim keys)."""
 
     def close(self) -> None:  # noqa: B027
         """Release the writer's connections (optional; the test kit calls it for a crash)."""
@@ -433,6 +443,7 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter, UnitStore):
         self.recover(sink_id, batchId, decision)
         faults.point("after-commit", batchId, role="driver", query=query)
         self.prune_decisions(sink_id, batchId - self.keep_decisions)
+        self.forget_key_claims(sink_id, batchId)
         timing.record_commit(sink_id, batchId, len(decision.units), time.perf_counter() - began)
 
     def abort(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
@@ -442,6 +453,8 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter, UnitStore):
         units = [m.unit for m in prepared if m.unit is not None]
         if sink_id is not None and units:
             self.rollback_undecided(sink_id, batchId, units)
+        if sink_id is not None:
+            self.forget_key_claims(sink_id, batchId)
 
     # -- recover -------------------------------------------------------------------
 

@@ -88,27 +88,18 @@ class PostgresExactlyOnceWriter(TwoPhaseCommitWriter):
             self.close()
 
     def commit(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
-        """Driver: the protocol's commit, the batch's key claims forgotten, then the
-        connection back to the pool."""
+        """Driver: the protocol's commit, then the connection back to the pool."""
         try:
             super().commit(messages, batchId)
-            self._forget_claims(messages, batchId)
         finally:
             self.close()
 
     def abort(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
-        """Driver: the protocol's abort, the batch's key claims forgotten, then the
-        connection back to the pool."""
+        """Driver: the protocol's abort, then the connection back to the pool."""
         try:
             super().abort(messages, batchId)
-            self._forget_claims(messages, batchId)
         finally:
             self.close()
-
-    def _forget_claims(self, messages: Sequence[WriterCommitMessage | None], batch: int) -> None:
-        sinks = {m.sink_id for m in messages if isinstance(m, PreparedUnit)}
-        for sink_id in sinks:
-            key_claims.forget(self.conn, self.options.bookkeeping_schema, sink_id, batch)
 
     def _table(self, name: str) -> sql.Composable:
         return sql.Identifier(self.options.bookkeeping_schema, name)
@@ -279,6 +270,9 @@ class PostgresExactlyOnceWriter(TwoPhaseCommitWriter):
             (UnitId.prefix(sink_id),),
         ).fetchall()
         return sorted(u for u in (UnitId.parse(str(r[0])) for r in rows) if u is not None)
+
+    def forget_key_claims(self, sink_id: str, up_to_batch: int) -> None:
+        key_claims.forget(self.conn, self.options.bookkeeping_schema, sink_id, up_to_batch)
 
     def prune_decisions(self, sink_id: str, below_batch: int) -> None:
         for table in ("decisions", "committed_units"):

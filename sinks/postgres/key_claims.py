@@ -46,9 +46,7 @@ class Claimant:
 
     @classmethod
     def of(cls, unit: UnitId) -> Claimant:
-        parts = unit.attempt.split("-")
-        run = parts[1] if len(parts) > 1 else ""
-        return cls(unit.sink_id, unit.batch_id, run, unit.partition)
+        return cls(unit.sink_id, unit.batch_id, unit.run, unit.partition)
 
 
 def create_table(conn: Connection, schema: str) -> None:

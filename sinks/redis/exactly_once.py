@@ -10,7 +10,6 @@ from typing import Any
 
 import pyarrow as pa
 import redis
-from pyspark.sql.datasource import WriterCommitMessage
 
 from eos_connectors.core.changes import KeyAcrossTasksError
 from eos_connectors.core.errors import ServiceUnavailableError
@@ -18,7 +17,6 @@ from eos_connectors.core.protocol import (
     Decision,
     Lineage,
     Outcome,
-    PreparedUnit,
     Siblings,
     SinkResetError,
     TwoPhaseCommitWriter,
@@ -162,13 +160,11 @@ class RedisExactlyOnceWriter(TwoPhaseCommitWriter):
         """Task: claim the stage's keys for this partition of the batch, or drop the unit
         and refuse the batch when another partition claimed one
         (:class:`KeyAcrossTasksError`)."""
-        parts = unit.attempt.split("-")
-        run = parts[1] if len(parts) > 1 else ""
         script = self.client.register_script(scripts.CLAIM_KEYS)
         lead = 1 if self.spec.deletes else 0
         found = script(
             keys=[keys.stage(unit), keys.claims(unit.batch_id), keys.units],
-            args=[run, str(unit.partition), str(self.spec.stride), str(lead), str(unit)],
+            args=[unit.run, str(unit.partition), str(self.spec.stride), str(lead), str(unit)],
         )
         if found:
             key, other = as_text(found[0]), int(as_text(found[1]))
@@ -179,20 +175,6 @@ class RedisExactlyOnceWriter(TwoPhaseCommitWriter):
                 (other, unit.partition),
                 repr(self.spec.key_column),
             )
-
-    def commit(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
-        """Driver: the protocol's commit, then the batch's key claims forgotten."""
-        super().commit(messages, batchId)
-        self._forget_claims(messages, batchId)
-
-    def abort(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
-        """Driver: the protocol's abort, then the batch's key claims forgotten."""
-        super().abort(messages, batchId)
-        self._forget_claims(messages, batchId)
-
-    def _forget_claims(self, messages: Sequence[WriterCommitMessage | None], batch: int) -> None:
-        for sink_id in {m.sink_id for m in messages if isinstance(m, PreparedUnit)}:
-            self.client.delete(self.keys(sink_id).claims(batch))
 
     def decide(self, decision: Decision) -> Decision:
         keys = self.keys(decision.sink_id)
@@ -263,6 +245,9 @@ class RedisExactlyOnceWriter(TwoPhaseCommitWriter):
 
     def close(self) -> None:
         self._client = None  # the client stays in the worker's pool
+
+    def forget_key_claims(self, sink_id: str, up_to_batch: int) -> None:
+        self.client.delete(self.keys(sink_id).claims(up_to_batch))
 
     def prune_decisions(self, sink_id: str, below_batch: int) -> None:
         keys = self.keys(sink_id)
