@@ -19,7 +19,12 @@ from eos_connectors.sinks.redis.options import RedisSinkOptions
 #: client-side timeout ends the wait; the call then fails, and the protocol's patience
 #: (or Spark's task retry) decides what happens next.
 CONNECT_TIMEOUT = 10.0
-KEEPALIVE = {socket.TCP_KEEPIDLE: 30, socket.TCP_KEEPINTVL: 10, socket.TCP_KEEPCNT: 3}
+#: TCP keepalive settings this platform has (macOS names the idle time TCP_KEEPALIVE).
+KEEPALIVE = {
+    getattr(socket, name): value
+    for name, value in (("TCP_KEEPIDLE", 30), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 3))
+    if hasattr(socket, name)
+}
 
 
 def connect(options: RedisSinkOptions) -> redis.Redis:
