@@ -13,7 +13,9 @@ for streams (:mod:`eos_connectors.core.protocol`, the Kafka sink's markers):
   its tasks find the version decided or marked and write nothing, and its commit
   finishes what the decision named;
 * a ``txnVersion`` at or below one already committed writes nothing (the job
-  logs it as a warning): a new load needs a new, larger number;
+  logs it as a warning): the driver finds it so before any task runs
+  (:func:`plan_job`), so a rerun in another shape (more or fewer partitions) writes
+  nothing either; a new load needs a new, larger number;
 * the sink id is owned like a query's: a streaming query, or another job, that
   uses it is refused.
 
@@ -43,7 +45,7 @@ from pyspark.sql.types import StructType
 from eos_connectors.core import options as opt
 from eos_connectors.core.context import NotInStreamingTaskError, TaskIdentity
 from eos_connectors.core.errors import ConfigError
-from eos_connectors.core.protocol import TwoPhaseCommitWriter
+from eos_connectors.core.protocol import SinkClaimedError, TwoPhaseCommitWriter
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +77,36 @@ class ExactlyOnceSinkWriter(StreamSinkWriter, Protocol):
     """An exactly-once writer also writes one task's rows under an identity it is given."""
 
     def write_as(self, task: TaskIdentity, iterator: Iterator[Any]) -> WriterCommitMessage: ...
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """What a run of a batch job does, decided on the driver before any of its tasks runs
+    and shipped to them with the writer."""
+
+    #: Why the run writes nothing ("" when it writes): its version, or a later one, was
+    #: committed before.
+    skip: str = ""
+    #: A version partly written by tasks that commit their own writes (the Kafka sink):
+    #: how many tasks its first run had, when known; a task partition at or above it
+    #: refuses to write, and so does the driver's commit of a run of another size.
+    tasks: int | None = None
+    #: The task partitions that wrote the version already (at least ``max + 1`` tasks).
+    written: tuple[int, ...] = ()
+
+
+@runtime_checkable
+class JobLedger(Protocol):
+    """A sink whose tasks commit their own writes keeps, for the next run's driver, what
+    each run of a job did (the Kafka sink in task-commit mode: :mod:`sinks.kafka.jobs`)."""
+
+    def plan_job(self, job: BatchJob) -> JobPlan:
+        """Driver, before any task: what this run of ``job`` writes."""
+        ...
+
+    def end_job(self, job: BatchJob, plan: JobPlan, tasks: int, complete: bool) -> None:
+        """Driver, after the run's commit (``complete``) or abort: keep what it did."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -183,9 +215,38 @@ class SinkFormat(DataSource):
         options = self.sink_config
         job = batch_job(self.options, self.connector, options.exactly_once, options.sink_id)
         stream: StreamSinkWriter = self._writer(schema, False)
-        if job is not None and isinstance(stream, TwoPhaseCommitWriter):
-            settle_earlier_versions(stream, job, self.connector)
-        return BatchWriter(stream, job)
+        plan = plan_job(stream, job, self.connector) if job is not None else JobPlan()
+        return BatchWriter(stream, job, plan)
+
+
+def plan_job(stream: StreamSinkWriter, job: BatchJob, connector: str) -> JobPlan:
+    """Driver, before any task of the run: earlier versions settled, then whether this
+    version writes at all. A version at or below a committed one writes nothing, whatever
+    the shape of this run (its tasks are not asked: a task partition the earlier run did
+    not have would find nothing and write)."""
+    if isinstance(stream, TwoPhaseCommitWriter):
+        settle_earlier_versions(stream, job, connector)
+        return _two_phase_plan(stream, job)
+    if isinstance(stream, JobLedger):
+        return stream.plan_job(job)
+    return JobPlan()
+
+
+def _two_phase_plan(stream: TwoPhaseCommitWriter, job: BatchJob) -> JobPlan:
+    """Driver: a version at or below the job's applied one writes nothing. A decided
+    version runs as usual: its tasks find the decision and write nothing, in any shape,
+    and the commit applies what the decision names (a driver that died between
+    decision and commit)."""
+    sink_id = stream.sink_id(job.query_id)
+    owner = stream.owner(sink_id)
+    if owner is not None and owner.query_id != job.query_id:
+        raise SinkClaimedError(sink_id, owner, job.query_id)
+    if stream.find_decision(sink_id, job.version) is not None:
+        return JobPlan()
+    applied = stream.applied_watermark(sink_id, job.query_id)
+    if job.version <= applied:
+        return JobPlan(skip=f"{TXN_VERSION} {applied} was committed before")
+    return JobPlan()
 
 
 def settle_earlier_versions(stream: TwoPhaseCommitWriter, job: BatchJob, connector: str) -> None:
@@ -216,38 +277,89 @@ def settle_earlier_versions(stream: TwoPhaseCommitWriter, job: BatchJob, connect
         stream.recover(sink_id, job.version - 1)
 
 
+class SkippedTask(WriterCommitMessage):
+    """A task of a run that writes nothing (:attr:`JobPlan.skip`)."""
+
+    skipped = True
+
+
 class BatchWriter(DataSourceArrowWriter):
     """``df.write`` through a sink's streaming writer: the whole job is batch
     ``txnVersion`` of the protocol (exactly once), or plain task writes (``job`` None,
     at least once)."""
 
-    def __init__(self, stream: StreamSinkWriter, job: BatchJob | None) -> None:
+    def __init__(
+        self, stream: StreamSinkWriter, job: BatchJob | None, plan: JobPlan | None = None
+    ) -> None:
         self.stream = stream
         self.job = job
+        self.plan = plan or JobPlan()
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
-        """Task: the sink's task write, as a task of the job's batch."""
+        """Task: the sink's task write, as a task of the job's batch; nothing in a run
+        that writes nothing, and a refusal in a task partition a partly written
+        version's first run did not have."""
         if self.job is None:
             return self.stream.write(iterator)
+        if self.plan.skip:
+            return SkippedTask()
+        task = self.job.task()
+        if self.plan.tasks is not None and task.partition >= self.plan.tasks:
+            raise self._other_shape(f"has task partition {task.partition}")
         assert isinstance(self.stream, ExactlyOnceSinkWriter)
-        return self.stream.write_as(self.job.task(), iterator)
+        return self.stream.write_as(task, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """Driver: the protocol's commit of the job's batch (one decision for the job)."""
-        self.stream.commit(messages, self._batch_id())
-        if self.job is not None and messages and all(_skipped(m) for m in messages):
+        job = self.job
+        if job is not None and self.plan.skip:
             log.warning(
-                "sink %s: %s %d was committed before (a rerun, or a number used again): "
-                "nothing was written. A new load needs a larger %s.",
-                self.job.sink_id,
+                "sink %s: %s, so %s %d wrote nothing (a rerun, or a number used again). A new "
+                "load needs a larger %s.",
+                job.sink_id,
+                self.plan.skip,
                 TXN_VERSION,
-                self.job.version,
+                job.version,
                 TXN_VERSION,
+            )
+            return
+        if job is not None and len(messages) < max(self.plan.written, default=-1) + 1:
+            raise self._other_shape(f"has {len(messages)} tasks")
+        if job is not None and self.plan.tasks not in (None, len(messages)):
+            raise self._other_shape(f"has {len(messages)} tasks")
+        self.stream.commit(messages, self._batch_id())
+        if job is not None and isinstance(self.stream, JobLedger):
+            self.stream.end_job(job, self.plan, len(messages), complete=True)
+        if job is not None and messages and all(_skipped(m) for m in messages):
+            log.warning(
+                "sink %s: %s %d was committed before (a rerun): nothing more was written.",
+                job.sink_id,
+                TXN_VERSION,
+                job.version,
             )
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """Driver: the protocol's abort (rolls back what the job's tasks prepared)."""
         self.stream.abort(messages, self._batch_id())
+        if self.job is not None and not self.plan.skip and isinstance(self.stream, JobLedger):
+            self.stream.end_job(self.job, self.plan, len(messages), complete=False)
+
+    def _other_shape(self, found: str) -> ConfigError:
+        """The refusal of a run split otherwise than the partly written version it reruns."""
+        assert self.job is not None
+        first = f"{self.plan.tasks} tasks" if self.plan.tasks is not None else "more tasks"
+        return ConfigError(
+            f"{TXN_VERSION} {self.job.version} of job {self.job.sink_id!r} was partly written "
+            f"(task partitions {', '.join(map(str, self.plan.written))} committed) by a run of "
+            f"{first}, and this run {found}: its tasks commit their own writes, so a rerun "
+            "must split the rows exactly as that run did, or rows are written twice or never. "
+            "Rerun it with the same input and "
+            + (
+                f".repartition({self.plan.tasks}) (the same partitioning as the first run)."
+                if self.plan.tasks is not None
+                else "the first run's partitioning."
+            )
+        )
 
     def _batch_id(self) -> int:
         return self.job.version if self.job is not None else 0

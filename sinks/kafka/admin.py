@@ -47,6 +47,7 @@ from eos_connectors.core.sinks_admin import (
     refuse,
 )
 from eos_connectors.core.topics import read_to_end
+from eos_connectors.sinks.kafka.jobs import JOB_SUFFIX
 from eos_connectors.sinks.kafka.marker_log import Marker, decode
 from eos_connectors.sinks.kafka.options import DEFAULT_MARKER_LOG
 
@@ -97,8 +98,15 @@ class KafkaSinkAdmin(SinkAdmin):
             return {}
         records = read_to_end(self.config, self.marker_log, timeout=TIMEOUT)
         markers: dict[str, Marker] = {}
+        self._jobs: set[str] = set()
         for record in records:
             group = (record.key or b"").decode(errors="replace")
+            if group.endswith(JOB_SUFFIX):  # a batch job's record (sinks.kafka.jobs)
+                if record.value:
+                    self._jobs.add(group)
+                else:
+                    self._jobs.discard(group)
+                continue
             self._written[group] = record.timestamp / 1000
             if not record.value:
                 markers.pop(group, None)
@@ -161,11 +169,21 @@ class KafkaSinkAdmin(SinkAdmin):
         ordered += sorted(g for g in groups if g.endswith("-claim"))
         for group in ordered:
             self._clear(sink_id, group, logged.get(group), guard)
+        job = f"{self.prefix}-{sink_id}{JOB_SUFFIX}"
+        if job in self._jobs:
+            self._forget_job(job)
         if groups:
             deleted = self.admin.delete_consumer_groups(sorted(groups), request_timeout=TIMEOUT)
             for future in deleted.values():
                 with contextlib.suppress(KafkaException):  # gone already, or never had one
                     future.result()
+
+    def _forget_job(self, key: str) -> None:
+        """A tombstone for a batch job's record, once its markers are cleared."""
+        producer = Producer({**self.config, "enable.idempotence": True, "log_level": 3})
+        producer.produce(self.marker_log, None, key.encode(), partition=0)
+        if producer.flush(TIMEOUT):
+            raise SinkAdminError(f"Removing the job record {key} timed out: run the reset again.")
 
     def _clear(self, sink_id: str, group: str, logged: Marker | None, guard: ResetGuard) -> None:
         producer = Producer({**self.config, "transactional.id": group, "log_level": 3})

@@ -48,8 +48,10 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMess
 
 from eos_connectors.core import faults, timing
 from eos_connectors.core.ahead import RowsAhead
+from eos_connectors.core.batch_job import BatchJob, JobPlan
 from eos_connectors.core.context import TaskIdentity
 from eos_connectors.core.protocol import Lineage, SinkClaimedError
+from eos_connectors.sinks.kafka import jobs
 from eos_connectors.sinks.kafka.claim import ensure_claimed
 from eos_connectors.sinks.kafka.clients import (
     CALL_TIMEOUT,
@@ -297,6 +299,23 @@ class KafkaExactlyOnceWriter(DataSourceStreamArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Driver: nothing to do: each task committed its own transaction."""
+
+    def plan_job(self, job: BatchJob) -> JobPlan:
+        """Driver, before any task of a batch job's run: :mod:`sinks.kafka.jobs`."""
+        sid = sink_id(self.options, job.query_id)
+        return jobs.read_standing(self.options, sid, job.query_id).plan(job)
+
+    def end_job(self, job: BatchJob, plan: JobPlan, tasks: int, complete: bool) -> None:
+        """Driver, when a batch job's run ends: the job record. The task count kept is the
+        version's first run's (a rerun's, when the first run's is unknown, only if it
+        completed)."""
+        first = (
+            plan.tasks
+            if plan.tasks is not None
+            else (tasks if complete or not plan.written else None)
+        )
+        record = jobs.JobRecord(job.version, complete, first, job.query_id)
+        jobs.write_record(self.options, sink_id(self.options, job.query_id), record)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Driver: nothing to do: an unfinished task transaction is aborted by the next

@@ -127,3 +127,100 @@ def test_versions_above_2_to_the_53_stay_exact_in_redis(
     assert _redis_counts(endpoints.redis_url, prefix) == Counter({f"k{i}": 3 for i in range(5)}), (
         "2**62, 2**62 + 1 and 2**63 - 1 once each; 2**62 again wrote nothing"
     )
+
+
+@pytest.mark.cost(10)
+def test_a_version_rerun_in_another_shape_writes_nothing_twice(
+    spark: SparkSession, endpoints: Endpoints, unique: str
+) -> None:
+    """Issue 52, item 4: version 6 in two partitions, version 4 in four, version 6 again
+    in four. On 0.2 the Kafka sink wrote version 4's rows of task partitions 2 and 3 and
+    version 6's rows there a second time (tasks 0 and 1 found their batch marked; 2 and
+    3 had no marker). The driver now finds both versions at or below a committed one
+    before any task runs, in every sink."""
+    rows = 400
+    df = spark.createDataFrame(
+        [(f"k{i}", f"v{i}", 1) for i in range(rows)], "key string, value string, n long"
+    )
+    out, table, prefix = f"bshape-{unique}", f"bshape_{unique}", f"bshape-{unique}"
+    create_topic(endpoints.kafka, out, partitions=2)
+    sinks = {
+        "eos_kafka": {"kafka.bootstrap.servers": endpoints.kafka_bootstrap, "topic": out},
+        "eos_postgres": {"dsn": endpoints.postgres_dsn, "table": table, "createTable": "true"},
+        "eos_redis": {
+            "url": endpoints.redis_url,
+            "keyColumn": "key",
+            "valueColumns": "n",
+            "mode": "increment",
+            "keyPrefix": f"{prefix}:",
+        },
+    }
+    for version, partitions in (("6", 2), ("4", 4), ("6", 4)):
+        shaped = df.repartition(partitions)
+        for fmt, options in sinks.items():
+            frame = shaped.select("key", "n" if fmt == "eos_redis" else "value")
+            job = {"txnVersion": version, "sinkId": f"{unique}-{fmt}"}
+            frame.write.format(fmt).options(**options, **job).mode("append").save()
+    once = Counter({f"v{i}".encode(): 1 for i in range(rows)})
+    assert _kafka_values(endpoints.kafka_bootstrap, out) == once
+    with psycopg.connect(endpoints.postgres_dsn) as conn:
+        written = conn.execute(f'SELECT value, count(*) FROM "{table}" GROUP BY value').fetchall()
+    assert dict(written) == {f"v{i}": 1 for i in range(rows)}
+    assert _redis_counts(endpoints.redis_url, prefix) == Counter({f"k{i}": 1 for i in range(rows)})
+
+
+def _fails_in_task_partition_1(value: str) -> str:
+    """A UDF that fails every attempt of task partition 1 (the first after a second, so
+    that task partition 0 has committed by then)."""
+    import time
+
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    if context is not None and context.partitionId() == 1:
+        if context.attemptNumber() == 0:
+            time.sleep(1)
+        raise ValueError("this task partition always fails")
+    return value
+
+
+@pytest.mark.cost(8)
+def test_a_partly_written_kafka_version_is_rerun_only_in_its_first_shape(
+    spark: SparkSession, endpoints: Endpoints, unique: str
+) -> None:
+    """Task-commit mode: version 7 fails with task partition 0 committed. The next version
+    is refused until 7 is rerun, a rerun of 7 in one partition is refused (it would leave
+    the rows of the first run's partition 1 unwritten), the rerun in two partitions
+    writes the rest, and a rerun of 7 after that, in four, writes nothing."""
+    from pyspark.sql.functions import udf
+
+    rows = 400
+    df = spark.createDataFrame(
+        [(f"k{i}", f"v{i}") for i in range(rows)], "key string, value string"
+    )
+    out = f"bpart-{unique}"
+    create_topic(endpoints.kafka, out, partitions=2)
+    job = {"kafka.bootstrap.servers": endpoints.kafka_bootstrap, "topic": out, "sinkId": unique}
+    failing = udf(_fails_in_task_partition_1, "string")
+    with pytest.raises(Exception, match="always fails"):
+        _save(
+            df.repartition(2).select("key", failing("value").alias("value")),
+            "eos_kafka",
+            txnVersion="7",
+            **job,
+        )
+    first = _kafka_values(endpoints.kafka_bootstrap, out)
+    assert 0 < sum(first.values()) < rows and max(first.values()) == 1, "task partition 0 only"
+
+    with pytest.raises(Exception, match=r"txnVersion 7 of job .* was partly written"):
+        _save(df, "eos_kafka", txnVersion="8", **job)
+    with pytest.raises(Exception, match=r"repartition\(2\)"):
+        _save(df.repartition(1), "eos_kafka", txnVersion="7", **job)
+    assert _kafka_values(endpoints.kafka_bootstrap, out) == first, "the refusals wrote nothing"
+
+    _save(df.repartition(2), "eos_kafka", txnVersion="7", **job)
+    once = Counter({f"v{i}".encode(): 1 for i in range(rows)})
+    assert _kafka_values(endpoints.kafka_bootstrap, out) == once
+    _save(df.repartition(4), "eos_kafka", txnVersion="7", **job)
+    _save(df.repartition(3), "eos_kafka", txnVersion="5", **job)
+    assert _kafka_values(endpoints.kafka_bootstrap, out) == once

@@ -41,7 +41,9 @@ def _run(
     from pyspark import TaskContext
 
     job = batch_job.batch_job({"txnversion": str(version)}, "test", True, "job-a")
-    writer = batch_job.BatchWriter(MemorySink(server, "job-a"), job)
+    assert job is not None
+    sink = MemorySink(server, "job-a")
+    writer = batch_job.BatchWriter(sink, job, batch_job.plan_job(sink, job, "test"))
     messages: list[WriterCommitMessage | None] = []
     for partition, words in enumerate((["a", "b"], ["c"])):
         monkeypatch.setattr(TaskContext, "get", staticmethod(lambda p=partition: _Context(p)))
