@@ -20,6 +20,7 @@ JVM connector, the stack's lifecycle, the benchmarks' probes).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -60,10 +61,23 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{name}: a test of the tests/{name} tier")
 
 
+#: On pytest-xdist's workers, tests marked this costly or more run first, longest first.
+FIRST_COST = 8.0
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Each test gets its tier's marker. On xdist's workers (the services and Spark tiers of
+    ``make test``) the costliest tests are handed out first, longest first, so that no
+    worker picks one up near the end while the other idles: one 50 s test handed out
+    last left the two workers 232 s and 189 s busy. Every worker sorts its collection
+    alike, as xdist requires; no fixture here is module-scoped, so moving a test costs
+    no extra set-up."""
     for item in items:
         if tier(item):
             item.add_marker(tier(item))
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        first = sorted((i for i in items if cost(i) >= FIRST_COST), key=cost, reverse=True)
+        items[:] = first + [i for i in items if cost(i) < FIRST_COST]
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -36,17 +36,15 @@ from eos_connectors.ops.locations import (
     HadoopPath,
     Location,
     children,
-    copy_file,
     is_local,
     remove_tree,
     rename,
-    walk_files,
 )
 from eos_connectors.ops.savepoints import create, find, list_savepoints, rescale, restore
 from eos_connectors.ops.state import key_counts, plan_read, read_state, state_rows
 from eos_connectors.ops.stores import recorded_sinks
 from eos_connectors.sinks.postgres.admin import PostgresSinkAdmin
-from tests.kafka_util import produce_plain, uncommit
+from tests.kafka_util import produce_plain
 from tests.sink_util import earliest
 
 pytestmark = [pytest.mark.services, pytest.mark.spark]
@@ -65,11 +63,6 @@ def base(request: pytest.FixtureRequest, tmp_path: Path, unique: str) -> Iterato
     where = HadoopPath(f"{request.getfixturevalue('hdfs_url')}/tests/{unique}")
     yield where
     remove_tree(where)
-
-
-def _copy(source: Location, target: Location) -> None:
-    for entry in walk_files(source):
-        copy_file(entry.where, target / entry.relative)
 
 
 def _produce(endpoints: Endpoints, topic: str, rounds: int) -> None:
@@ -169,7 +162,7 @@ def _sinks(endpoints: Endpoints) -> list[SinkRecord]:
         admin.close()
 
 
-@pytest.mark.cost(42)
+@pytest.mark.cost(45)
 @pytest.mark.parametrize(
     "base",
     [pytest.param("hdfs", marks=pytest.mark.hdfs), pytest.param("local", marks=pytest.mark.soak)],
@@ -225,12 +218,14 @@ def test_inspect_savepoint_fork_and_resume(
     rows = state_rows(read_state(spark, plan_read(checkpoint, None, None)))
     assert {r["word"]: r["count"] for r in rows} == dict.fromkeys(KEYS, 10)
 
-    # A savepoint only at a clean boundary.
-    interrupted = base / "interrupted"
-    _copy(original, interrupted)
-    uncommit(interrupted, first)
+    # A savepoint only at a clean boundary: the last batch's commit set aside, as a crash
+    # before Spark wrote it leaves the checkpoint (a rename: a copy of the checkpoint
+    # took 6 s on HDFS).
+    commit, aside = original / "commits" / str(first), original / f"commit-{first}.aside"
+    rename(commit, aside)
     with pytest.raises(CheckpointError, match="not at a clean boundary"):
-        create(interrupted, "bad", root)
+        create(original, "bad", root)
+    rename(aside, commit)
     point = create(original, "before-more", root)
     assert (point.batch, point.query_id, point.linked) == (
         first,
@@ -266,11 +261,14 @@ def test_inspect_savepoint_fork_and_resume(
     _run(spark, endpoints, topic, base / "fork", table_b, f"sp-fork-{unique}")
     assert _table(endpoints, table_b) == dict.fromkeys(KEYS, 12)
 
-    # A fork into the original's explicit sink id is refused by the sink, writing nothing.
-    restore(point, base / "fork-same-sink", "fork")
-    with pytest.raises(Exception, match=rf"(?s){sink_id}.*belongs to query"):
-        _run(spark, endpoints, topic, base / "fork-same-sink", table_a, sink_id)
-    assert _table(endpoints, table_a) == dict.fromkeys(KEYS, 12)
+    # A fork into the original's explicit sink id is refused by the sink, writing nothing
+    # (on local files only: the refusal is the sink's, as for any new checkpoint, and
+    # test_postgres_sink_errors shows it in CI; on HDFS the run cost 5 s).
+    if is_local(base):
+        restore(point, base / "fork-same-sink", "fork")
+        with pytest.raises(Exception, match=rf"(?s){sink_id}.*belongs to query"):
+            _run(spark, endpoints, topic, base / "fork-same-sink", table_a, sink_id)
+        assert _table(endpoints, table_a) == dict.fromkeys(KEYS, 12)
 
     # Resume at the last batch: same query id, the original retired, the sink carries on.
     latest = create(original, "latest", root)

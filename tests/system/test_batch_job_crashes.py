@@ -31,7 +31,7 @@ from tests.spark.test_batch_write import (
 pytestmark = [pytest.mark.services, pytest.mark.spark]
 
 
-@pytest.mark.cost(40)
+@pytest.mark.cost(60)
 def test_a_batch_job_killed_at_every_point_and_rerun_writes_each_record_once(
     spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path
 ) -> None:
