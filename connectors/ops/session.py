@@ -165,6 +165,7 @@ def cluster_conf(master: str) -> dict[str, str]:
         if name in FORWARDED_ENV or name.startswith(FORWARDED_ENV_PREFIXES)
     }
     return {
+        **_executor_class_archive(master),
         "spark.executor.cores": "1",
         "spark.executor.memory": os.environ.get("EOS_SPARK_EXECUTOR_MEMORY", "1g"),
         "spark.task.maxFailures": str(TASK_ATTEMPTS),
@@ -235,6 +236,19 @@ def with_class_archive(settings: dict[str, str]) -> dict[str, str]:
     if not wanted or not archive.exists() or any(k in settings for k in _CLASS_PATH_CONF):
         return settings
     return with_java_option(settings, f"-XX:SharedArchiveFile={archive} {QUIET_CDS}")
+
+
+def _executor_class_archive(master: str) -> dict[str, str]:
+    """On a standalone cluster on this machine (``spark://127.0.0.1:...``, as ``eos stack
+    up --spark-workers`` runs one), executors map the driver's archive too: they load
+    Spark's classes from the same jars, and each lost executor's replacement starts
+    sooner. Elsewhere the archive is not on the executors' hosts: nothing is set."""
+    host = master.removeprefix("spark://").rsplit(":", 1)[0]
+    archive = class_archive_path()
+    wanted = os.environ.get("EOS_SPARK_CLASS_ARCHIVE", "1") != "0"
+    if host not in ("127.0.0.1", "localhost") or not wanted or not archive.exists():
+        return {}
+    return {"spark.executor.extraJavaOptions": f"-XX:SharedArchiveFile={archive} {QUIET_CDS}"}
 
 
 def with_java_option(settings: dict[str, str], option: str) -> dict[str, str]:

@@ -2,6 +2,12 @@
 
 The pipeline runs as its own process group (tests/pipelines/source_to_files.py),
 so SIGKILL takes the driver, the JVM and the Python workers down together.
+
+In ``make full``, not CI: CI's conformance run kills a task at ``source-read`` and its
+Kafka-sink queries, which write per task partition, would lose or duplicate records
+if a replay read other records (the records cell counts every record); this test
+shows the replay batch by batch, offsets and records, which costs a pipeline process
+of its own (15-19 s in CI).
 """
 
 from __future__ import annotations
@@ -94,6 +100,7 @@ def _check_every_batch(endpoints: Endpoints, topic: str, work: Path, visible: se
     assert set(seen) == visible, f"gap: {len(visible - set(seen))} records never read"
 
 
+@pytest.mark.full
 @pytest.mark.cost(14)
 def test_a_crashed_batch_replays_the_same_offsets_and_records(
     spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path
