@@ -312,12 +312,17 @@ class UnitStore(ABC):
         """Release the writer's connections (optional; the test kit calls it for a crash)."""
 
     def applied_watermark(self, sink_id: str, query_id: str) -> int:
-        """The highest batch of this query with a committed unit, when the store keeps
-        one (optional).
+        """The highest batch of this query that writes nothing more, when the store keeps
+        one (optional): one meaning for every store, "at or below it, a batch's tasks and
+        a batch job's driver write nothing". A store may keep the highest batch it
+        decided (PostgreSQL) or the highest it applied (Redis): the two differ only for
+        a batch decided and not yet applied, and every caller asks for the batch's
+        decision first (a task skips it; a batch job's driver runs its commit, which
+        applies it).
 
-        A task of a batch at or below it writes nothing, even once the batch's
-        decision is pruned. Kept per query, so a new checkpoint with the same sink id
-        starts from nothing instead of skipping its first batches. -1: none kept.
+        Kept per query, so a new checkpoint with the same sink id starts from nothing
+        instead of skipping its first batches; it outlives pruned decisions, so a batch
+        job's ``txnVersion`` used again long after still writes nothing. -1: none kept.
         """
         return -1
 
