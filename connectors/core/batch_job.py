@@ -45,7 +45,7 @@ from pyspark.sql.types import StructType
 from eos_connectors.core import options as opt
 from eos_connectors.core.context import NotInStreamingTaskError, TaskIdentity
 from eos_connectors.core.errors import ConfigError
-from eos_connectors.core.protocol import SinkClaimedError, TwoPhaseCommitWriter
+from eos_connectors.core.protocol import TwoPhaseCommitWriter
 
 log = logging.getLogger(__name__)
 
@@ -238,9 +238,7 @@ def _two_phase_plan(stream: TwoPhaseCommitWriter, job: BatchJob) -> JobPlan:
     and the commit applies what the decision names (a driver that died between
     decision and commit)."""
     sink_id = stream.sink_id(job.query_id)
-    owner = stream.owner(sink_id)
-    if owner is not None and owner.query_id != job.query_id:
-        raise SinkClaimedError(sink_id, owner, job.query_id)
+    stream.check_owner(sink_id, job.query_id)
     if stream.find_decision(sink_id, job.version) is not None:
         return JobPlan()
     applied = stream.applied_watermark(sink_id, job.query_id)
@@ -323,9 +321,8 @@ class BatchWriter(DataSourceArrowWriter):
                 TXN_VERSION,
             )
             return
-        if job is not None and len(messages) < max(self.plan.written, default=-1) + 1:
-            raise self._other_shape(f"has {len(messages)} tasks")
-        if job is not None and self.plan.tasks not in (None, len(messages)):
+        too_few = len(messages) <= max(self.plan.written, default=-1)
+        if job is not None and (too_few or self.plan.tasks not in (None, len(messages))):
             raise self._other_shape(f"has {len(messages)} tasks")
         self.stream.commit(messages, self._batch_id())
         if job is not None and isinstance(self.stream, JobLedger):

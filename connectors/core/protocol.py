@@ -360,7 +360,7 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter, UnitStore):
     def _prepare(self, task: TaskIdentity, rows: Iterator[Any]) -> PreparedUnit:
         steps = timing.TaskSteps("sink write", task.batch_id, rest="write and prepare")
         sink_id = self.sink_id(task.query_id)
-        self._check_owner(sink_id, task.query_id)
+        self.check_owner(sink_id, task.query_id)
         released = not self._already_done(sink_id, task) and self._release_others(sink_id, task)
         if released is False:
             log.info("batch %d of sink %s is decided: writing nothing", task.batch_id, sink_id)
@@ -389,7 +389,8 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter, UnitStore):
             task.query_name,
         )
 
-    def _check_owner(self, sink_id: str, query_id: str) -> None:
+    def check_owner(self, sink_id: str, query_id: str) -> None:
+        """Task or driver: SinkClaimedError when another query owns the sink id."""
         owner = self.owner(sink_id)
         if owner is not None and owner.query_id != query_id:
             raise SinkClaimedError(sink_id, owner, query_id)

@@ -228,14 +228,22 @@ def class_archive_path() -> Path:
     return cache_root() / "spark-cds" / f"pyspark-{pyspark.__version__}-{digest}.jsa"
 
 
+def _archive_option() -> str | None:
+    """The JVM option that maps the archive, when one is built and wanted
+    (``EOS_SPARK_CLASS_ARCHIVE`` is not ``0``)."""
+    archive = class_archive_path()
+    if os.environ.get("EOS_SPARK_CLASS_ARCHIVE", "1") == "0" or not archive.exists():
+        return None
+    return f"-XX:SharedArchiveFile={archive} {QUIET_CDS}"
+
+
 def with_class_archive(settings: dict[str, str]) -> dict[str, str]:
     """``settings`` plus the driver JVM option that maps the archive, when one is built,
-    wanted (``EOS_SPARK_CLASS_ARCHIVE`` is not ``0``) and the class path is Spark's own."""
-    archive = class_archive_path()
-    wanted = os.environ.get("EOS_SPARK_CLASS_ARCHIVE", "1") != "0"
-    if not wanted or not archive.exists() or any(k in settings for k in _CLASS_PATH_CONF):
+    wanted and the class path is Spark's own."""
+    option = _archive_option()
+    if option is None or any(k in settings for k in _CLASS_PATH_CONF):
         return settings
-    return with_java_option(settings, f"-XX:SharedArchiveFile={archive} {QUIET_CDS}")
+    return with_java_option(settings, option)
 
 
 def _executor_class_archive(master: str) -> dict[str, str]:
@@ -244,11 +252,10 @@ def _executor_class_archive(master: str) -> dict[str, str]:
     Spark's classes from the same jars, and each lost executor's replacement starts
     sooner. Elsewhere the archive is not on the executors' hosts: nothing is set."""
     host = master.removeprefix("spark://").rsplit(":", 1)[0]
-    archive = class_archive_path()
-    wanted = os.environ.get("EOS_SPARK_CLASS_ARCHIVE", "1") != "0"
-    if host not in ("127.0.0.1", "localhost") or not wanted or not archive.exists():
+    option = _archive_option()
+    if host not in ("127.0.0.1", "localhost") or option is None:
         return {}
-    return {"spark.executor.extraJavaOptions": f"-XX:SharedArchiveFile={archive} {QUIET_CDS}"}
+    return {"spark.executor.extraJavaOptions": option}
 
 
 def with_java_option(settings: dict[str, str], option: str) -> dict[str, str]:

@@ -47,7 +47,7 @@ from eos_connectors.core.sinks_admin import (
     refuse,
 )
 from eos_connectors.core.topics import read_to_end
-from eos_connectors.sinks.kafka.jobs import JOB_SUFFIX
+from eos_connectors.sinks.kafka.jobs import JOB_SUFFIX, put_record
 from eos_connectors.sinks.kafka.marker_log import Marker, decode
 from eos_connectors.sinks.kafka.options import DEFAULT_MARKER_LOG
 
@@ -180,10 +180,11 @@ class KafkaSinkAdmin(SinkAdmin):
 
     def _forget_job(self, key: str) -> None:
         """A tombstone for a batch job's record, once its markers are cleared."""
-        producer = Producer({**self.config, "enable.idempotence": True, "log_level": 3})
-        producer.produce(self.marker_log, None, key.encode(), partition=0)
-        if producer.flush(TIMEOUT):
-            raise SinkAdminError(f"Removing the job record {key} timed out: run the reset again.")
+        failed = put_record(self.config, self.marker_log, key.encode(), None)
+        if failed:
+            raise SinkAdminError(
+                f"Removing the job record {key} failed ({failed}): run the reset again."
+            )
 
     def _clear(self, sink_id: str, group: str, logged: Marker | None, guard: ResetGuard) -> None:
         producer = Producer({**self.config, "transactional.id": group, "log_level": 3})

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
@@ -39,7 +40,7 @@ log = logging.getLogger(__name__)
 
 #: The job record's key in the marker log: ``<prefix>-<sinkId>`` and this.
 JOB_SUFFIX = "-job"
-#: Seconds the driver waits for the job record's write.
+#: Seconds a job record's write (or its tombstone's) may take.
 WRITE_TIMEOUT = 30.0
 
 
@@ -113,8 +114,7 @@ def read_standing(options: KafkaSinkOptions, sink_id: str, query_id: str) -> Job
 
 
 def write_record(options: KafkaSinkOptions, sink_id: str, record: JobRecord) -> None:
-    """Driver: the job record, produced idempotently and flushed; a failure says what the
-    next run will not know."""
+    """Driver: the job record; a failure says what the next run will not know."""
     value = json.dumps(
         {
             "job_version": record.version,
@@ -123,25 +123,32 @@ def write_record(options: KafkaSinkOptions, sink_id: str, record: JobRecord) -> 
             "query": record.query,
         }
     ).encode()
+    key = job_key(options, sink_id)
+    failed = put_record(options.producer_config(), options.marker_log, key, value)
+    if failed:
+        raise KafkaSinkError(
+            f"Recording the end of {TXN_VERSION} {record.version} of job {sink_id!r} in the "
+            f"marker log {options.marker_log!r} failed ({failed}). The records the job's tasks "
+            "committed stay; a rerun of this version with the same partitioning writes nothing "
+            "twice."
+        )
+
+
+def put_record(config: dict[str, Any], topic: str, key: bytes, value: bytes | None) -> str:
+    """One record (``None``: a tombstone) on partition 0 of ``topic``, produced
+    idempotently and flushed: "" when written, else why not."""
     failures: list[KafkaError] = []
 
     def delivered(error: KafkaError | None, _message: Message) -> None:
         if error is not None:
             failures.append(error)
 
-    producer = Producer({**options.producer_config(), "log_level": 3})
-    producer.produce(
-        options.marker_log, value, job_key(options, sink_id), partition=0, on_delivery=delivered
-    )
+    producer = Producer({**config, "enable.idempotence": True, "log_level": 3})
+    producer.produce(topic, value, key, partition=0, on_delivery=delivered)
     left = producer.flush(WRITE_TIMEOUT)
-    if failures or left:
-        reason = failures[0].str() if failures else f"not delivered in {WRITE_TIMEOUT:.0f} s"
-        raise KafkaSinkError(
-            f"Recording the end of {TXN_VERSION} {record.version} of job {sink_id!r} in the "
-            f"marker log {options.marker_log!r} failed ({reason}). The records the job's tasks "
-            "committed stay; a rerun of this version with the same partitioning writes nothing "
-            "twice."
-        )
+    if failures:
+        return str(failures[0].str())
+    return f"not delivered in {WRITE_TIMEOUT:.0f} s" if left else ""
 
 
 def _decode_record(value: bytes) -> JobRecord | None:
