@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 
 from eos_connectors.core.faults import Entry
-from eos_connectors.dev.harness.cells import CELLS, DRIVER_POINTS, CustomSink, targets
+from eos_connectors.dev.harness.cells import (
+    CELLS,
+    DRIVER_POINTS,
+    TWO_PHASE_POINTS,
+    CustomSink,
+    targets,
+)
 from eos_connectors.dev.harness.plan import check_plan, step_entries
 from eos_connectors.dev.harness.verify import (
     FAMILIES,
@@ -68,7 +74,9 @@ def test_pairs_coverage_crosses_every_sink_and_point_twice_in_fewer_batches() ->
             queries = [t for t in chosen if t.family == target.family]
             assert len(by_family[(target.family, point)]) >= min(2, len(queries))
     assert "after-commit" in pairs.points(chosen)["rec-kafka-records"]
-    assert len(crossed) < len(schedule(every, chosen)) * 2 // 3
+    for crossing in ("cl-postgres-changes", "cl-redis-changes"):  # keys across tasks
+        assert pairs.points(chosen)[crossing] == TWO_PHASE_POINTS, crossing
+    assert len(crossed) < len(schedule(every, chosen)) * 3 // 4
     fewer = pairs.batch_offsets(chosen)
     assert fewer["rc-postgres"] > every.batch_offsets(chosen)["rc-postgres"], "no fewer batches"
     timed = {fewer[t.name] for t in chosen if t.cell.timed}

@@ -18,7 +18,12 @@ A *cell* is one kind of stateful pipeline crossed with every sink that fits it:
   changes of one key in one batch; see ``data.produce_changes``) kept in step in
   ``eos_postgres`` upsert with deletes, ``eos_redis`` upsert with deletes and
   ``eos_kafka`` with tombstones (read to its final state), each ordered by
-  ``partition, offset``: the final state follows from the committed input alone.
+  ``partition, offset``: the final state follows from the committed input alone. Its
+  PostgreSQL and Redis queries read each input partition in two pieces and start with a
+  round-robin shuffle, so one key's changes cross tasks of a batch: each layout must be
+  refused before anything is written, and the fix the refusal names (a shuffle by the
+  key) must end exact from the batch's recorded split (see ``layouts.py``); they cross
+  every fault point of their sink.
 
 Each (cell, sink) pair is one streaming query of one pipeline process, named
 ``<cell short name>-<sink>`` (``rc-kafka``): fault points are addressed to it by
@@ -35,6 +40,7 @@ from eos_connectors.core.secrets import redact_options
 from eos_connectors.core.topics import Record
 from eos_connectors.dev.endpoints import Endpoints
 from eos_connectors.dev.harness import checks, load
+from eos_connectors.dev.harness.layouts import LAYOUTS
 from eos_connectors.dev.harness.spec import WATERMARK_SECONDS, WINDOW_SECONDS, QuerySpec
 
 #: Fault points of each kind of sink, in protocol order.
@@ -49,6 +55,13 @@ VARIED_MIN_PARTITIONS = (2, 6, 4)  # 2, 6 and 4 tasks over the 2 input partition
 #: mode, where the conformance cells cross every one of them.
 CLUSTER_TWO_PHASE_POINTS = ("before-prepare", "mid-prepare", "after-prepare")
 CLUSTER_KAFKA_POINTS = ("before-prepare", *KAFKA_POINTS)
+#: The changelog cell's sinks whose input makes one key's changes cross tasks of a batch:
+#: the source split into pieces (``minPartitions``), then a round-robin shuffle, each
+#: refused before anything is written, then the fix the refusal names (``layouts.py``).
+#: The Kafka sink's task-commit mode keeps no order across tasks: it has its keys in one
+#: task (issue 53's driver commit refuses there too).
+CROSSING_SINKS = ("postgres-changes", "redis-changes")
+CROSSING_MIN_PARTITIONS = 4  # 2 pieces of each of the 2 input partitions
 
 
 @dataclass(frozen=True)
@@ -197,8 +210,17 @@ class Target:
         columns, options = self._sink(endpoints, custom)
         fmt = custom.format if custom is not None else f"eos_{self.family}"
         varied = VARIED_MIN_PARTITIONS if self.sink == "kafka-records" else ()
+        crossing = self.sink in CROSSING_SINKS
         return QuerySpec(
-            self.name, topic, self.stage, fmt, columns, options, vary_min_partitions=varied
+            self.name,
+            topic,
+            self.stage,
+            fmt,
+            columns,
+            options,
+            source_options={"minPartitions": str(CROSSING_MIN_PARTITIONS)} if crossing else {},
+            vary_min_partitions=varied,
+            layouts=LAYOUTS if crossing else (),
         )
 
     def custom_of(self, customs: tuple[CustomSink, ...]) -> CustomSink | None:

@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from eos_connectors.dev.harness import layouts
 from eos_connectors.dev.harness.spec import (
     WATERMARK_SECONDS,
     WINDOW_SECONDS,
@@ -171,9 +172,12 @@ def start_query(spark: SparkSession, spec: PipelineSpec, query: QuerySpec) -> St
     removed = remove_unfinished_writes(location(spec.checkpoint) / query.name)
     if removed:
         print_event("unfinished-writes-removed", query=query.name, files=removed)
+    layout = layouts.current(spec, query)
+    if layout is not None:
+        print_event("layout", query=query.name, layout=layout)
+    sink_input = stage_frame(spark, spec, query).selectExpr(*query.columns)
     writer = (
-        stage_frame(spark, spec, query)
-        .selectExpr(*query.columns)
+        layouts.apply(sink_input, layout, layouts.key_column(query))
         .writeStream.format(query.format)
         .outputMode(query.output_mode)
         .queryName(query.name)
@@ -245,6 +249,10 @@ class Supervisor:
         self.initialized[query.name] = handle.isActive
 
     def _failed(self, query: QuerySpec, error: str) -> None:
+        crossing = layouts.current(self.spec, query) in layouts.CROSSING
+        if crossing and layouts.REFUSAL in error:
+            self._refused(query, error)
+            return
         first_line = next((line for line in error.splitlines() if line.strip()), error)
         initializing = not self.initialized.get(query.name)
         starved = first_line.startswith(self.STARVED)
@@ -266,6 +274,21 @@ class Supervisor:
             raise SystemExit(1)
         self.failed_at[query.name] = progress
         self.restarts[query.name] += 1
+        self._restart(query)
+
+    def _refused(self, query: QuerySpec, error: str) -> None:
+        """The sink refused a batch whose key reached two tasks: report what it holds
+        now (nothing of the refused batch may be there) and restart in the next layout."""
+        message = next((line for line in error.splitlines() if "reached two tasks" in line), "")
+        print_event(
+            "refused",
+            query=query.name,
+            layout=layouts.current(self.spec, query),
+            committed=committed(self.spec, query),
+            held=layouts.held(query),
+            message=message.strip()[:600],
+        )
+        layouts.advance(self.spec, query)
         self._restart(query)
 
     def _restart(self, query: QuerySpec) -> None:

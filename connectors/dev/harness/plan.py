@@ -13,7 +13,9 @@ from eos_connectors.core import faults
 from eos_connectors.core.errors import EosError
 from eos_connectors.dev.harness.cells import (
     CELLS,
+    CROSSING_SINKS,
     DRIVER_POINTS,
+    TWO_PHASE_POINTS,
     Cell,
     CustomSink,
     Target,
@@ -186,7 +188,11 @@ def _on_a_cluster(target: Target) -> tuple[str, ...]:
 PAIR_CROSSINGS = 2
 #: Points a query of a kind must cross whatever the spread (the records query's restart
 #: with another minPartitions happens at its after-commit).
-REQUIRED_POINTS = {"kafka-records": ("after-commit",)}
+#: The crossing queries cross every point of their sink (issue 52's conformance cell).
+REQUIRED_POINTS = {
+    "kafka-records": ("after-commit",),
+    **dict.fromkeys(CROSSING_SINKS, TWO_PHASE_POINTS),
+}
 
 
 def _spread(members: list[Target]) -> dict[str, tuple[str, ...]]:

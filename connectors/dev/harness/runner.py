@@ -16,6 +16,7 @@ from typing import Any, TextIO
 
 from eos_connectors.core import faults
 from eos_connectors.dev.endpoints import Endpoints
+from eos_connectors.dev.harness import layouts
 from eos_connectors.dev.harness.cells import DRIVER_POINTS, Target
 from eos_connectors.dev.harness.network import NetworkFaults
 from eos_connectors.dev.harness.pipeline import parse_event
@@ -145,7 +146,9 @@ class Runner:
                 ]
             if run.ended_by == "finished":
                 failed = [p for r in runs for p in self._broker_run_failed(r)]
-                return runs, self._not_done() + self._unplanned_failures(runs) + failed
+                refused = [e for r in runs for e in self._events(r.number, "refused")]
+                crossing = layouts.refusal_problems(list(self._spec().queries), refused)
+                return runs, self._not_done() + self._unplanned_failures(runs) + failed + crossing
         return runs, [f"The pipeline did not finish in {limit} runs."]
 
     # -- one run ---------------------------------------------------------------------

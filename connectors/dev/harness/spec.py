@@ -40,6 +40,9 @@ class QuerySpec:
     #: minPartitions on the query's first, second, ... start (in any pipeline process),
     #: cycling: what an operator retuning the source between restarts does.
     vary_min_partitions: tuple[int, ...] = ()
+    #: How the sink's input reaches its tasks, advancing at each refusal of a key in two
+    #: tasks (see ``layouts.py``): ``split``, ``round-robin``, ``by-key``.
+    layouts: tuple[str, ...] = ()
     max_offsets: int | None = None  # maxOffsetsPerTrigger; None: the pipeline's
 
     @property
@@ -80,6 +83,7 @@ class PipelineSpec:
                     **q,
                     "columns": tuple(q["columns"]),
                     "vary_min_partitions": tuple(q.get("vary_min_partitions", ())),
+                    "layouts": tuple(q.get("layouts", ())),
                 }
             )
             for q in raw.pop("queries")
