@@ -65,3 +65,70 @@ def bootstrap(config: KafkaConfig) -> str:
 def plaintext(servers: str) -> dict[str, str]:
     """The settings of a plaintext listener at ``servers`` (tooling and tests)."""
     return {BOOTSTRAP: servers}
+
+
+#: The commit mode option a setting the driver's client cannot honour names.
+FALLBACK_HINT = "commitMode=task (each task commits its own transaction)"
+_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+_SASL_SETTINGS = {"sasl.username": "sasl_plain_username", "sasl.password": "sasl_plain_password"}
+_TLS_SETTINGS = (
+    "ssl.ca.location",
+    "ssl.ca.pem",
+    "ssl.certificate.location",
+    "ssl.key.location",
+    "ssl.key.password",
+    "ssl.endpoint.identification.algorithm",
+)
+_HANDLED = {BOOTSTRAP, "security.protocol", "sasl.mechanism", "sasl.mechanisms"}
+_HANDLED |= {*_SASL_SETTINGS, *_TLS_SETTINGS}
+
+
+def to_kafka_python(config: KafkaConfig) -> dict[str, Any]:
+    """The connection settings of ``config`` (librdkafka names) as kafka-python's keyword
+    arguments, for the driver's transaction client; ConfigError naming a setting that
+    client cannot honour and the fallback mode. A function of the dict alone."""
+    settings = connection(config)
+    unknown = sorted(k for k in settings if k not in _HANDLED)
+    if unknown:
+        raise ConfigError(
+            f"Setting 'kafka.{unknown[0]}' cannot be honoured by the driver's transaction "
+            f"client (kafka-python); remove it or use {FALLBACK_HINT}."
+        )
+    protocol = str(settings.get("security.protocol", "plaintext")).upper()
+    out: dict[str, Any] = {
+        "bootstrap_servers": [s.strip() for s in str(settings[BOOTSTRAP]).split(",") if s.strip()],
+        "security_protocol": protocol,
+    }
+    mechanism = settings.get("sasl.mechanism", settings.get("sasl.mechanisms"))
+    if mechanism is not None:
+        if str(mechanism).upper() not in _MECHANISMS:
+            raise ConfigError(
+                f"SASL mechanism {mechanism!r} cannot be used by the driver's transaction "
+                f"client (it speaks {', '.join(_MECHANISMS)}); use {FALLBACK_HINT}."
+            )
+        out["sasl_mechanism"] = str(mechanism).upper()
+    for name, keyword in _SASL_SETTINGS.items():
+        if name in settings:
+            out[keyword] = settings[name]
+    if protocol.endswith("SSL"):
+        out["ssl_context"] = _ssl_context(settings)
+    return out
+
+
+def _ssl_context(settings: Mapping[str, Any]) -> Any:
+    """A TLS context of the settings: the CA (a file or PEM text), the client's
+    certificate and key files, and host name checks unless turned off."""
+    import ssl
+
+    context = ssl.create_default_context(cafile=settings.get("ssl.ca.location"))
+    if "ssl.ca.pem" in settings:
+        context.load_verify_locations(cadata=str(settings["ssl.ca.pem"]))
+    if "ssl.certificate.location" in settings:
+        context.load_cert_chain(
+            settings["ssl.certificate.location"],
+            settings.get("ssl.key.location"),
+            settings.get("ssl.key.password"),
+        )
+    if str(settings.get("ssl.endpoint.identification.algorithm", "https")).lower() == "none":
+        context.check_hostname = False
+    return context

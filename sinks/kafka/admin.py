@@ -7,7 +7,10 @@ the broker after ``transaction.timeout.ms``. Its bookkeeping is one marker group
 per task partition, ``<transactionalIdPrefix>-<sink id>-<partition>``, whose
 committed offset is the next batch and whose metadata is the owner query's id, and
 the same marker as a record keyed by the group's name in the compacted marker log;
-and the sink's claim (:mod:`sinks.kafka.claim`), ``<prefix>-<sink id>-claim``.
+and the sink's claim (:mod:`sinks.kafka.claim`), ``<prefix>-<sink id>-claim``. A sink
+in ``commitMode=batch`` also has its decision pointer and record
+(:mod:`sinks.kafka.decisions`), ``<prefix>-<sink id>-decision``, listed and cleared
+like a marker.
 
 A reset takes each of them in turn the way a task does: ``init_transactions()`` of
 its transactional id fences whatever producer a live query still has and ends its
@@ -47,6 +50,7 @@ from eos_connectors.core.sinks_admin import (
     refuse,
 )
 from eos_connectors.core.topics import read_to_end
+from eos_connectors.sinks.kafka.decisions import DECISION_SUFFIX, Decision
 from eos_connectors.sinks.kafka.jobs import JOB_SUFFIX, put_record
 from eos_connectors.sinks.kafka.marker_log import Marker, decode
 from eos_connectors.sinks.kafka.options import DEFAULT_MARKER_LOG
@@ -67,7 +71,9 @@ class KafkaSinkAdmin(SinkAdmin):
         self.config = client_config
         self.marker_log = marker_log
         self.admin = AdminClient(client_config)
-        self.group = re.compile(rf"^{re.escape(transactional_id_prefix)}-(.+)-(\d+|claim)$")
+        self.group = re.compile(
+            rf"^{re.escape(transactional_id_prefix)}-(.+)-(\d+|claim|decision)$"
+        )
         self.prefix = transactional_id_prefix
 
     def _groups(self) -> dict[str, list[str]]:
@@ -111,7 +117,8 @@ class KafkaSinkAdmin(SinkAdmin):
             if not record.value:
                 markers.pop(group, None)
                 continue
-            marker = decode(record.value)
+            marker = _decision_marker(record.value) if group.endswith(DECISION_SUFFIX) else None
+            marker = marker or decode(record.value)
             if marker is None:
                 log.warning(
                     "%s offset %d (key %r) is not a sink marker: skipped",
@@ -245,3 +252,10 @@ class KafkaSinkAdmin(SinkAdmin):
             time.time() - written if written else None,
         )
         refuse(self.store, sink_id, guard.problems(now))
+
+
+def _decision_marker(value: bytes) -> Marker | None:
+    """A batch-commit sink's decision record as a marker: its next batch and query (the
+    pointer group's own offset names the topic)."""
+    decision = Decision.decode(value)
+    return None if decision is None else Marker(decision.batch + 1, decision.query, "")

@@ -3,16 +3,18 @@ is :class:`eos_connectors.formats.KafkaDataSource`)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.types import StructType
 
 from eos_connectors.core import batch_job
 from eos_connectors.core.changes import check_schema as check_changes
+from eos_connectors.core.errors import ConfigError
 from eos_connectors.core.startup import once_per_driver, start_key
 
 if TYPE_CHECKING:
     from eos_connectors.sinks.kafka import KafkaAtLeastOnceWriter, KafkaExactlyOnceWriter
+    from eos_connectors.sinks.kafka.batch_commit import BatchCommitWriter
     from eos_connectors.sinks.kafka.options import KafkaSinkOptions
 
 NAME = "the eos_kafka sink"
@@ -27,6 +29,15 @@ class KafkaSinkFormat(batch_job.SinkFormat):
         "a Kafka topic is appended to, never rewritten (Spark's sink refuses it too)"
     )
 
+    def writer(self, schema: StructType, overwrite: bool) -> Any:
+        """Driver: a batch write (``df.write``); the batch commit is for streams so far."""
+        if self.sink_config.commit_mode == "batch":
+            raise ConfigError(
+                "Option 'commitMode' = batch applies to streaming queries so far; a batch "
+                "write (df.write) uses commitMode=task (the default)."
+            )
+        return super().writer(schema, overwrite)
+
     @property
     def sink_config(self) -> KafkaSinkOptions:
         from eos_connectors.sinks.kafka import parse_options as parse_sink_options
@@ -35,7 +46,7 @@ class KafkaSinkFormat(batch_job.SinkFormat):
 
     def _writer(
         self, schema: StructType, overwrite: bool
-    ) -> KafkaExactlyOnceWriter | KafkaAtLeastOnceWriter:
+    ) -> KafkaExactlyOnceWriter | KafkaAtLeastOnceWriter | BatchCommitWriter:
         from eos_connectors.sinks.kafka import KafkaAtLeastOnceWriter, KafkaExactlyOnceWriter
         from eos_connectors.sinks.kafka.checks import start_checks
         from eos_connectors.sinks.kafka.records import check_schema
@@ -47,6 +58,14 @@ class KafkaSinkFormat(batch_job.SinkFormat):
             start_key("eos_kafka", self.options, schema),
             lambda: start_checks(options, self.options),
         )
+        if options.exactly_once and options.commit_mode == "batch":
+            from eos_connectors.sinks.kafka.batch_commit import BatchCommitWriter, check_start
+
+            once_per_driver(
+                start_key("eos_kafka-batch-commit", self.options, schema),
+                lambda: check_start(options),
+            )
+            return BatchCommitWriter(options)
         if options.exactly_once:
             return KafkaExactlyOnceWriter(options)
         return KafkaAtLeastOnceWriter(options)

@@ -45,6 +45,11 @@ class MarkerGroup:
             return self.read_log()
         return marked
 
+    def read_stable(self) -> tuple[int, str] | None:
+        """The marker read stably, None when the group holds none (the log is not read:
+        the batch commit keeps its decisions there, not per-partition markers)."""
+        return self._committed(self.stable)
+
     def read_quick(self) -> tuple[int, str] | None:
         """The marker as the group last applied it, without waiting for a transaction that
         is committing or open; None when the group holds none (the log is not read)."""

@@ -104,6 +104,17 @@ _NO_NULL_DELETE = (
     "the sink writes a null value as a tombstone already; use deleteColumn (and "
     "deleteValue) to write other rows as tombstones"
 )
+COMMIT_MODES = ("task", "batch")
+COMMIT_MODE = opt.Option(
+    "commitMode",
+    opt.choice(*COMMIT_MODES),
+    "`task`: each task commits its own transaction (visible before the batch completes; "
+    "exactly once under deterministic replay). `batch` (being built; streaming queries "
+    "only): tasks leave their transactions open and the driver commits them all once the "
+    "batch is decided; the driver needs to reach the transaction coordinators",
+    default="task",
+    applies=opt.Applies.STREAM,
+)
 ORDER_COLUMNS = opt.Option(
     "orderColumns",
     opt.names,
@@ -128,6 +139,7 @@ OPTIONS = opt.OptionTable(
         ORDER_COLUMNS,
         opt.Option("deleteWhenValuesNull", opt.text, "", refused=_NO_NULL_DELETE),
         TRANSACTION_TIMEOUT,
+        COMMIT_MODE,
         PARTITIONER_CLASS,
         *_OWNED,
     ],
@@ -147,6 +159,7 @@ class KafkaSinkOptions:
     kafka: dict[str, str] = field(default_factory=dict, repr=False)
     changes: ChangeRules = field(default_factory=ChangeRules)  # deletes written as tombstones
     transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
+    commit_mode: str = "task"  # or "batch": the driver commits (sinks/kafka/batch_commit.py)
 
     @property
     def bootstrap_servers(self) -> str:
@@ -217,6 +230,7 @@ def parse_options(raw: Mapping[str, str]) -> KafkaSinkOptions:
         kafka=kafka,
         changes=parse_changes(options, "the eos_kafka sink"),
         transaction_timeout_ms=timeout,
+        commit_mode=COMMIT_MODE.value(options),
     )
 
 

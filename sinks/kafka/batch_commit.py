@@ -1,0 +1,311 @@
+"""The Kafka sink's batch commit (``commitMode=batch``): tasks prepare, the driver commits.
+
+Each task partition keeps its transactional id (``<prefix>-<sink id>-<partition>``) and
+its progress marker (:class:`~.marker.MarkerGroup`). What changes is who ends the
+transaction:
+
+1. **Task.** Where the task partition stands: its marker read quickly (a marked batch
+   is skipped; another query's refused) and the sink's *decision pointer* (the committed
+   offset ``batch + 1`` of the group ``<prefix>-<sink id>-decision``, plain, outside any
+   transaction). A batch already decided is never touched: the task reports it and
+   returns without ``InitProducerId`` on its id, which would abort the decided
+   transaction. Otherwise a new producer is fenced in (ending any earlier attempt's open
+   transaction), the marker read stably, and the transaction written: the marker's
+   offset, the rows; flushed, every delivery checked (a failed record aborts it and fails
+   the task). The task returns the transaction's identity (id, producer id, epoch, read
+   from its own client: :mod:`.txn_identity`) and leaves it **open**: nothing of it is
+   visible.
+2. **Driver, the decision.** The batch's transactions go to the marker log as one
+   record keyed ``<prefix>-<sink id>-decision`` (written plainly by an idempotent
+   producer, acks from every in-sync replica), then the pointer moves to ``batch + 1``:
+   the decision point. A driver that died before it leaves an undecided batch: the
+   replay's tasks fence the open transactions and write again, whatever the replay's
+   split or expressions.
+3. **Driver, the commits.** ``EndTxn(commit)`` for each named transaction
+   (:mod:`.coordinator`); records of the batch become visible within the round trips to
+   their coordinators. A commit answered "fenced" is checked by the transaction's marker:
+   marked means committed before (a repeat); unmarked means the coordinator aborted a
+   decided transaction (its timeout, or an attempt that initialised the id between the
+   task's look at the pointer and the decision) and the driver fails naming it, never
+   silently.
+4. **Recovery.** A driver that died after the decision finds it on the replay: its tasks
+   see the batch decided and write nothing, and the commit sends the recorded
+   ``EndTxn(commit)`` again (a repeat is harmless).
+
+``abort`` (Spark's, when the batch's write fails) ends the reported transactions of an
+undecided batch; one left open by a task that died is ended by the next attempt's
+fencing or by the broker's ``transaction.timeout.ms``.
+
+What this mode does not do yet (docs/protocol.md lists it): batch writes, a sweep of
+open transactions no decision names, pooled producers, the harness's cells.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+
+import pyarrow as pa
+from confluent_kafka import KafkaError, Producer
+from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
+
+from eos_connectors.core import faults, timing
+from eos_connectors.core.context import TaskIdentity
+from eos_connectors.core.protocol import Lineage, SinkClaimedError
+from eos_connectors.sinks.kafka.claim import ensure_claimed
+from eos_connectors.sinks.kafka.clients import CALL_TIMEOUT, LIBRDKAFKA_LOG, call, produce_rows
+from eos_connectors.sinks.kafka.coordinator import (
+    OpenTransaction,
+    TransactionClient,
+    TransactionFencedError,
+    check_batch_commit,
+)
+from eos_connectors.sinks.kafka.decisions import (
+    Decision,
+    read_decision,
+    read_marker,
+    read_pointer,
+    write_decision,
+)
+from eos_connectors.sinks.kafka.errors import KafkaSinkError
+from eos_connectors.sinks.kafka.marker import MarkerGroup
+from eos_connectors.sinks.kafka.options import KafkaSinkOptions, transactional_id
+from eos_connectors.sinks.kafka.records import in_order, rows
+from eos_connectors.sinks.kafka.txn_identity import Identity
+
+log = logging.getLogger(__name__)
+
+#: How long a task waits for its producer's statistics to show its open transaction.
+IDENTITY_TIMEOUT = 30.0
+
+
+class PreparedTask(WriterCommitMessage):
+    """What one task did: ``txn`` left open for the driver, or nothing to end (its batch
+    was marked or decided, or it had no rows)."""
+
+    def __init__(
+        self,
+        task: TaskIdentity,
+        sink_id: str,
+        state: str,
+        records: int = 0,
+        txn: OpenTransaction | None = None,
+    ) -> None:
+        self.batch_id = task.batch_id
+        self.partition = task.partition
+        self.query_id = task.query_id
+        self.query_name = task.query_name
+        self.sink_id = sink_id
+        self.state = state  # "prepared", "empty", "marked" or "decided"
+        self.records = records
+        self.txn = txn
+
+
+def _ids_of(options: KafkaSinkOptions, sid: str) -> str:
+    """What the sink's transactional ids start with, before the task partition."""
+    return transactional_id(options, sid, 0)[:-1]
+
+
+def check_start(options: KafkaSinkOptions) -> None:
+    """Driver, once per query start: the driver's transaction client reaches the
+    coordinators and may describe the sink's ids (:func:`.coordinator.check_batch_commit`);
+    logs the mode that runs."""
+    sid = options.sink_id or "start-check"
+    check_batch_commit(options.kafka, transactional_id(options, sid, 0))
+    log.info("eos_kafka: commitMode=batch (the driver commits each batch's transactions)")
+
+
+class BatchCommitWriter(DataSourceStreamArrowWriter):
+    """Exactly once without deterministic replay: nothing of a batch is visible before
+    the driver decides it, and all of it after (see the module's docstring)."""
+
+    def __init__(self, options: KafkaSinkOptions) -> None:
+        self.options = options
+
+    # -- task ----------------------------------------------------------------------------
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> PreparedTask:
+        """Task: Spark's entry point; see :meth:`write_task`."""
+        return self.write_task(TaskIdentity.current(), iterator)
+
+    def write_task(self, task: TaskIdentity, iterator: Iterator[pa.RecordBatch]) -> PreparedTask:
+        """Task: steps 1 of the module's docstring."""
+        sid = self.options.sink_id_for(task.query_id)
+        name = transactional_id(self.options, sid, task.partition)
+        marker = MarkerGroup(self.options, name)
+        try:
+            standing = self._standing(marker, task, sid)
+            if standing is not None:
+                return PreparedTask(task, sid, standing)
+            return self._prepare(marker, task, name, sid, iterator)
+        finally:
+            marker.close()
+
+    def _standing(self, marker: MarkerGroup, task: TaskIdentity, sid: str) -> str | None:
+        """Task: "marked" or "decided" when the batch must not be written, else None."""
+        quick = marker.read_quick()
+        self._check_owner(quick, task, sid)
+        if quick is not None and quick[0] > task.batch_id:
+            return "marked"
+        decided = read_pointer(self.options, sid)
+        if decided is not None and decided[0] > task.batch_id:
+            if decided[1] != task.query_id:
+                raise SinkClaimedError(sid, Lineage(decided[1]), task.query_id)
+            log.info(
+                "batch %d is decided: task partition %d leaves it to the driver",
+                task.batch_id,
+                task.partition,
+            )
+            return "decided"
+        return None
+
+    def _check_owner(self, marker: tuple[int, str] | None, task: TaskIdentity, sid: str) -> None:
+        owner = marker[1] if marker is not None else ""
+        if owner and owner != task.query_id:
+            raise SinkClaimedError(sid, Lineage(owner), task.query_id)
+        if not owner:
+            ensure_claimed(self.options, sid, task.query_id)
+
+    def _prepare(
+        self,
+        marker: MarkerGroup,
+        task: TaskIdentity,
+        name: str,
+        sid: str,
+        iterator: Iterator[pa.RecordBatch],
+    ) -> PreparedTask:
+        """Task: a new producer fenced in, the marker read stably, the transaction written
+        and flushed, every delivery checked; left open."""
+        steps = timing.TaskSteps("sink prepare", task.batch_id, rest="produce")
+        identity, failures = Identity(), DeliveryFailures()
+        producer = Producer(
+            {
+                **self.options.producer_config(),
+                "transactional.id": name,
+                "delivery.report.only.error": True,
+                "on_delivery": failures,
+                "logger": LIBRDKAFKA_LOG,
+                **identity.settings(),
+            }
+        )
+        call(lambda: producer.init_transactions(CALL_TIMEOUT), "init_transactions")
+        known = marker.read_stable() or (0, "")  # the log holds no batch-mode marker
+        self._check_owner(known, task, sid)
+        if known[0] > task.batch_id:
+            return PreparedTask(task, sid, "marked")
+        batches = (b for b in steps.pulled("waiting for rows", iterator) if b.num_rows)
+        first = next(batches, None)
+        if first is None:
+            return PreparedTask(task, sid, "empty")
+        call(producer.begin_transaction, "begin_transaction")
+        offsets = [marker.offset(task.batch_id + 1, task.query_id)]
+        metadata = marker.group_metadata()
+        call(
+            lambda: producer.send_offsets_to_transaction(offsets, metadata, CALL_TIMEOUT),
+            "send_offsets_to_transaction",
+        )
+        faults.point("before-prepare", task.batch_id, role="worker", query=task.query_name)
+        changes = self.options.changes
+        count = produce_rows(
+            producer, rows(in_order(_chain(first, batches), changes), self.options.topic, changes)
+        )
+        left = producer.flush(CALL_TIMEOUT)
+        if left or failures.first is not None:
+            producer.abort_transaction(CALL_TIMEOUT)
+            raise KafkaSinkError(
+                f"Task partition {task.partition} of batch {task.batch_id}: "
+                + (
+                    f"{left} records were not acknowledged within {CALL_TIMEOUT:.0f} s"
+                    if left
+                    else f"a record was not delivered: {failures.first}"
+                )
+                + "; its transaction was aborted and the task fails so Spark retries it."
+            )
+        txn = identity.wait(producer, name, IDENTITY_TIMEOUT)
+        steps.record()
+        faults.point("after-prepare", task.batch_id, role="worker", query=task.query_name)
+        return PreparedTask(task, sid, "prepared", count, txn)
+
+    # -- driver --------------------------------------------------------------------------
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Driver: steps 2-4 of the module's docstring."""
+        reports = [m for m in messages if isinstance(m, PreparedTask)]
+        if not reports:
+            return
+        query, name, sid = reports[0].query_id, reports[0].query_name, reports[0].sink_id
+        decided = read_pointer(self.options, sid)
+        if decided is not None and decided[0] > batchId:
+            decision = read_decision(self.options, sid, batchId)
+        else:
+            txns = {r.partition: r.txn for r in reports if r.txn is not None}
+            decision = Decision(batchId, query, txns, sum(r.records for r in reports))
+            write_decision(self.options, sid, decision)
+        faults.point("after-decision", batchId, role="driver", query=name)
+        began = time.perf_counter()
+        client = TransactionClient(self.options.kafka)
+        try:
+            self._end_decided(client, decision, name)
+            stray = client.sweep(_ids_of(self.options, sid), list(decision.txns.values()))
+        finally:
+            client.close()
+        if stray:
+            log.info(
+                "batch %d: aborted %d open transactions no decision names", batchId, len(stray)
+            )
+        timing.record_commit(sid, batchId, len(decision.txns), time.perf_counter() - began)
+        faults.point("after-commit", batchId, role="driver", query=name)
+
+    def _end_decided(self, client: TransactionClient, decision: Decision, name: str | None) -> None:
+        """Driver: EndTxn(commit) for every decided transaction; one answered "fenced" is
+        judged by its marker."""
+        for i, (partition, txn) in enumerate(sorted(decision.txns.items())):
+            if i == 1:
+                faults.point("between-commits", decision.batch, role="driver", query=name)
+            try:
+                client.end([txn], commit=True)
+            except TransactionFencedError as fenced:
+                marked = read_marker(self.options, txn.transactional_id)
+                if marked is not None and marked[0] > decision.batch:
+                    continue  # committed before: a repeat after the id moved on
+                raise KafkaSinkError(
+                    f"Batch {decision.batch} was decided, but the transaction of task partition "
+                    f"{partition} ({txn.transactional_id!r}, producer {txn.producer_id}, epoch "
+                    f"{txn.epoch}) was aborted by its coordinator before the driver committed "
+                    f"it ({fenced.code}): its records are not visible. Raise "
+                    "kafka.transaction.timeout.ms if the commit came late, or use "
+                    "commitMode=task."
+                ) from fenced
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Driver: an undecided batch's open transactions aborted (every one of the sink's
+        ids, those of tasks that never reported too); a decided batch is never touched."""
+        reports = [m for m in messages if isinstance(m, PreparedTask)]
+        if not reports:
+            return
+        sid = reports[0].sink_id
+        decided = read_pointer(self.options, sid)
+        if decided is not None and decided[0] > batchId:
+            return  # decided: never abort; the replay's commit finishes it
+        client = TransactionClient(self.options.kafka)
+        try:
+            client.sweep(_ids_of(self.options, sid), [])
+        finally:
+            client.close()
+
+
+class DeliveryFailures:
+    """A producer's ``on_delivery``: the first record the brokers did not take."""
+
+    def __init__(self) -> None:
+        self.first: str | None = None
+
+    def __call__(self, error: KafkaError | None, message: object) -> None:
+        if error is not None and self.first is None:
+            self.first = error.str()
+
+
+def _chain(first: pa.RecordBatch, rest: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    yield first
+    yield from rest

@@ -1,0 +1,258 @@
+"""Driver: end transactions that the Kafka sink's tasks left open, as their coordinator's
+participant (issue 53: the batch commit).
+
+A transaction a task's librdkafka producer opened, wrote and flushed stays open when the
+task returns (librdkafka neither commits nor aborts on exit). Any client that knows its
+transactional id, producer id and epoch can end it: ``EndTxn`` sent to the id's
+transaction coordinator, which writes the commit (or abort) markers to every partition
+the transaction touched. This is what Flink's Kafka committer does through the Java
+producer; here it is one request per transaction from the driver, after the batch's
+decision.
+
+Why kafka-python: librdkafka has no call that ends another producer's transaction, and
+KIP-939's prepare/complete API is in no Kafka release. kafka-python 3.0 is a maintained
+pure-Python client with the protocol's schemas (``EndTxnRequest``), FindCoordinator for
+transactional ids and KIP-664's DescribeTransactions, over the same SASL and TLS
+listeners (:func:`~eos_connectors.core.kafka_config.to_kafka_python` translates the
+sink's one librdkafka dict). This module is the only user of its internals (the admin
+client's connection manager and coordinator cache); :func:`check_client` fails at start
+if an upgrade moved them, and the dependency is pinned to the minor version.
+
+``EndTxn`` is pinned to version 3 (:data:`END_TXN_VERSION`): librdkafka speaks
+transaction protocol version 1 on every broker (one epoch per producer session, bumped
+only by ``InitProducerId``); version 5 is KIP-890's transaction version 2, whose epoch
+moves with every transaction. The answers (checked against Kafka 4.3):
+
+* ``NONE``: committed (or aborted); a repeat of the same end answers ``NONE`` again;
+* ``CONCURRENT_TRANSACTIONS``, ``COORDINATOR_LOAD_IN_PROGRESS``, ``NOT_COORDINATOR``,
+  ``COORDINATOR_NOT_AVAILABLE``: asked again (the coordinator looked up again) until
+  the deadline;
+* ``INVALID_PRODUCER_EPOCH``, ``PRODUCER_FENCED``: the id was initialised again since
+  (a zombie, the timeout's abort bumps the epoch too): :class:`TransactionFencedError`.
+  The caller never takes an answer alone for what happened to the records: a decided
+  transaction found fenced is checked by its marker (the records it wrote are there,
+  committed, or not);
+* ``INVALID_TXN_STATE``: the transaction ended the other way (an abort after a commit):
+  :class:`TransactionEndError`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from eos_connectors.core.errors import EosError
+from eos_connectors.core.kafka_config import FALLBACK_HINT, KafkaConfig, bootstrap, to_kafka_python
+
+#: The EndTxn request version the driver sends: transaction protocol version 1, as the
+#: tasks' librdkafka speaks it.
+END_TXN_VERSION = 3
+#: Answers after which the same request is sent again (the coordinator moved, is loading,
+#: or still writes the markers of the previous end).
+RETRIABLE = frozenset(
+    {"CONCURRENT_TRANSACTIONS", "COORDINATOR_LOAD_IN_PROGRESS", "NOT_COORDINATOR"}
+    | {"COORDINATOR_NOT_AVAILABLE"}
+)
+FENCED = frozenset({"INVALID_PRODUCER_EPOCH", "PRODUCER_FENCED"})
+
+
+@dataclass(frozen=True)
+class OpenTransaction:
+    """A transaction a task left open: what the driver needs to end it."""
+
+    transactional_id: str
+    producer_id: int
+    epoch: int
+
+
+class TransactionEndError(EosError):
+    """The coordinator refused to end a transaction (``code``: its Kafka error name)."""
+
+
+class TransactionFencedError(TransactionEndError):
+    """The transactional id was initialised again after the transaction was opened: the
+    producer that opened it is fenced and the coordinator aborted its transaction."""
+
+
+class _HidesItsSettings(logging.Filter):
+    """kafka-python logs an admin client's whole configuration, SASL password included,
+    at DEBUG: never let that line out."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Starting KafkaAdminClient with configuration")
+
+
+logging.getLogger("kafka.admin.client").addFilter(_HidesItsSettings())
+log = logging.getLogger(__name__)
+
+
+def check_client(admin: Any) -> None:
+    """Start check: the kafka-python internals this module uses are where it expects."""
+    missing = [
+        name
+        for name, owner in (("_manager", admin), ("_find_coordinator_id", admin))
+        if not hasattr(owner, name)
+    ]
+    if missing or not hasattr(admin._manager, "cluster"):
+        raise TransactionEndError(
+            "The installed kafka-python does not offer what the driver's transaction client "
+            f"uses ({', '.join(missing) or 'cluster'}); install the version the package pins "
+            f"or use {FALLBACK_HINT}."
+        )
+
+
+class TransactionClient:
+    """Driver: one connection set to the cluster, kept for the query's commits."""
+
+    def __init__(self, config: KafkaConfig, timeout_s: float = 30.0) -> None:
+        from kafka.admin import KafkaAdminClient
+
+        self.where = bootstrap(config)
+        self.timeout_s = timeout_s
+        self.admin = KafkaAdminClient(
+            **to_kafka_python(config),
+            client_id="eos-transactions",
+            request_timeout_ms=int(timeout_s * 1000),
+        )
+        check_client(self.admin)
+
+    def close(self) -> None:
+        self.admin.close()
+
+    def describe(self, transactional_ids: Sequence[str]) -> dict[str, Any]:
+        """Each id's transaction as its coordinator describes it (KIP-664): ``state``,
+        ``producer_id``, ``producer_epoch``, ``topic_partitions``."""
+        return dict(self.admin.describe_transactions(list(transactional_ids)))
+
+    def open_transactions(self, prefix: str) -> list[OpenTransaction]:
+        """Every ongoing transaction whose id is ``prefix`` and a number (a sink's task
+        partitions: ``eos-a-`` never matches sink ``a-b``'s ``eos-a-b-0``), with the
+        producer id and epoch its coordinator holds now (ListTransactions on every
+        broker, then DescribeTransactions)."""
+        listed = self.admin.list_transactions(state_filters=["Ongoing"])
+        ids = sorted({t.transactional_id for ls in listed.values() for t in ls})
+        mine = [i for i in ids if i.startswith(prefix) and _number(i[len(prefix) :])]
+        described = self.describe(mine) if mine else {}
+        return [
+            OpenTransaction(i, d.producer_id, d.producer_epoch)
+            for i, d in described.items()
+            if str(getattr(d.state, "value", d.state)) == "Ongoing"
+        ]
+
+    def sweep(self, prefix: str, keep: Sequence[OpenTransaction]) -> list[OpenTransaction]:
+        """Abort every ongoing transaction of ids starting with ``prefix`` that ``keep``
+        does not name (by id and epoch): a task attempt that died after it wrote, a
+        zombie. Returns what it aborted; one that ended meanwhile is fine."""
+        named = {(t.transactional_id, t.producer_id, t.epoch) for t in keep}
+        stray = [
+            t
+            for t in self.open_transactions(prefix)
+            if (t.transactional_id, t.producer_id, t.epoch) not in named
+        ]
+        for txn in stray:
+            try:
+                self.end([txn], commit=False)
+            except TransactionEndError as exc:  # ended meanwhile, or fenced by a new attempt
+                log.info("open transaction %s ended meanwhile: %s", txn.transactional_id, exc)
+        return stray
+
+    def end(self, transactions: Sequence[OpenTransaction], commit: bool) -> None:
+        """Commit (or abort) each of ``transactions``: every request sent before any
+        answer is awaited, answers that say "again" retried until the deadline."""
+        deadline = time.monotonic() + self.timeout_s
+        pending = list(transactions)
+        delay = 0.01
+        while pending:
+            answers = self.admin._manager.run(self._send_all, pending, commit)
+            again = []
+            for txn, error in zip(pending, answers, strict=True):
+                if error in RETRIABLE:
+                    again.append(txn)
+                elif error != "NONE":
+                    raise self._refused(txn, error, commit)
+            pending = again
+            if pending and time.monotonic() + delay > deadline:
+                raise TransactionEndError(
+                    f"The transaction coordinators of {self.where} did not end "
+                    f"{len(pending)} transaction(s) within {self.timeout_s:.0f} s "
+                    f"(first: {pending[0].transactional_id!r})."
+                )
+            if pending:
+                time.sleep(delay)
+                delay = min(delay * 2, 0.5)
+
+    async def _send_all(self, transactions: Sequence[OpenTransaction], commit: bool) -> list[str]:
+        """Runs on kafka-python's loop: one EndTxn per transaction, to its coordinator."""
+        import kafka.errors as errors
+        from kafka.protocol.metadata import CoordinatorType
+        from kafka.protocol.producer.transaction import EndTxnRequest
+
+        futures = []
+        for txn in transactions:
+            node = await self.admin._find_coordinator_id(
+                txn.transactional_id, key_type=CoordinatorType.TRANSACTION
+            )
+            request = EndTxnRequest(
+                transactional_id=txn.transactional_id,
+                producer_id=txn.producer_id,
+                producer_epoch=txn.epoch,
+                committed=commit,
+                max_version=END_TXN_VERSION,
+            )
+            futures.append(self.admin._manager.send(request, node_id=node))
+        answers = []
+        for txn, future in zip(transactions, futures, strict=True):
+            try:
+                response = await future
+                name = str(errors.for_code(response.error_code).message)
+            except (errors.KafkaConnectionError, errors.RequestTimedOutError):
+                name = "COORDINATOR_NOT_AVAILABLE"
+            answers.append("NONE" if name == "NO_ERROR" else name)
+            if answers[-1] in RETRIABLE:
+                key = (CoordinatorType.TRANSACTION, txn.transactional_id)
+                self.admin._manager.cluster._coordinators.pop(key, None)
+        return answers
+
+    def _refused(self, txn: OpenTransaction, error: str, commit: bool) -> TransactionEndError:
+        kind = TransactionFencedError if error in FENCED else TransactionEndError
+        refused = kind(
+            f"The coordinator refused to {'commit' if commit else 'abort'} transaction "
+            f"{txn.transactional_id!r} (producer {txn.producer_id}, epoch {txn.epoch}): "
+            f"{error}."
+        )
+        refused.code = error
+        return refused
+
+
+def check_batch_commit(config: KafkaConfig, transactional_id: str, timeout_s: float = 15.0) -> None:
+    """Driver, at start: the driver reaches the transaction coordinators and may describe
+    the sink's transactional ids; else the query fails naming the fallback mode. Never
+    falls back on its own."""
+    import kafka.errors as errors
+
+    try:
+        client = TransactionClient(config, timeout_s=timeout_s)
+    except errors.KafkaError as exc:
+        raise TransactionEndError(
+            f"The driver cannot reach the Kafka cluster at {bootstrap(config)} for the batch "
+            f"commit ({type(exc).__name__}); let it reach the brokers or use {FALLBACK_HINT}."
+        ) from None
+    try:
+        client.describe([transactional_id])
+    except errors.TransactionalIdNotFoundError:
+        pass  # a sink's first start: the id was never used
+    except errors.KafkaError as exc:
+        raise TransactionEndError(
+            f"The driver cannot describe transactional id {transactional_id!r} on "
+            f"{client.where} ({type(exc).__name__}): the batch commit needs DESCRIBE and WRITE "
+            f"on the sink's transactional ids; grant them or use {FALLBACK_HINT}."
+        ) from None
+    finally:
+        client.close()
+
+
+def _number(text: str) -> bool:
+    return text.isascii() and text.isdigit()

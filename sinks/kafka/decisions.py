@@ -1,0 +1,147 @@
+"""The Kafka sink's batch decisions (``commitMode=batch``): where a decided batch and its
+transactions are kept, since Kafka has no table.
+
+* The **pointer**: the committed offset ``batch + 1`` of the group
+  ``<prefix>-<sink id>-decision`` on the marker topic's partition 0, the query id as its
+  metadata, committed plainly (no transaction): tasks read it before they touch their
+  transactional id.
+* The **record**: the decided batch's transactions (id, producer id, epoch per task
+  partition) as one JSON value keyed by the group's name in the compacted marker log,
+  written plainly before the pointer moves, so no reader of the log waits on it.
+
+Moving the pointer is the decision. When the group holds no offset (a new sink, or its
+offsets expired), the log's last record stands for the pointer: tasks and driver judge
+by the same rule. ``eos sinks reset`` clears both (:mod:`.admin`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from eos_connectors.core.topics import read_to_end
+from eos_connectors.sinks.kafka.clients import CALL_TIMEOUT, call
+from eos_connectors.sinks.kafka.coordinator import OpenTransaction
+from eos_connectors.sinks.kafka.errors import KafkaSinkError
+from eos_connectors.sinks.kafka.marker import marker_consumer
+from eos_connectors.sinks.kafka.options import KafkaSinkOptions
+
+DECISION_SUFFIX = "-decision"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A decided batch: every task partition's transaction, as the marker log keeps it."""
+
+    batch: int
+    query: str
+    txns: dict[int, OpenTransaction]
+    records: int = 0
+
+    def encode(self) -> bytes:
+        named = {p: [t.transactional_id, t.producer_id, t.epoch] for p, t in self.txns.items()}
+        body = {"eos": "decision", "batch": self.batch, "query": self.query, "txns": named}
+        return json.dumps({**body, "records": self.records}, sort_keys=True).encode()
+
+    @classmethod
+    def decode(cls, value: bytes) -> Decision | None:
+        try:
+            body = json.loads(value)
+            if body.get("eos") != "decision":
+                return None
+            txns = {
+                int(p): OpenTransaction(str(t[0]), int(t[1]), int(t[2]))
+                for p, t in body["txns"].items()
+            }
+            return cls(int(body["batch"]), str(body["query"]), txns, int(body.get("records", 0)))
+        except (ValueError, KeyError, TypeError, IndexError):
+            return None
+
+
+def decision_group(options: KafkaSinkOptions, sink_id: str) -> str:
+    """The group whose committed offset on the marker topic is the last decided batch + 1."""
+    return f"{options.transactional_id_prefix}-{sink_id}{DECISION_SUFFIX}"
+
+
+def read_pointer(options: KafkaSinkOptions, sid: str) -> tuple[int, str] | None:
+    """The decision pointer: (last decided batch + 1, query id), None before any. When
+    the group holds no offset (a new sink, or its offsets expired), the marker log's last
+    decision record stands for it, read without waiting for anybody's transaction (the
+    driver writes decisions plainly): tasks and driver judge by the same rule."""
+    pointed = read_marker(options, decision_group(options, sid))
+    if pointed is not None:
+        return pointed
+    decisions = _decisions(options, sid)
+    return (decisions[-1].batch + 1, decisions[-1].query) if decisions else None
+
+
+def _decisions(options: KafkaSinkOptions, sid: str) -> list[Decision]:
+    """The sink's decision records in the marker log, oldest first, none before its last
+    tombstone (``eos sinks reset``); read_uncommitted: they are written plainly, and other
+    sinks' transactional records have other keys."""
+    key = decision_group(options, sid).encode()
+    records = read_to_end(options.client_config(), options.marker_log, "read_uncommitted")
+    found: list[Decision] = []
+    for record in (r for r in records if r.key == key):
+        if not record.value:
+            found = []
+            continue
+        decision = Decision.decode(record.value)
+        if decision is not None:
+            found.append(decision)
+    return found
+
+
+def read_marker(options: KafkaSinkOptions, group: str) -> tuple[int, str] | None:
+    """A group's committed offset on the marker topic, as the group applied it."""
+    consumer = marker_consumer(options, group, "read_uncommitted")
+    try:
+        position = TopicPartition(options.marker_topic, 0)
+        found = call(
+            lambda: consumer.committed([position], timeout=CALL_TIMEOUT), f"reading {group}"
+        )[0]
+    finally:
+        consumer.close()
+    if found.error is not None:
+        raise KafkaSinkError(
+            f"Reading {group} on {options.marker_topic} failed: {found.error.str()}."
+        )
+    return None if found.offset < 0 else (int(found.offset), found.metadata or "")
+
+
+def write_decision(options: KafkaSinkOptions, sid: str, decision: Decision) -> None:
+    """Driver: the decision record in the marker log, then the pointer (the decision)."""
+    group = decision_group(options, sid)
+    producer = Producer({**options.client_config(), "enable.idempotence": True, "acks": "all"})
+    producer.produce(options.marker_log, decision.encode(), group.encode(), partition=0)
+    if producer.flush(CALL_TIMEOUT):
+        raise KafkaSinkError(
+            f"The decision of batch {decision.batch} was not written to "
+            f"{options.marker_log}; nothing was committed."
+        )
+    consumer = Consumer({**options.client_config(), "group.id": group, "enable.auto.commit": False})
+    try:
+        pointer = TopicPartition(
+            options.marker_topic, 0, decision.batch + 1, metadata=decision.query
+        )
+        call(
+            lambda: consumer.commit(offsets=[pointer], asynchronous=False),
+            f"deciding batch {decision.batch}",
+        )
+    finally:
+        consumer.close()
+
+
+def read_decision(options: KafkaSinkOptions, sid: str, batch: int) -> Decision:
+    """Driver: the decision of ``batch`` from the marker log (after a driver's restart)."""
+    mine = [d for d in _decisions(options, sid) if d.batch == batch]
+    if not mine:
+        key = decision_group(options, sid)
+        raise KafkaSinkError(
+            f"Batch {batch} is decided (the pointer {key!r} says so) but the marker log "
+            f"{options.marker_log!r} holds no decision of it, so its transactions are unknown; "
+            "they are aborted by their timeout. Nothing of the batch is visible."
+        )
+    return mine[-1]

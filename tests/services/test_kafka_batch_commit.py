@@ -1,0 +1,164 @@
+"""The Kafka sink's batch commit (``commitMode=batch``) on the real broker, driven without
+Spark: tasks leave their transactions open, the driver decides and commits. Nothing of a
+batch is visible before the driver's commit, all of it after; a driver that died after
+the decision finishes on the replay, and an attempt that starts after the decision
+(a zombie, a replayed task) never touches the decided transaction; a batch that failed
+before its decision is written again in full whatever its new rows; ``abort`` ends an
+undecided batch and never a decided one.
+
+Cost: ~8 s."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from eos_connectors.core import faults
+from eos_connectors.core.topics import create_topic, read_to_end
+from eos_connectors.dev.endpoints import Endpoints
+from eos_connectors.dev.harness.checks import MARKER, open_transactions
+from eos_connectors.sinks.kafka.batch_commit import BatchCommitWriter, PreparedTask
+from eos_connectors.sinks.kafka.checks import check_broker
+from eos_connectors.sinks.kafka.options import parse_options as sink_options
+from tests.kafka_sink_util import a_task
+
+pytestmark = pytest.mark.services
+
+TASKS = 3
+
+
+@pytest.fixture
+def writer(endpoints: Endpoints, unique: str) -> BatchCommitWriter:
+    topic = f"kb-{unique}"
+    create_topic(endpoints.kafka, topic, 2)
+    options = sink_options(
+        {
+            "kafka.bootstrap.servers": endpoints.kafka_bootstrap,
+            "topic": topic,
+            "sinkId": f"kb-{unique}",
+            "commitMode": "batch",
+        }
+    )
+    check_broker(options)
+    return BatchCommitWriter(options)
+
+
+def _rows(batch: int, partition: int, tag: str = "") -> list[pa.RecordBatch]:
+    values = [f"b{batch}-p{partition}-r{i}{tag}".encode() for i in range(40)]
+    keys = [f"k{i % 7}".encode() for i in range(40)]
+    return [pa.RecordBatch.from_arrays([pa.array(keys), pa.array(values)], ["key", "value"])]
+
+
+def _prepare(
+    writer: BatchCommitWriter, batch: int, run: str = "run-1", tag: str = "", tasks: int = TASKS
+) -> list[PreparedTask]:
+    return [
+        writer.write_task(a_task(batch, run=run, partition=p), iter(_rows(batch, p, tag)))
+        for p in range(tasks)
+    ]
+
+
+def _visible(endpoints: Endpoints, writer: BatchCommitWriter) -> list[bytes]:
+    topic = writer.options.topic
+    assert topic is not None
+    records = read_to_end(endpoints.kafka, topic, timeout=10)
+    return sorted(r.value or b"" for r in records if r.value != MARKER)  # open_transactions's
+
+
+def _expected(batches: range, tag: str = "", tasks: int = TASKS) -> list[bytes]:
+    return sorted(
+        v
+        for b in batches
+        for p in range(tasks)
+        for v in _rows(b, p, tag)[0].column("value").to_pylist()
+    )
+
+
+def test_nothing_is_visible_before_the_drivers_commit_and_everything_after(
+    endpoints: Endpoints, writer: BatchCommitWriter
+) -> None:
+    for batch in range(2):
+        prepared = _prepare(writer, batch)
+        assert {m.state for m in prepared} == {"prepared"}
+        assert _visible(endpoints, writer) == _expected(range(batch)), "visible before commit"
+        writer.commit(list(prepared), batch)
+        assert _visible(endpoints, writer) == _expected(range(batch + 1))
+    topic = writer.options.topic
+    assert topic is not None
+    assert open_transactions(endpoints.kafka_bootstrap, topic) == set()
+
+
+def test_a_driver_dead_after_the_decision_finishes_on_replay_and_a_zombie_waits(
+    endpoints: Endpoints, writer: BatchCommitWriter
+) -> None:
+    prepared = _prepare(writer, 0)
+    with pytest.raises(faults.SimulatedCrash), faults.simulate("after-decision@0"):
+        writer.commit(list(prepared), 0)
+    assert _visible(endpoints, writer) == [], "a decided batch is visible only once committed"
+    writer.abort(list(prepared), 0)  # Spark may abort after the failure: never a decided one
+    replay = _prepare(writer, 0, run="run-2", tag="-other-rows")
+    assert {m.state for m in replay} == {"decided"}, "a task touched a decided batch"
+    writer.commit(list(replay), 0)
+    assert _visible(endpoints, writer) == _expected(range(1)), "the decided rows, once"
+
+
+def test_abort_ends_an_undecided_batchs_open_transactions(
+    endpoints: Endpoints, writer: BatchCommitWriter
+) -> None:
+    prepared = _prepare(writer, 0)
+    topic = writer.options.topic
+    assert topic is not None
+    assert open_transactions(endpoints.kafka_bootstrap, topic, timeout=2), "none was open"
+    writer.abort(list(prepared[:1]), 0)  # one report reached it: every task's is aborted
+    assert open_transactions(endpoints.kafka_bootstrap, topic) == set()
+    assert _visible(endpoints, writer) == []
+
+
+def test_a_batch_failed_before_its_decision_is_written_again_in_full(
+    endpoints: Endpoints, writer: BatchCommitWriter
+) -> None:
+    """The replay's rows differ (a rand() column) and it has fewer tasks (another split):
+    only its rows are visible, and the open transaction of the task partition it no longer
+    has is aborted by the commit's sweep, not left to the transaction timeout."""
+    _prepare(writer, 0)  # the driver never heard of them: nothing decided
+    replay = _prepare(writer, 0, run="run-2", tag="-replayed", tasks=TASKS - 1)
+    assert {m.state for m in replay} == {"prepared"}
+    writer.commit(list(replay), 0)
+    assert _visible(endpoints, writer) == _expected(range(1), "-replayed", TASKS - 1)
+    topic = writer.options.topic
+    assert topic is not None
+    assert open_transactions(endpoints.kafka_bootstrap, topic) == set()
+
+
+def test_eos_sinks_lists_and_resets_a_batch_commit_sink(
+    endpoints: Endpoints,
+    writer: BatchCommitWriter,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The decision pointer and record are the sink's bookkeeping too: listed with the
+    owner query and last decided batch, and forgotten by a reset, so a new query with
+    the same sinkId may write (it is refused before)."""
+    from eos_connectors.cli import main
+    from eos_connectors.core.protocol import SinkClaimedError
+
+    for name, value in endpoints.as_env().items():
+        monkeypatch.setenv(name, value)
+    sink_id = writer.options.sink_id
+    assert sink_id is not None
+    writer.commit(list(_prepare(writer, 0)), 0)
+
+    def eos(*args: str) -> str:
+        assert main(["sinks", *args]) == 0
+        return capsys.readouterr().out
+
+    listed = next(line for line in eos("list").splitlines() if sink_id in line)
+    assert listed.split()[:4] == ["kafka", sink_id, "kafka-query", "0"], listed
+    with pytest.raises(SinkClaimedError):
+        writer.write_task(a_task(1, query="new-query"), iter(_rows(1, 0)))
+    reset = eos("reset", sink_id, "--checkpoint-deleted", "--quiet-seconds", "0", "--yes")
+    assert "bookkeeping forgotten" in reset
+    assert sink_id not in eos("list")
+    report = writer.write_task(a_task(0, query="new-query"), iter(_rows(0, 0)))
+    assert report.state == "prepared", report.state
+    writer.abort([report], 0)
