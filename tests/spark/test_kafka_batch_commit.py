@@ -3,7 +3,7 @@ read_committed consumer polling while one task of a batch sleeps sees none of th
 batch's records, then all of them at once; a failed batch replayed with another split
 and a ``rand()`` column writes each input record once.
 
-Cost: ~25 s (a 6 s sleep inside a task; two queries)."""
+Cost: ~20 s (a 6 s sleep inside a task; two queries)."""
 
 from __future__ import annotations
 
@@ -105,7 +105,7 @@ def test_nothing_of_a_batch_is_visible_while_a_task_still_runs(
     assert first_seen - began > SLEEP, "visible before the sleeping task finished"
 
 
-@pytest.mark.cost(12)
+@pytest.mark.cost(5)
 def test_a_failed_batch_replayed_in_another_split_with_rand_writes_each_record_once(
     spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path
 ) -> None:
