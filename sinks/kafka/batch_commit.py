@@ -26,8 +26,10 @@ transaction:
    their coordinators. A commit answered "fenced" is checked by the transaction's marker:
    marked means committed before (a repeat); unmarked means the coordinator aborted a
    decided transaction (its timeout, or an attempt that initialised the id between the
-   task's look at the pointer and the decision) and the driver fails naming it, never
-   silently.
+   task's look at the pointer and the decision): the driver amends the decision to ask
+   for those task partitions again (``rewrite``) and fails naming them; the replay's
+   tasks of those partitions write again, the others stay decided, and the commit
+   names the new transactions.
 4. **Recovery.** A driver that died after the decision finds it on the replay: its tasks
    see the batch decided and write nothing, and the commit sends the recorded
    ``EndTxn(commit)`` again (a repeat is harmless).
@@ -45,6 +47,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pyarrow as pa
 from confluent_kafka import KafkaError, Producer
@@ -152,6 +155,8 @@ class BatchCommitWriter(DataSourceStreamArrowWriter):
         if decided is not None and decided[0] > task.batch_id:
             if decided[1] != task.query_id:
                 raise SinkClaimedError(sid, Lineage(decided[1]), task.query_id)
+            if decided[0] == task.batch_id + 1 and self._to_rewrite(sid, task):
+                return None
             log.info(
                 "batch %d is decided: task partition %d leaves it to the driver",
                 task.batch_id,
@@ -159,6 +164,12 @@ class BatchCommitWriter(DataSourceStreamArrowWriter):
             )
             return "decided"
         return None
+
+    def _to_rewrite(self, sid: str, task: TaskIdentity) -> bool:
+        """Task: whether the decision of this (last decided) batch asks this task
+        partition to be written again: its decided transaction was aborted."""
+        decision = read_decision(self.options, sid, task.batch_id)
+        return task.partition in decision.rewrite
 
     def _check_owner(self, marker: tuple[int, str] | None, task: TaskIdentity, sid: str) -> None:
         owner = marker[1] if marker is not None else ""
@@ -237,7 +248,10 @@ class BatchCommitWriter(DataSourceStreamArrowWriter):
         query, name, sid = reports[0].query_id, reports[0].query_name, reports[0].sink_id
         decided = read_pointer(self.options, sid)
         if decided is not None and decided[0] > batchId:
-            decision = read_decision(self.options, sid, batchId)
+            decision = _rewritten(read_decision(self.options, sid, batchId), reports)
+            if decision is not None:
+                write_decision(self.options, sid, decision)
+            decision = decision or read_decision(self.options, sid, batchId)
         else:
             txns = {r.partition: r.txn for r in reports if r.txn is not None}
             decision = Decision(batchId, query, txns, sum(r.records for r in reports))
@@ -246,7 +260,7 @@ class BatchCommitWriter(DataSourceStreamArrowWriter):
         began = time.perf_counter()
         client = TransactionClient(self.options.kafka)
         try:
-            self._end_decided(client, decision, name)
+            self._end_decided(client, decision, name, sid)
             stray = client.sweep(_ids_of(self.options, sid), list(decision.txns.values()))
         finally:
             client.close()
@@ -257,9 +271,13 @@ class BatchCommitWriter(DataSourceStreamArrowWriter):
         timing.record_commit(sid, batchId, len(decision.txns), time.perf_counter() - began)
         faults.point("after-commit", batchId, role="driver", query=name)
 
-    def _end_decided(self, client: TransactionClient, decision: Decision, name: str | None) -> None:
+    def _end_decided(
+        self, client: TransactionClient, decision: Decision, name: str | None, sid: str
+    ) -> None:
         """Driver: EndTxn(commit) for every decided transaction; one answered "fenced" is
-        judged by its marker."""
+        judged by its marker. Decided transactions found aborted are named in an amended
+        decision for the replay to write again, and the batch fails."""
+        lost: dict[int, TransactionFencedError] = {}
         for i, (partition, txn) in enumerate(sorted(decision.txns.items())):
             if i == 1:
                 faults.point("between-commits", decision.batch, role="driver", query=name)
@@ -267,16 +285,13 @@ class BatchCommitWriter(DataSourceStreamArrowWriter):
                 client.end([txn], commit=True)
             except TransactionFencedError as fenced:
                 marked = read_marker(self.options, txn.transactional_id)
-                if marked is not None and marked[0] > decision.batch:
-                    continue  # committed before: a repeat after the id moved on
-                raise KafkaSinkError(
-                    f"Batch {decision.batch} was decided, but the transaction of task partition "
-                    f"{partition} ({txn.transactional_id!r}, producer {txn.producer_id}, epoch "
-                    f"{txn.epoch}) was aborted by its coordinator before the driver committed "
-                    f"it ({fenced.code}): its records are not visible. Raise "
-                    "kafka.transaction.timeout.ms if the commit came late, or use "
-                    "commitMode=task."
-                ) from fenced
+                if marked is None or marked[0] <= decision.batch:
+                    lost[partition] = fenced  # else committed before: a repeat
+        if lost:
+            kept = {p: t for p, t in decision.txns.items() if p not in lost}
+            amended = replace(decision, txns=kept, rewrite=tuple(sorted(lost)))
+            write_decision(self.options, sid, amended)
+            raise _lost(decision, lost)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Driver: an undecided batch's open transactions aborted (every one of the sink's
@@ -293,6 +308,40 @@ class BatchCommitWriter(DataSourceStreamArrowWriter):
             client.sweep(_ids_of(self.options, sid), [])
         finally:
             client.close()
+
+
+def _lost(decision: Decision, lost: dict[int, TransactionFencedError]) -> KafkaSinkError:
+    partition, fenced = next(iter(sorted(lost.items())))
+    txn = decision.txns[partition]
+    return KafkaSinkError(
+        f"Batch {decision.batch} was decided, but the coordinator aborted the transaction of "
+        f"task partition {partition} ({txn.transactional_id!r}, producer {txn.producer_id}, "
+        f"epoch {txn.epoch}; {fenced.code}) before the driver committed it"
+        + (f", and {len(lost) - 1} more" if len(lost) > 1 else "")
+        + f": task partitions {sorted(lost)} of the batch are not visible. The batch fails; "
+        "its replay writes those task partitions again (from the batch's recorded split) and "
+        "commits them. If the commit came later than kafka.transaction.timeout.ms after the "
+        "task wrote, raise that option."
+    )
+
+
+def _rewritten(decision: Decision, reports: list[PreparedTask]) -> Decision | None:
+    """Driver: the decision of a replayed batch with the task partitions it asked to be
+    written again now named by their new transactions (None when it asked none): those
+    that wrote nothing this time (no rows) drop out."""
+    if not decision.rewrite:
+        return None
+    missing = sorted(set(decision.rewrite) - {r.partition for r in reports})
+    if missing:
+        raise KafkaSinkError(
+            f"Batch {decision.batch} must write task partitions {missing} again (their "
+            "decided transactions were aborted), but this run of it has no such task "
+            "partition: replay the batch with the split it was decided with (an eos_kafka "
+            "source records it; keep the stages before the sink the same)."
+        )
+    again = {r.partition: r.txn for r in reports if r.partition in decision.rewrite and r.txn}
+    records = decision.records + sum(r.records for r in reports if r.partition in again)
+    return replace(decision, txns={**decision.txns, **again}, records=records, rewrite=())
 
 
 class DeliveryFailures:

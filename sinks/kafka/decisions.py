@@ -39,11 +39,16 @@ class Decision:
     query: str
     txns: dict[int, OpenTransaction]
     records: int = 0
+    #: Task partitions whose decided transaction the coordinator aborted before the
+    #: driver committed it: the replay writes them again, and its commit names the new
+    #: transactions (an amended decision of the same batch).
+    rewrite: tuple[int, ...] = ()
 
     def encode(self) -> bytes:
         named = {p: [t.transactional_id, t.producer_id, t.epoch] for p, t in self.txns.items()}
         body = {"eos": "decision", "batch": self.batch, "query": self.query, "txns": named}
-        return json.dumps({**body, "records": self.records}, sort_keys=True).encode()
+        extra = {"records": self.records, "rewrite": list(self.rewrite)}
+        return json.dumps({**body, **extra}, sort_keys=True).encode()
 
     @classmethod
     def decode(cls, value: bytes) -> Decision | None:
@@ -55,7 +60,9 @@ class Decision:
                 int(p): OpenTransaction(str(t[0]), int(t[1]), int(t[2]))
                 for p, t in body["txns"].items()
             }
-            return cls(int(body["batch"]), str(body["query"]), txns, int(body.get("records", 0)))
+            rewrite = tuple(int(p) for p in body.get("rewrite", ()))
+            records = int(body.get("records", 0))
+            return cls(int(body["batch"]), str(body["query"]), txns, records, rewrite)
         except (ValueError, KeyError, TypeError, IndexError):
             return None
 

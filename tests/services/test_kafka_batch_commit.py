@@ -162,3 +162,33 @@ def test_eos_sinks_lists_and_resets_a_batch_commit_sink(
     report = writer.write_task(a_task(0, query="new-query"), iter(_rows(0, 0)))
     assert report.state == "prepared", report.state
     writer.abort([report], 0)
+
+
+def test_a_decided_transaction_aborted_before_its_commit_is_rewritten_by_the_replay(
+    endpoints: Endpoints, writer: BatchCommitWriter
+) -> None:
+    """What the coordinator's timeout (or an attempt that initialised the id between a
+    task's look at the pointer and the decision) does: a decided transaction aborted.
+    The driver finds it by its missing marker, names it and fails; the replay writes
+    that task partition again, and nothing else, and each record is visible once."""
+    from confluent_kafka import Producer
+
+    from eos_connectors.sinks.kafka.errors import KafkaSinkError
+
+    prepared = _prepare(writer, 0)
+    with pytest.raises(faults.SimulatedCrash), faults.simulate("after-decision@0"):
+        writer.commit(list(prepared), 0)
+    lost = prepared[1].txn
+    assert lost is not None
+    Producer({**endpoints.kafka, "transactional.id": lost.transactional_id}).init_transactions(30)
+    replay = _prepare(writer, 0, run="run-2")
+    with pytest.raises(KafkaSinkError, match=r"task partitions \[1\] of the batch are not"):
+        writer.commit(list(replay), 0)
+    partial = [v for v in _expected(range(1)) if b"-p1-" not in v]
+    assert _visible(endpoints, writer) == partial, "the other partitions are committed"
+    again = _prepare(writer, 0, run="run-3")
+    assert [m.state for m in again] == ["marked", "prepared", "marked"]
+    writer.commit(list(again), 0)
+    assert _visible(endpoints, writer) == _expected(range(1)), "each record once"
+    writer.commit(list(_prepare(writer, 1)), 1)  # and the next batch goes on
+    assert _visible(endpoints, writer) == _expected(range(2))
