@@ -5,7 +5,7 @@ restarted, and every sink ends exact; in the same run, the
 harness is shown to fail: three sinks that each break the protocol in one way
 (``examples.sqlite_sink.broken``) must be reported in the column of what they break.
 
-One harness run (``eos verify``) holds every query of the five cells (see
+One harness run (``eos verify``) holds every query of the six cells (see
 connectors/dev/harness/cells.py), the example SQLite sink of a connector author
 (examples/sqlite_sink) and the broken sinks (one per column of the report: lost,
 duplicated, leftovers; ``make soak`` runs all five in a run of their own), each
@@ -16,8 +16,11 @@ The changelog cell's PostgreSQL and Redis queries make one key's changes cross t
 each layout was refused with nothing written, and they end exact after the fix, every
 point of their sink crossed (issue 52).
 
-Cost: ~150 s (the broken sinks' run of their own took 91 s before they joined it; the
-crossing layouts and their every point added ~5 s).
+The batch-commit cell crosses every point of a two-phase sink, the driver's too, in
+the Kafka sink's ``commitMode=batch`` (issue 53).
+
+Cost: ~165 s (the broken sinks' run of their own took 91 s before they joined it; the
+crossing layouts and their every point added ~5 s, the batch-commit cell ~15 s).
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ def read_sqlite() -> dict[str, int]:
     return counts(_SQLITE["path"], "counts")
 
 
-@pytest.mark.cost(150)
+@pytest.mark.cost(165)
 def test_every_cell_crosses_every_point_of_every_sink(
     endpoints: Endpoints, eos_verify: Callable[..., Report], tmp_path: Path
 ) -> None:
@@ -122,6 +125,8 @@ def _check_every_sink_and_point_is_crossed(schedule: list[str], queries: set[str
     for query in queries:
         assert any(q == query for q, _ in crossed), f"{query} was never crossed"
     assert {("rc-custom", p) for p in TWO_PHASE_POINTS} <= crossed, "the example sink missed one"
+    batch = {("bc-kafka-batch", p) for p in TWO_PHASE_POINTS}
+    assert batch <= crossed, "the Kafka sink's batch commit missed a point"
     for kind in CI_BROKEN:
         shown = {(f"rc-custom-{kind}", p) for p in SHOWN_AT[kind]}
         assert shown <= crossed, f"the sink broken at {kind} missed what shows it"

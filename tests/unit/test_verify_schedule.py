@@ -45,7 +45,7 @@ def _entries(
 def test_every_point_of_every_query_is_planned_once_per_round_in_its_own_query() -> None:
     entries, queries = _entries("mixed", rounds=2)
     chosen = {t.name: t for t in targets(tuple(CELLS), FAMILIES, "tag", (CUSTOM,))}
-    assert len(queries) == 14 and "rc-custom" in queries
+    assert len(queries) == 15 and "rc-custom" in queries and "bc-kafka-batch" in queries
     for name, target in chosen.items():
         mine = [e for e in entries if e.query == name and e.point != "source-read"]
         assert sorted(e.point for e in mine) == sorted(target.points * 2)
@@ -71,11 +71,12 @@ def test_pairs_coverage_crosses_every_sink_and_point_twice_in_fewer_batches() ->
             assert mine == set(target.points)
     for target in chosen:
         for point in target.points:
-            queries = [t for t in chosen if t.family == target.family]
-            assert len(by_family[(target.family, point)]) >= min(2, len(queries))
+            alike = [t for t in chosen if (t.family, t.points) == (target.family, target.points)]
+            assert len(by_family[(target.family, point)]) >= min(2, len(alike))
     assert "after-commit" in pairs.points(chosen)["rec-kafka-records"]
     for crossing in ("cl-postgres-changes", "cl-redis-changes"):  # keys across tasks
         assert pairs.points(chosen)[crossing] == TWO_PHASE_POINTS, crossing
+    assert pairs.points(chosen)["bc-kafka-batch"] == TWO_PHASE_POINTS, "the batch commit"
     assert len(crossed) < len(schedule(every, chosen)) * 3 // 4
     fewer = pairs.batch_offsets(chosen)
     assert fewer["rc-postgres"] > every.batch_offsets(chosen)["rc-postgres"], "no fewer batches"

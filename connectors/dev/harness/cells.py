@@ -14,6 +14,10 @@ A *cell* is one kind of stateful pipeline crossed with every sink that fits it:
   and ``minPartitions`` changes on every start of the query: a batch replayed after
   a crash between two tasks' commits must be split as it first was (the split is in
   its offset), or a task partition's marker speaks of other records;
+* ``batch-commit`` (f): every record straight from the source into ``eos_kafka`` with
+  ``commitMode=batch`` (tasks leave their transactions open, the driver commits them),
+  each input record's ``partition:offset`` checked to be there once and no transaction
+  left open: every point of a two-phase sink, the driver's too;
 * ``changelog`` (e): a change stream (inserts, updates, deletes, re-inserts, many
   changes of one key in one batch; see ``data.produce_changes``) kept in step in
   ``eos_postgres`` upsert with deletes, ``eos_redis`` upsert with deletes and
@@ -62,6 +66,8 @@ CLUSTER_KAFKA_POINTS = ("before-prepare", *KAFKA_POINTS)
 #: task (issue 53's driver commit refuses there too).
 CROSSING_SINKS = ("postgres-changes", "redis-changes")
 CROSSING_MIN_PARTITIONS = 4  # 2 pieces of each of the 2 input partitions
+#: The Kafka sink in ``commitMode=batch``: its points are a two-phase sink's.
+BATCH_COMMIT = "kafka-batch"
 
 
 @dataclass(frozen=True)
@@ -98,6 +104,7 @@ CELLS = {
             (("kafka", "window"), ("postgres", "window"), ("redis", "window")),
         ),
         Cell("records", "rec", "words", (("kafka-records", "records"),)),
+        Cell("batch-commit", "bc", "words", ((BATCH_COMMIT, "records"),)),
         Cell(
             "changelog",
             "cl",
@@ -172,13 +179,16 @@ class Target:
 
     @property
     def points(self) -> tuple[str, ...]:
+        if self.sink == BATCH_COMMIT:  # a two-phase participant: the driver commits
+            return CLUSTER_KAFKA_POINTS[:2] if self.cluster else TWO_PHASE_POINTS
         if self.family == "kafka":
             return CLUSTER_KAFKA_POINTS if self.cluster else KAFKA_POINTS
         return CLUSTER_TWO_PHASE_POINTS if self.cluster else TWO_PHASE_POINTS
 
     def in_task(self, point: str) -> bool:
         """Whether ``point`` fires in a task (else in the driver's commit)."""
-        return point not in DRIVER_POINTS or self.family == "kafka"  # Kafka tasks commit
+        task_commits = self.family == "kafka" and self.sink != BATCH_COMMIT  # tasks commit
+        return point not in DRIVER_POINTS or task_commits
 
     def action(self, point: str) -> str:
         """How a ``point`` of this query crashes, unless it is a whole-pipeline crash: on a
@@ -236,13 +246,16 @@ class Target:
         if self.sink.endswith("-changes"):
             return self._changes_sink(endpoints, own)
         if self.family == "kafka":
-            value = "count" if self.sink == "kafka" else "concat(partition, ':', offset)"
+            per_record = self.sink in ("kafka-records", BATCH_COMMIT)
+            value = "concat(partition, ':', offset)" if per_record else "count"
             columns = (
                 "CAST(word AS BINARY) AS key",
                 f"CAST(CAST({value} AS STRING) AS BINARY) AS value",
             )
+            commit_mode = {"commitMode": "batch"} if self.sink == BATCH_COMMIT else {}
             return columns, {
                 **own,
+                **commit_mode,
                 "kafka.bootstrap.servers": endpoints.kafka_bootstrap,
                 "topic": self.output,
             }
@@ -317,7 +330,7 @@ class Target:
             return checks.kafka_final_state(endpoints.kafka_bootstrap, self.output)
         if self.sink == "kafka":
             return checks.kafka_counts(endpoints.kafka_bootstrap, self.output)
-        if self.sink == "kafka-records":
+        if self.sink in ("kafka-records", BATCH_COMMIT):
             return checks.kafka_records(endpoints.kafka_bootstrap, self.output)
         if self.sink == "postgres-append":
             return checks.postgres_rows(endpoints.postgres_dsn, self.output, self.sink_id)

@@ -123,8 +123,9 @@ class Plan:
         """Query -> the fault points it crosses. With ``coverage="every"`` each query
         crosses every point of its sink. With ``"pairs"`` (CI's budget) the points of
         each built-in sink family are spread over its queries in turn, so that every
-        (sink, point) pair is still crossed, by two queries where the family has two,
-        and each query crosses at least one; fewer points a query means fewer batches
+        (sink, point) pair is still crossed, by two queries where the family has two
+        (queries of one family with other points, the Kafka sink's batch commit, are
+        spread apart), and each query crosses at least one; fewer points a query means fewer batches
         and fewer restarts of it. On a cluster, ``"pairs"`` crosses what only a cluster
         shows (:data:`CLUSTER_PAIR_POINTS`): each lost executor costs a new executor's
         start and the stages that lost their shuffle output. A query keeps the points it
@@ -137,7 +138,7 @@ class Plan:
         if self.on_cluster:
             return {t.name: _on_a_cluster(t) for t in chosen}
         assigned: dict[str, tuple[str, ...]] = {}
-        families: dict[str, list[Target]] = {}
+        families: dict[tuple[str, tuple[str, ...]], list[Target]] = {}
         for target in chosen:
             if target.family == "custom":
                 custom = target.custom_of(self.custom_sinks)
@@ -145,7 +146,7 @@ class Plan:
                 assigned[target.name] = tuple(p for p in target.points if p in chosen_points)
                 assigned[target.name] = assigned[target.name] or target.points
             else:
-                families.setdefault(target.family, []).append(target)
+                families.setdefault((target.family, target.points), []).append(target)
         for members in families.values():
             assigned |= _spread(members)
         return {t.name: assigned[t.name] for t in chosen}
