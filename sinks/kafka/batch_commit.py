@@ -105,7 +105,7 @@ class PreparedTask(WriterCommitMessage):
         self.txn = txn
 
 
-def _ids_of(options: KafkaSinkOptions, sid: str) -> str:
+def ids_prefix(options: KafkaSinkOptions, sid: str) -> str:
     """What the sink's transactional ids start with, before the task partition."""
     return transactional_id(options, sid, 0)[:-1]
 
@@ -261,7 +261,7 @@ class BatchCommitWriter(DataSourceStreamArrowWriter):
         client = TransactionClient(self.options.kafka)
         try:
             self._end_decided(client, decision, name, sid)
-            stray = client.sweep(_ids_of(self.options, sid), list(decision.txns.values()))
+            stray = client.sweep(ids_prefix(self.options, sid), list(decision.txns.values()))
         finally:
             client.close()
         if stray:
@@ -305,7 +305,7 @@ class BatchCommitWriter(DataSourceStreamArrowWriter):
             return  # decided: never abort; the replay's commit finishes it
         client = TransactionClient(self.options.kafka)
         try:
-            client.sweep(_ids_of(self.options, sid), [])
+            client.sweep(ids_prefix(self.options, sid), [])
         finally:
             client.close()
 

@@ -4,7 +4,7 @@ batch's records, then all of them within 1 s (in ``commitMode=task`` it saw 498 
 1,000 for the length of the sleep); a failed batch replayed with another split
 and a ``rand()`` column writes each input record once.
 
-Cost: ~20 s (a 6 s sleep inside a task; two queries)."""
+Cost: ~17 s (a 4 s sleep inside a task; two queries)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from tests.source_util import stream_of
 pytestmark = [pytest.mark.services, pytest.mark.spark]
 
 RECORDS = 1_000
-SLEEP = 6.0
+SLEEP = 4.0
 
 
 class Watcher:
@@ -79,7 +79,7 @@ def _query(df: DataFrame, checkpoint: Path, endpoints: Endpoints, topic: str, si
         raise query.exception()  # type: ignore[misc]
 
 
-@pytest.mark.cost(14)
+@pytest.mark.cost(12)
 def test_nothing_of_a_batch_is_visible_while_a_task_still_runs(
     spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path
 ) -> None:
