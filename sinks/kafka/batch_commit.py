@@ -56,7 +56,7 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMess
 from eos_connectors.core import faults, timing
 from eos_connectors.core.context import TaskIdentity
 from eos_connectors.core.protocol import Lineage, SinkClaimedError
-from eos_connectors.sinks.kafka.claim import ensure_claimed
+from eos_connectors.sinks.kafka.claim import check_owner
 from eos_connectors.sinks.kafka.clients import CALL_TIMEOUT, LIBRDKAFKA_LOG, call, produce_rows
 from eos_connectors.sinks.kafka.coordinator import (
     OpenTransaction,
@@ -148,7 +148,7 @@ class BatchCommitWriter(DataSourceStreamArrowWriter):
     def _standing(self, marker: MarkerGroup, task: TaskIdentity, sid: str) -> str | None:
         """Task: "marked" or "decided" when the batch must not be written, else None."""
         quick = marker.read_quick()
-        self._check_owner(quick, task, sid)
+        check_owner(self.options, quick, sid, task.query_id)
         if quick is not None and quick[0] > task.batch_id:
             return "marked"
         decided = read_pointer(self.options, sid)
@@ -170,13 +170,6 @@ class BatchCommitWriter(DataSourceStreamArrowWriter):
         partition to be written again: its decided transaction was aborted."""
         decision = read_decision(self.options, sid, task.batch_id)
         return task.partition in decision.rewrite
-
-    def _check_owner(self, marker: tuple[int, str] | None, task: TaskIdentity, sid: str) -> None:
-        owner = marker[1] if marker is not None else ""
-        if owner and owner != task.query_id:
-            raise SinkClaimedError(sid, Lineage(owner), task.query_id)
-        if not owner:
-            ensure_claimed(self.options, sid, task.query_id)
 
     def _prepare(
         self,
@@ -202,7 +195,7 @@ class BatchCommitWriter(DataSourceStreamArrowWriter):
         )
         call(lambda: producer.init_transactions(CALL_TIMEOUT), "init_transactions")
         known = marker.read_stable() or (0, "")  # the log holds no batch-mode marker
-        self._check_owner(known, task, sid)
+        check_owner(self.options, known, sid, task.query_id)
         if known[0] > task.batch_id:
             return PreparedTask(task, sid, "marked")
         batches = (b for b in steps.pulled("waiting for rows", iterator) if b.num_rows)

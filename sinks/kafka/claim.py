@@ -170,3 +170,16 @@ def _commit_claim(
     claim = encode(Marker(0, query_id, options.marker_topic))
     producer.produce(options.marker_log, claim, name.encode(), partition=0)
     producer.commit_transaction(CALL_TIMEOUT)
+
+
+def check_owner(
+    options: KafkaSinkOptions, marker: tuple[int, str] | None, sid: str, query_id: str
+) -> None:
+    """Task: SinkClaimedError when another query marked the task partition, or holds the
+    sink's claim: looked up (and taken, if free) when the marker names no query yet, the
+    task partition's first batch or its first since a reset."""
+    owner = marker[1] if marker is not None else ""
+    if owner and owner != query_id:
+        raise SinkClaimedError(sid, Lineage(owner), query_id)
+    if not owner:
+        ensure_claimed(options, sid, query_id)

@@ -52,7 +52,7 @@ from eos_connectors.core.batch_job import BatchJob, JobPlan
 from eos_connectors.core.context import TaskIdentity
 from eos_connectors.core.protocol import Lineage, SinkClaimedError
 from eos_connectors.sinks.kafka import jobs
-from eos_connectors.sinks.kafka.claim import ensure_claimed
+from eos_connectors.sinks.kafka.claim import check_owner
 from eos_connectors.sinks.kafka.clients import (
     CALL_TIMEOUT,
     SEND_OFFSETS_LIMIT,
@@ -237,7 +237,7 @@ class KafkaExactlyOnceWriter(DataSourceStreamArrowWriter):
         one, fenced in, and reads the marker stably: only a read after its own
         init_transactions() is trusted to say what to write."""
         quick = marker.read_quick()
-        self._check_owner(quick, task, sid)
+        check_owner(self.options, quick, sid, task.query_id)
         if producer is not None and moved(quick, marker.known):
             log.info(
                 "marker %s moved since this worker's last batch: its producer is fenced",
@@ -255,18 +255,8 @@ class KafkaExactlyOnceWriter(DataSourceStreamArrowWriter):
         if producer is None:
             producer, fresh = pool.new_producer(self.options, marker.group), True
             marker.known = marker.read()
-            self._check_owner(marker.known, task, sid)
+            check_owner(self.options, marker.known, sid, task.query_id)
         return producer, fresh
-
-    def _check_owner(self, marker: tuple[int, str] | None, task: TaskIdentity, sid: str) -> None:
-        """SinkClaimedError when another query marked the task partition, or holds the
-        sink's claim: looked up (and taken, if free) when the marker names no query yet,
-        the task partition's first batch or its first since a reset."""
-        owner = marker[1] if marker is not None else ""
-        if owner and owner != task.query_id:
-            raise SinkClaimedError(sid, Lineage(owner), task.query_id)
-        if not owner:
-            ensure_claimed(self.options, sid, task.query_id)
 
     def _attempt(
         self,
