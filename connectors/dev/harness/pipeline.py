@@ -19,6 +19,7 @@ import contextlib
 import json
 import os
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -407,14 +408,38 @@ def main(argv: list[str] | None = None) -> None:
     listener = _batch_events() if spec.events else None
     if listener is not None:
         spark.streams.addListener(listener)
+    status = 1
     try:
         Supervisor(spark, spec).run()
+        status = 0
     finally:
-        # Over Spark Connect the listener runs on a client thread that would keep the
-        # process alive; stopping the session ends it (and a local Connect server).
+        if not stopped_within(spark, listener, STOP_TIMEOUT):
+            print(f"the session did not stop in {STOP_TIMEOUT:.0f} s", file=sys.stderr, flush=True)
+            sys.stdout.flush()
+            os._exit(status)
+
+
+#: Seconds the pipeline gives its session to stop once its queries are done.
+STOP_TIMEOUT = 30.0
+
+
+def stopped_within(spark: SparkSession, listener: Any, timeout: float) -> bool:
+    """Remove ``listener`` and stop the session on a thread; whether that ended within
+    ``timeout`` seconds. Over Spark Connect the listener runs on a client thread that
+    would keep the process alive, so it must be removed; and removing the last one can
+    deadlock when an event is pending (SPARK-59623, open at the time of writing): the
+    queries are done by then, so the process may end without it (a local Spark's JVM,
+    and a local Connect server with it, ends when its Python parent does)."""
+
+    def stop() -> None:
         if listener is not None:
             spark.streams.removeListener(listener)
         spark.stop()
+
+    worker = threading.Thread(target=stop, name="eos-stop", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    return not worker.is_alive()
 
 
 if __name__ == "__main__":
