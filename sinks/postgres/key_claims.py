@@ -12,6 +12,12 @@ transaction is prepared yet. A digest another partition claimed first refuses th
 task within seconds, naming the key, both partitions and the fix; the batch is then
 never decided and the driver rolls every unit back.
 
+A claim is one ``COPY`` from the stage into the claims table: the table's primary key
+is (sink, batch, run, key), so a key another task of the batch claimed first fails the
+copy; only then does the task take the slow path that tells another partition's claim
+(a refusal) from its own earlier attempt's (a retry): a batch whose keys stay in their
+tasks pays one copy a task, no temporary table, no join.
+
 Claims are kept per query run: a replay after a restart (with the fix, a
 ``repartition`` by the key, applied) is never refused by the claims of the run that
 failed. The driver forgets a batch's claims once it is committed or aborted.
@@ -73,6 +79,58 @@ def claim(
     the task's transaction, on ``cur``) for the unit's partition, committed on ``side``;
     raise :class:`KeyAcrossTasksError` when another partition of the batch holds one."""
     who = Claimant.of(unit)
+    if _copied(cur, side, schema, stage, keys, who):
+        return
+    _claim_each(cur, side, schema, stage, keys, who)
+
+
+def _copied(
+    cur: Cursor,
+    side: Connection,
+    schema: str,
+    stage: sql.Identifier,
+    keys: Sequence[str],
+    who: Claimant,
+) -> bool:
+    """Task: every key's claim in one copy, committed; False when some key of the batch
+    was claimed already (by another partition, or by an earlier attempt of this one)."""
+    claims = sql.SQL(
+        "COPY (SELECT DISTINCT {sink_id}, {batch_id}::bigint, {run}, {digest}, {partition}::int"
+        " FROM {stage}) TO STDOUT (FORMAT binary)"
+    ).format(
+        sink_id=sql.Literal(who.sink_id),
+        batch_id=sql.Literal(who.batch_id),
+        run=sql.Literal(who.run),
+        digest=_digest(keys),
+        partition=sql.Literal(who.partition),
+        stage=stage,
+    )
+    into = sql.SQL(
+        "COPY {} (sink_id, batch_id, run, key, partition) FROM STDIN (FORMAT binary)"
+    ).format(sql.Identifier(schema, TABLE))
+    try:
+        with (
+            side.transaction(),
+            cur.copy(claims) as out,
+            side.cursor().copy(into) as claimed,
+        ):
+            for data in out:
+                claimed.write(data)
+    except psycopg.errors.UniqueViolation:
+        return False
+    return True
+
+
+def _claim_each(
+    cur: Cursor,
+    side: Connection,
+    schema: str,
+    stage: sql.Identifier,
+    keys: Sequence[str],
+    who: Claimant,
+) -> None:
+    """Task: the claims that are not there yet, then the first key another partition of
+    the batch holds, if any (a refusal)."""
     digests = sql.SQL(
         "COPY (SELECT DISTINCT {digest} FROM {stage}) TO STDOUT (FORMAT binary)"
     ).format(digest=_digest(keys), stage=stage)
