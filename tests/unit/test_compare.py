@@ -394,3 +394,19 @@ def test_a_report_is_computed_again_from_its_json_alone(tmp_path: Path) -> None:
     assert report.markdown(results, again, facts, command) == report.markdown(
         [eos, jvm], settings, facts, command
     )
+
+
+def test_a_bad_setting_is_named_alone() -> None:
+    import argparse
+
+    from eos_connectors.dev.compare import command
+
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    args = parser.parse_args(["--latency-seconds", "0", "--reference-rounds", "0"])
+    with pytest.raises(ConfigError) as refused:
+        command._settings(args)
+    assert str(refused.value) == "--reference-rounds must be 1 or more (got 0)"
+    args = parser.parse_args(["--rounds", "5", "--max-rounds", "4", "--precision", "2"])
+    with pytest.raises(ConfigError, match=r"--rounds must be at most .*; --precision"):
+        command._settings(args)

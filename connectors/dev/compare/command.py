@@ -150,17 +150,35 @@ def run_compare(args: argparse.Namespace) -> int:
 
 
 def _settings(args: argparse.Namespace) -> runner.Settings:
-    if not 1 <= args.rounds <= args.max_rounds or args.batch_records < 1:
-        raise ConfigError(
-            f"--rounds must be 1 or more and at most --max-rounds (got {args.rounds}, "
-            f"{args.max_rounds}), --batch-records 1 or more (got {args.batch_records})"
+    problems = [
+        message
+        for broken, message in (
+            (args.rounds < 1, f"--rounds must be 1 or more (got {args.rounds})"),
+            (
+                args.rounds > args.max_rounds,
+                f"--rounds must be at most --max-rounds (got {args.rounds} > {args.max_rounds})",
+            ),
+            (
+                args.batch_records < 1,
+                f"--batch-records must be 1 or more (got {args.batch_records})",
+            ),
+            (
+                args.latency_seconds < 0,
+                f"--latency-seconds must be 0 or more (got {args.latency_seconds:g})",
+            ),
+            (
+                not 0 < args.precision < 1,
+                f"--precision must be between 0 and 1 (got {args.precision:g})",
+            ),
+            (
+                args.reference_rounds < 1,
+                f"--reference-rounds must be 1 or more (got {args.reference_rounds})",
+            ),
         )
-    if args.latency_seconds < 0 or not 0 < args.precision < 1 or args.reference_rounds < 1:
-        raise ConfigError(
-            f"--latency-seconds must be 0 or more (got {args.latency_seconds:g}), "
-            f"--precision between 0 and 1 (got {args.precision:g}), --reference-rounds "
-            f"1 or more (got {args.reference_rounds})"
-        )
+        if broken
+    ]
+    if problems:
+        raise ConfigError("; ".join(problems))
     return runner.Settings(
         args.records,
         args.keys,
