@@ -272,7 +272,7 @@ class PostgresExactlyOnceWriter(TwoPhaseCommitWriter):
         return sorted(u for u in (UnitId.parse(str(r[0])) for r in rows) if u is not None)
 
     def forget_key_claims(self, sink_id: str, up_to_batch: int) -> None:
-        key_claims.forget(self.conn, self.options.bookkeeping_schema, sink_id, up_to_batch)
+        key_claims.forget_later(self.options, sink_id, up_to_batch)
 
     def prune_decisions(self, sink_id: str, below_batch: int) -> None:
         for table in ("decisions", "committed_units"):

@@ -20,11 +20,16 @@ tasks pays one copy a task, no temporary table, no join.
 
 Claims are kept per query run: a replay after a restart (with the fix, a
 ``repartition`` by the key, applied) is never refused by the claims of the run that
-failed. The driver forgets a batch's claims once it is committed or aborted.
+failed. The driver forgets a batch's claims once it is committed or aborted, on a thread
+of its own (:func:`forget_later`).
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import threading
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -34,11 +39,15 @@ from psycopg import sql
 
 from eos_connectors.core.changes import KeyAcrossTasksError
 from eos_connectors.core.protocol import UnitId
+from eos_connectors.sinks.postgres.connection import first_line, give_back, take
+from eos_connectors.sinks.postgres.options import PostgresSinkOptions
 
 Cursor = psycopg.Cursor[tuple[Any, ...]]
 Connection = psycopg.Connection[tuple[Any, ...]]
 
 TABLE = "batch_keys"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -165,13 +174,91 @@ def _claim_each(
 
 
 def forget(conn: Connection, schema: str, sink_id: str, up_to_batch: int) -> None:
-    """Driver, after a batch is committed or aborted: its claims (and older ones) go."""
+    """Driver: the claims of ``up_to_batch`` and older batches go (``eos sinks reset``;
+    a query's commits use :func:`forget_later`)."""
     conn.execute(
         sql.SQL("DELETE FROM {} WHERE sink_id = %s AND batch_id <= %s").format(
             sql.Identifier(schema, TABLE)
         ),
         (sink_id, up_to_batch),
     )
+
+
+def forgotten(timeout: float) -> bool:
+    """Whether every forget :func:`forget_later` was given has run within ``timeout``."""
+    return _FORGETTER.idle(timeout)
+
+
+def forget_later(options: PostgresSinkOptions, sink_id: str, up_to_batch: int) -> None:
+    """Driver, once a batch is committed or aborted: its claims (and older ones) go, on a
+    thread of the driver's own, off the commit's path. Nothing reads a claim of a decided
+    batch again (a claim is checked against its own batch and run), so a forget that is
+    late, or lost with the driver, costs only rows that the next forget of the sink (or
+    ``eos sinks reset``) deletes; the DELETE of a batch's claims (a row a key) took
+    ~60 ms of each PostgreSQL commit in ``make bench`` when it ran on the path."""
+    _FORGETTER.add(options, sink_id, up_to_batch)
+
+
+class _Forgetter:
+    """The driver's pending forgets, newest batch per (sink options, sink id), and the one
+    thread that runs them."""
+
+    def __init__(self) -> None:
+        self._pending: dict[tuple[PostgresSinkOptions, str], int] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._pid = 0
+        self._busy = False
+
+    def add(self, options: PostgresSinkOptions, sink_id: str, up_to_batch: int) -> None:
+        with self._lock:
+            key = (options, sink_id)
+            self._pending[key] = max(up_to_batch, self._pending.get(key, up_to_batch))
+            if self._thread is None or self._pid != os.getpid() or not self._thread.is_alive():
+                self._pid = os.getpid()
+                self._thread = threading.Thread(target=self._run, name="eos-forget", daemon=True)
+                self._thread.start()
+        self._wake.set()
+
+    def idle(self, timeout: float) -> bool:
+        """Whether every pending forget ran within ``timeout`` seconds (tests, close)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if not self._pending and not self._busy:
+                    return True
+            time.sleep(0.01)
+        return False
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait()
+            with self._lock:
+                self._wake.clear()
+                pending, self._pending = self._pending, {}
+                self._busy = bool(pending)
+            for (options, sink_id), batch in pending.items():
+                self._forget(options, sink_id, batch)
+            with self._lock:
+                self._busy = False
+
+    @staticmethod
+    def _forget(options: PostgresSinkOptions, sink_id: str, up_to_batch: int) -> None:
+        try:
+            conn = take(options, "forget")
+        except Exception as exc:  # a later forget deletes these claims too
+            log.debug("claims of %s not forgotten: %s", sink_id, first_line(exc, options))
+            return
+        try:
+            forget(conn, options.bookkeeping_schema, sink_id, up_to_batch)
+        except Exception as exc:
+            log.debug("claims of %s not forgotten: %s", sink_id, first_line(exc, options))
+        finally:
+            give_back(options, conn, "forget")
+
+
+_FORGETTER = _Forgetter()
 
 
 def _digest(keys: Sequence[str]) -> sql.Composable:
