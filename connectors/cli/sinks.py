@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     with admins(names_of(args)) as stores:
         if args.action == "list":
             return _list(stores)
-        owning = [a for a in stores if args.sink_id in {r.sink_id for r in a.records()}]
+        owning = [a for a in stores if a.find(args.sink_id) is not None]
         if not owning:
             raise SinkAdminError(f"No sink {args.sink_id!r} in {_names(stores)}.")
         for admin in owning:

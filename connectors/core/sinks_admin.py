@@ -133,11 +133,16 @@ class SinkAdmin(ABC):
     def close(self) -> None:  # noqa: B027
         """Release connections."""
 
+    def find(self, sink_id: str) -> SinkRecord | None:
+        """The sink id's record, or None when the store holds nothing of it. A store may
+        look up the one sink id instead of listing all (Kafka, Redis do)."""
+        return next((r for r in self.records() if r.sink_id == sink_id), None)
+
     def record(self, sink_id: str) -> SinkRecord:
-        for record in self.records():
-            if record.sink_id == sink_id:
-                return record
-        raise SinkAdminError(f"No sink {sink_id!r} in {self.store}'s bookkeeping.")
+        found = self.find(sink_id)
+        if found is None:
+            raise SinkAdminError(f"No sink {sink_id!r} in {self.store}'s bookkeeping.")
+        return found
 
     def settle(self, sink_id: str) -> Settled:
         """Commit every unit in doubt a decision names, roll back the rest: what the

@@ -166,7 +166,8 @@ def recorded_sinks(recorded: list[SinkEntry]) -> list[SinkRecord]:
     for entry in recorded:
         admin = store_admin(entry)
         try:
-            records.extend(r for r in admin.records() if r.sink_id == entry.sink_id)
+            found = admin.find(entry.sink_id)
+            records.extend([found] if found is not None else [])
         except Exception as exc:  # any client's error: the store did not answer
             raise keeping_code(
                 CheckpointError(

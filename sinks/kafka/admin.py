@@ -131,22 +131,46 @@ class KafkaSinkAdmin(SinkAdmin):
         return markers
 
     def records(self) -> list[SinkRecord]:
+        return self._records(None)
+
+    def find(self, sink_id: str) -> SinkRecord | None:
+        return next(iter(self._records(sink_id)), None)
+
+    def _records(self, only: str | None) -> list[SinkRecord]:
+        """Every sink id's record, or ``only``'s: the groups' offsets are asked for all at
+        once (one request a group, answered concurrently), not one after another."""
         groups, log = self._groups(), self._log()
         logged = self._by_sink(log)
+        sinks = sorted(set(groups) | set(logged)) if only is None else [only]
+        offsets = self._offsets([g for sink in sinks for g in groups.get(sink, [])])
         found = [
-            self._record(sink, groups.get(sink, []), {g: log[g] for g in logged.get(sink, [])})
-            for sink in sorted(set(groups) | set(logged))
+            self._record(
+                sink,
+                {g: offsets[g] for g in groups.get(sink, [])},
+                {g: log[g] for g in logged.get(sink, [])},
+            )
+            for sink in sinks
         ]
         return [r for r in found if r.owner is not None or r.last_decided is not None]
 
-    def _record(self, sink_id: str, groups: list[str], logged: dict[str, Marker]) -> SinkRecord:
+    def _offsets(self, groups: list[str]) -> dict[str, list[Any]]:
+        """Group -> its committed offsets (TopicPartitions)."""
+        futures = {
+            group: self.admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[
+                group
+            ]
+            for group in groups
+        }
+        return {group: future.result().topic_partitions or [] for group, future in futures.items()}
+
+    def _record(
+        self, sink_id: str, groups: dict[str, list[Any]], logged: dict[str, Marker]
+    ) -> SinkRecord:
         """A group's committed offset is its marker; the log's marker stands in for a
         group whose offsets are gone."""
         markers = dict(logged)
-        for group in groups:
-            request = ConsumerGroupTopicPartitions(group)
-            future = self.admin.list_consumer_group_offsets([request])[group]
-            for position in future.result().topic_partitions or []:
+        for group, positions in groups.items():
+            for position in positions:
                 if position.offset >= 0:
                     markers[group] = Marker(
                         position.offset, position.metadata or "", position.topic

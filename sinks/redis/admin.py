@@ -46,6 +46,12 @@ class RedisSinkAdmin(SinkAdmin):
     def records(self) -> list[SinkRecord]:
         return [self._record(sink_id) for sink_id in sorted(self._sink_ids())]
 
+    def find(self, sink_id: str) -> SinkRecord | None:
+        keys = SinkKeys(self.options.bookkeeping_prefix, sink_id)
+        if not self.client.exists(keys.owner, keys.decisions, keys.units):
+            return None
+        return self._record(sink_id)
+
     def _record(self, sink_id: str) -> SinkRecord:
         keys = SinkKeys(self.options.bookkeeping_prefix, sink_id)
         query, origin, target, active = self.client.hmget(
