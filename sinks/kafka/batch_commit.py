@@ -38,8 +38,14 @@ transaction:
 undecided batch; one left open by a task that died is ended by the next attempt's
 fencing or by the broker's ``transaction.timeout.ms``.
 
-What this mode does not do yet (docs/protocol.md lists it): batch writes, a sweep of
-open transactions no decision names, pooled producers, the harness's cells.
+Before a new decision the driver refuses a batch whose oldest transaction is too close
+to ``kafka.transaction.timeout.ms`` (:func:`decision_margin`): it aborts them and fails,
+so the coordinator never times out a transaction for being decided late; unset, that
+timeout is the broker's ``transaction.max.timeout.ms`` in this mode
+(:func:`.checks.with_broker_timeout`).
+
+What this mode does not do yet (docs/protocol.md lists it): batch writes, pooled
+producers.
 """
 
 from __future__ import annotations
@@ -94,6 +100,7 @@ class PreparedTask(WriterCommitMessage):
         state: str,
         records: int = 0,
         txn: OpenTransaction | None = None,
+        opened_at: float = 0.0,
     ) -> None:
         self.batch_id = task.batch_id
         self.partition = task.partition
@@ -103,6 +110,7 @@ class PreparedTask(WriterCommitMessage):
         self.state = state  # "prepared", "empty", "marked" or "decided"
         self.records = records
         self.txn = txn
+        self.opened_at = opened_at  # the task's clock when it began the transaction
 
 
 def ids_prefix(options: KafkaSinkOptions, sid: str) -> str:
@@ -202,6 +210,7 @@ class BatchCommitWriter(DataSourceStreamArrowWriter):
         first = next(batches, None)
         if first is None:
             return PreparedTask(task, sid, "empty")
+        opened_at = time.time()
         call(producer.begin_transaction, "begin_transaction")
         offsets = [marker.offset(task.batch_id + 1, task.query_id)]
         metadata = marker.group_metadata()
@@ -229,7 +238,7 @@ class BatchCommitWriter(DataSourceStreamArrowWriter):
         txn = identity.wait(producer, name, IDENTITY_TIMEOUT)
         steps.record()
         faults.point("after-prepare", task.batch_id, role="worker", query=task.query_name)
-        return PreparedTask(task, sid, "prepared", count, txn)
+        return PreparedTask(task, sid, "prepared", count, txn, opened_at)
 
     # -- driver --------------------------------------------------------------------------
 
@@ -246,6 +255,7 @@ class BatchCommitWriter(DataSourceStreamArrowWriter):
                 write_decision(self.options, sid, decision)
             decision = decision or read_decision(self.options, sid, batchId)
         else:
+            self._refuse_if_outlived(reports, batchId, sid)
             txns = {r.partition: r.txn for r in reports if r.txn is not None}
             decision = Decision(batchId, query, txns, sum(r.records for r in reports))
             write_decision(self.options, sid, decision)
@@ -263,6 +273,34 @@ class BatchCommitWriter(DataSourceStreamArrowWriter):
             )
         timing.record_commit(sid, batchId, len(decision.txns), time.perf_counter() - began)
         faults.point("after-commit", batchId, role="driver", query=name)
+
+    def _refuse_if_outlived(self, reports: list[PreparedTask], batch: int, sid: str) -> None:
+        """Driver, before a decision: a batch whose oldest transaction is too close to
+        ``kafka.transaction.timeout.ms`` for the decision and its commits to come first is
+        never decided (the coordinator would abort decided transactions): its open
+        transactions are aborted and the batch fails, to be written again by the replay."""
+        opened = [r.opened_at for r in reports if r.txn is not None and r.opened_at]
+        if not opened:
+            return
+        limit_s = self.options.transaction_timeout_ms / 1000
+        age = time.time() - min(opened)
+        if age <= limit_s - decision_margin(limit_s):
+            return
+        client = TransactionClient(self.options.kafka)
+        try:
+            client.sweep(ids_prefix(self.options, sid), [])
+        finally:
+            client.close()
+        raise KafkaSinkError(
+            f"Batch {batch} of sink {sid}: its oldest transaction has been open {age:.0f} s, "
+            f"too close to kafka.transaction.timeout.ms = {self.options.transaction_timeout_ms}"
+            f" ({limit_s:.0f} s) for the driver to commit it before the coordinator aborts it."
+            " Nothing of the batch was decided or is visible: its transactions were aborted,"
+            " and the query's restart writes it again. Make batches shorter "
+            "(maxOffsetsPerTrigger on the source), raise kafka.transaction.timeout.ms (at most"
+            " the broker's transaction.max.timeout.ms), or use commitMode=task, where each "
+            "task commits its own transaction."
+        )
 
     def _end_decided(
         self, client: TransactionClient, decision: Decision, name: str | None, sid: str
@@ -301,6 +339,13 @@ class BatchCommitWriter(DataSourceStreamArrowWriter):
             client.sweep(ids_prefix(self.options, sid), [])
         finally:
             client.close()
+
+
+def decision_margin(limit_s: float) -> float:
+    """Seconds a batch keeps, under its transaction timeout, for the driver's decision and
+    commits (and for clocks of the executors and the driver a few seconds apart): a tenth
+    of the timeout, at least 10 s."""
+    return max(10.0, limit_s / 10)
 
 
 def _lost(decision: Decision, lost: dict[int, TransactionFencedError]) -> KafkaSinkError:

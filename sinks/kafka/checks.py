@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
@@ -102,18 +103,55 @@ def ensure_marker_log(admin: AdminClient, options: KafkaSinkOptions, exists: boo
 
 
 def _check_timeout(admin: AdminClient, options: KafkaSinkOptions, broker_id: int) -> None:
-    resource = ConfigResource("BROKER", str(broker_id))
-    try:
-        configs = admin.describe_configs([resource])[resource].result(timeout=TIMEOUT)
-    except KafkaException:
+    maximum = _transaction_max_ms(admin, broker_id)
+    if maximum is None:
         return  # not allowed to describe broker configs: the producer reports a bad timeout
-    entry = configs.get("transaction.max.timeout.ms")
-    if entry is None or entry.value is None:
-        return
-    maximum = int(entry.value)
     if options.transaction_timeout_ms > maximum:
         raise ConfigError(
             f"kafka.transaction.timeout.ms = {options.transaction_timeout_ms} exceeds the "
             f"broker's transaction.max.timeout.ms = {maximum}; lower it (it must still exceed "
             "the longest batch plus a restart)."
         )
+
+
+def _transaction_max_ms(admin: AdminClient, broker_id: int) -> int | None:
+    """The broker's ``transaction.max.timeout.ms``; None when it may not be described."""
+    resource = ConfigResource("BROKER", str(broker_id))
+    try:
+        configs = admin.describe_configs([resource])[resource].result(timeout=TIMEOUT)
+    except KafkaException:
+        return None
+    entry = configs.get("transaction.max.timeout.ms")
+    return None if entry is None or entry.value is None else int(entry.value)
+
+
+def with_broker_timeout(options: KafkaSinkOptions, raw: Mapping[str, str]) -> KafkaSinkOptions:
+    """Driver, ``commitMode=batch``: a transaction stays open until the driver commits the
+    batch, so ``kafka.transaction.timeout.ms``, when not set, is the broker's
+    ``transaction.max.timeout.ms`` (the longest batch the coordinator allows); the
+    sink's default where the broker's settings may not be described."""
+    if any(key.lower() == TIMEOUT_OPTION for key in raw):
+        return options
+    cluster = tuple(sorted((k, str(v)) for k, v in options.client_config().items()))
+    if cluster not in _BROKER_MAX:
+        try:
+            _BROKER_MAX[cluster] = _broker_max(options)
+        except KafkaException:
+            return options  # the start checks say why Kafka does not answer
+    maximum = _BROKER_MAX[cluster]
+    if maximum is None:
+        return options
+    kafka = {**options.kafka, "transaction.timeout.ms": str(maximum)}
+    return replace(options, transaction_timeout_ms=maximum, kafka=kafka)
+
+
+TIMEOUT_OPTION = "kafka.transaction.timeout.ms"
+
+#: The driver's answers of :func:`_broker_max`, by cluster settings (asked once).
+_BROKER_MAX: dict[tuple[tuple[str, str], ...], int | None] = {}
+
+
+def _broker_max(options: KafkaSinkOptions) -> int | None:
+    admin = AdminClient(options.client_config())
+    brokers = admin.list_topics(timeout=TIMEOUT).brokers
+    return _transaction_max_ms(admin, next(iter(brokers))) if brokers else None

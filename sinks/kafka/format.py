@@ -60,7 +60,9 @@ class KafkaSinkFormat(batch_job.SinkFormat):
         )
         if options.exactly_once and options.commit_mode == "batch":
             from eos_connectors.sinks.kafka.batch_commit import BatchCommitWriter, check_start
+            from eos_connectors.sinks.kafka.checks import with_broker_timeout
 
+            options = with_broker_timeout(options, self.options)
             once_per_driver(
                 start_key("eos_kafka-batch-commit", self.options, schema),
                 lambda: check_start(options),

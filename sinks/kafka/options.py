@@ -68,7 +68,9 @@ TRANSACTION_TIMEOUT = opt.Option(
     "kafka.transaction.timeout.ms",
     opt.integer(1),
     "checked at start against the broker's `transaction.max.timeout.ms`; it must exceed the "
-    "time a task takes to write its rows",
+    "time a task takes to write its rows. With `commitMode=batch`, unset, it is the broker's "
+    "`transaction.max.timeout.ms`, and a batch whose oldest transaction is within a tenth of "
+    "it (at least 10 s) of timing out when the driver would decide fails undecided",
     default=DEFAULT_TRANSACTION_TIMEOUT_MS,
 )
 PARTITIONER_CLASS = opt.Option(

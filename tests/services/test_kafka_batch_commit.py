@@ -7,7 +7,7 @@ transaction aborted before its commit is written again by the replay; a batch th
 failed before its decision is written again in full whatever its new rows; ``abort``
 ends an undecided batch and never a decided one; ``eos sinks`` lists and resets it.
 
-Cost: ~15 s in CI (three tests)."""
+Cost: ~17 s in CI (four tests)."""
 
 from __future__ import annotations
 
@@ -129,9 +129,12 @@ def test_an_undecided_batch_is_aborted_or_rewritten_in_full_by_its_replay(
     reached it). A batch whose driver never heard of its tasks is replayed with other
     rows (a rand() column) in fewer tasks (another split): only the replay's rows are
     visible, and the open transaction of the task partition it no longer has is aborted
-    by the commit's sweep, not left to the transaction timeout."""
+    by the commit's sweep, not left to the transaction timeout. A batch too old for its
+    transaction timeout is refused before its decision and written by the replay."""
     from eos_connectors.sinks.kafka.batch_commit import ids_prefix
     from eos_connectors.sinks.kafka.coordinator import TransactionClient
+    from eos_connectors.sinks.kafka.decisions import read_pointer
+    from eos_connectors.sinks.kafka.errors import KafkaSinkError
 
     sink_id = writer.options.sink_id
     assert sink_id is not None
@@ -147,10 +150,49 @@ def test_an_undecided_batch_is_aborted_or_rewritten_in_full_by_its_replay(
         replay = _prepare(writer, 0, run="run-3", tag="-replayed", tasks=TASKS - 1)
         assert {m.state for m in replay} == {"prepared"}
         writer.commit(list(replay), 0)
-        assert _visible(endpoints, writer) == _expected(range(1), "-replayed", TASKS - 1)
+        first = _expected(range(1), "-replayed", TASKS - 1)
+        assert _visible(endpoints, writer) == first
         assert client.open_transactions(ids_prefix(writer.options, sink_id)) == []
+
+        # A batch whose oldest transaction is too close to its timeout for the driver to
+        # commit first (aged here by its report) is refused before any decision: its
+        # transactions aborted, nothing visible, the pointer still at batch 0.
+        slow = _prepare(writer, 1)
+        slow[0].opened_at -= writer.options.transaction_timeout_ms / 1000
+        with pytest.raises(KafkaSinkError, match=r"maxOffsetsPerTrigger.*commitMode=task"):
+            writer.commit(list(slow), 1)
+        pointer = read_pointer(writer.options, sink_id)
+        assert pointer is not None and pointer[0] == 1, "batch 1 was decided"
+        assert client.open_transactions(ids_prefix(writer.options, sink_id)) == []
+        assert _visible(endpoints, writer) == first
+        writer.commit(list(_prepare(writer, 1, run="run-4")), 1)
+        assert _visible(endpoints, writer) == sorted(first + _expected(range(1, 2)))
     finally:
         client.close()
+
+
+def test_a_batch_commit_defaults_its_transaction_timeout_to_the_brokers_maximum(
+    endpoints: Endpoints, writer: BatchCommitWriter
+) -> None:
+    """Transactions stay open until the driver commits the batch: unless the option is
+    set, the sink asks the broker for the longest it allows."""
+    from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
+
+    from eos_connectors.sinks.kafka.checks import with_broker_timeout
+
+    admin = AdminClient({"bootstrap.servers": endpoints.kafka_bootstrap})
+    broker = next(iter(admin.list_topics(timeout=10).brokers))
+    resource = ConfigResource("BROKER", str(broker))
+    configs = admin.describe_configs([resource])[resource].result(timeout=10)
+    maximum = int(configs["transaction.max.timeout.ms"].value)
+    assert maximum != writer.options.transaction_timeout_ms, "the broker's is the default"
+
+    raw = {"kafka.bootstrap.servers": endpoints.kafka_bootstrap, "topic": "t"}
+    resolved = with_broker_timeout(writer.options, raw)
+    assert resolved.transaction_timeout_ms == maximum
+    assert resolved.producer_config()["transaction.timeout.ms"] == maximum
+    chosen = with_broker_timeout(writer.options, {**raw, "kafka.transaction.timeout.ms": "9000"})
+    assert chosen.transaction_timeout_ms == writer.options.transaction_timeout_ms
 
 
 def test_eos_sinks_lists_and_resets_a_batch_commit_sink(
