@@ -13,7 +13,8 @@
 # time, and each worker has services of its own: tests/conftest.py), then the system
 # tier, one test at a time (its whole-pipeline runs keep both cores busy, and one of
 # them restarts a service). With arguments, one pytest run gets them. Each run leaves
-# its JUnit XML and a table of its slowest tests in test-results/.
+# its JUnit XML and a table of its slowest tests in test-results/ (and the system tier's
+# harness runs, each whole-pipeline run's end and seconds, in harness-runs.md).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=.venv/bin

@@ -158,10 +158,45 @@ def crash_service(endpoints: Endpoints) -> Callable[[str], None]:
 
 
 @pytest.fixture
-def eos_verify(endpoints: Endpoints, tmp_path: Path) -> Callable[..., Report]:
+def eos_verify(
+    endpoints: Endpoints, tmp_path: Path, request: pytest.FixtureRequest
+) -> Callable[..., Report]:
     """The harness (eos_connectors.dev.harness.pytest_plugin) on the session's services: run
-    first, it would start the stack itself and the session would not stop it."""
-    return harness_runner(tmp_path)
+    first, it would start the stack itself and the session would not stop it. Each run's
+    whole-pipeline runs (how each ended, how long it took) go to
+    ``test-results/harness-runs.md``, so a slow CI run says where its time went."""
+    run = harness_runner(tmp_path)
+
+    def logged(**fields: object) -> Report:
+        report = run(**fields)
+        record_runs(request.node.nodeid, report)
+        return report
+
+    return logged
+
+
+def record_runs(test: str, report: Report) -> None:
+    """Append the report's runs to ``test-results/harness-runs.md`` (a table)."""
+    from tests.tiers import RESULTS
+
+    path = RESULTS / "harness-runs.md"
+    RESULTS.mkdir(exist_ok=True)
+    lines = (
+        []
+        if path.exists()
+        else [
+            "| test | run | ended by | seconds | points fired | query failures |",
+            "| --- | --: | --- | --: | --: | --- |",
+        ]
+    )
+    for r in report.runs:
+        failures = ", ".join(f"{q}: {n}" for q, n in sorted(r.query_failures.items())) or "-"
+        ended = r.ended_by + (f" ({r.service_crashed} restarted)" if r.service_crashed else "")
+        lines.append(
+            f"| `{test}` | {r.number} | {ended} | {r.seconds:.0f} | {len(r.faults)} | {failures} |"
+        )
+    with path.open("a") as out:
+        out.write("\n".join(lines) + "\n")
 
 
 @pytest.fixture(scope="session")
