@@ -286,11 +286,7 @@ class BatchCommitWriter(DataSourceStreamArrowWriter):
         age = time.time() - min(opened)
         if age <= limit_s - decision_margin(limit_s):
             return
-        client = TransactionClient(self.options.kafka)
-        try:
-            client.sweep(ids_prefix(self.options, sid), [])
-        finally:
-            client.close()
+        self._abort_open(sid)
         raise KafkaSinkError(
             f"Batch {batch} of sink {sid}: its oldest transaction has been open {age:.0f} s, "
             f"too close to kafka.transaction.timeout.ms = {self.options.transaction_timeout_ms}"
@@ -334,6 +330,10 @@ class BatchCommitWriter(DataSourceStreamArrowWriter):
         decided = read_pointer(self.options, sid)
         if decided is not None and decided[0] > batchId:
             return  # decided: never abort; the replay's commit finishes it
+        self._abort_open(sid)
+
+    def _abort_open(self, sid: str) -> None:
+        """Driver, for an undecided batch: every open transaction of the sink's ids ends."""
         client = TransactionClient(self.options.kafka)
         try:
             client.sweep(ids_prefix(self.options, sid), [])

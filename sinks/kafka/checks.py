@@ -12,7 +12,7 @@ from confluent_kafka.cimpl import NewTopic
 from eos_connectors.core.checkpoint_sinks import SinkEntry, record_at_start
 from eos_connectors.core.errors import ConfigError, ServiceUnavailableError, keeping_code
 from eos_connectors.core.kafka_errors import ClientErrors
-from eos_connectors.sinks.kafka.options import KafkaSinkOptions
+from eos_connectors.sinks.kafka.options import TRANSACTION_TIMEOUT, KafkaSinkOptions
 
 TIMEOUT = 30.0
 
@@ -130,7 +130,7 @@ def with_broker_timeout(options: KafkaSinkOptions, raw: Mapping[str, str]) -> Ka
     batch, so ``kafka.transaction.timeout.ms``, when not set, is the broker's
     ``transaction.max.timeout.ms`` (the longest batch the coordinator allows); the
     sink's default where the broker's settings may not be described."""
-    if any(key.lower() == TIMEOUT_OPTION for key in raw):
+    if any(key.lower() == TRANSACTION_TIMEOUT.key for key in raw):
         return options
     cluster = tuple(sorted((k, str(v)) for k, v in options.client_config().items()))
     if cluster not in _BROKER_MAX:
@@ -144,8 +144,6 @@ def with_broker_timeout(options: KafkaSinkOptions, raw: Mapping[str, str]) -> Ka
     kafka = {**options.kafka, "transaction.timeout.ms": str(maximum)}
     return replace(options, transaction_timeout_ms=maximum, kafka=kafka)
 
-
-TIMEOUT_OPTION = "kafka.transaction.timeout.ms"
 
 #: The driver's answers of :func:`_broker_max`, by cluster settings (asked once).
 _BROKER_MAX: dict[tuple[tuple[str, str], ...], int | None] = {}

@@ -222,7 +222,7 @@ class _Forgetter:
         self._wake.set()
 
     def idle(self, timeout: float) -> bool:
-        """Whether every pending forget ran within ``timeout`` seconds (tests, close)."""
+        """Whether every pending forget ran within ``timeout`` seconds (for tests)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with self._lock:
