@@ -70,7 +70,9 @@ class Checkpoint:
     last_committed: int | None
     watermark_ms: int
     conf: dict[str, str] = field(default_factory=dict)
-    sources: tuple[dict[str, Any] | None, ...] = ()  # the last planned batch's end, per source
+    #: The last planned batch's end, per source, as the source wrote it (any JSON value: a
+    #: Kafka source's object of topics, a ``rate`` source's number), None for "-".
+    sources: tuple[Any, ...] = ()
     operators: tuple[OperatorState, ...] = ()
     unfinished: tuple[str, ...] = ()  # offsets/ and commits/ writes a crash cut short
 
@@ -92,7 +94,7 @@ def batches(directory: Location) -> list[int]:
     return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit())
 
 
-def read_offsets(path: Location, batch: int) -> tuple[dict[str, Any], list[dict[str, Any] | None]]:
+def read_offsets(path: Location, batch: int) -> tuple[dict[str, Any], list[Any]]:
     """``offsets/<batch>``: its metadata and each source's offset (None for "-")."""
     lines = (path / "offsets" / str(batch)).read_text().splitlines()
     if len(lines) < 2 or not lines[0].startswith("v"):
@@ -113,7 +115,7 @@ def read_checkpoint(path: Location | str) -> Checkpoint:
     query_id = str(json.loads(metadata.read_text())["id"])
     planned, committed = batches(path / "offsets"), batches(path / "commits")
     conf: dict[str, str] = {}
-    sources: list[dict[str, Any] | None] = []
+    sources: list[Any] = []
     watermark = 0
     if planned:
         batch_metadata, sources = read_offsets(path, planned[-1])

@@ -4,6 +4,7 @@ Kafka lag), state and sinks, as plain data and as text. Driver-side tooling.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import asdict
 from typing import Any
@@ -64,9 +65,10 @@ def _operator(op: OperatorState) -> dict[str, Any]:
     }
 
 
-def _source(index: int, offsets: dict[str, Any] | None) -> dict[str, Any]:
-    """A source's end offsets of the last planned batch, with Kafka lag where it is Kafka."""
-    if offsets is None or not _kafka_shaped(offsets):
+def _source(index: int, offsets: Any) -> dict[str, Any]:
+    """A source's end offsets of the last planned batch, as the source wrote them (any
+    JSON value), with Kafka lag where it is Kafka."""
+    if not isinstance(offsets, dict) or not _kafka_shaped(offsets):
         return {"index": index, "offsets": offsets}
     from eos_connectors.sources.kafka.offsets import SourceOffset
 
@@ -132,7 +134,9 @@ def report_text(report: dict[str, Any]) -> str:
     for source in report["sources"]:
         lines.append(f"Source {source['index']}")
         lag = source.get("lag", {})
-        offsets = source["offsets"] or {}
+        offsets = source["offsets"]
+        if offsets is not None and not isinstance(offsets, dict):  # not Kafka: as written
+            lines.append(f"  offset {json.dumps(offsets)}")
         for name, offset in offsets.items() if isinstance(offsets, dict) else []:
             suffix = f"  lag {lag.get(name)}" if name in lag else ""
             lines.append(f"  {name:<40} {offset}{suffix}")

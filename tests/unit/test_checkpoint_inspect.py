@@ -1,0 +1,37 @@
+"""``eos checkpoint inspect`` on a checkpoint whose source is not Kafka (a ``rate`` source
+writes a number as its offset): shown as written, never a crash. The checkpoint is
+written by hand as Spark lays it out. Cost: well under a second."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from eos_connectors.cli import main
+from eos_connectors.ops.checkpoint import read_checkpoint
+from eos_connectors.ops.inspect import inspect, report_text
+
+
+def _rate_checkpoint(path: Path) -> Path:
+    (path / "offsets").mkdir(parents=True)
+    (path / "commits").mkdir()
+    (path / "metadata").write_text(json.dumps({"id": "5f1c0d1e-rate"}))
+    metadata = {"batchWatermarkMs": 0, "batchTimestampMs": 1, "conf": {}}
+    (path / "offsets" / "3").write_text(f"v1\n{json.dumps(metadata)}\n42")
+    (path / "commits" / "3").write_text('v1\n{"nextBatchWatermarkMs":0}')
+    return path
+
+
+def test_a_source_that_is_not_kafka_is_shown_as_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("EOS_KAFKA_BOOTSTRAP", "EOS_POSTGRES_DSN", "EOS_REDIS_URL"):
+        monkeypatch.delenv(name, raising=False)
+    path = _rate_checkpoint(tmp_path / "checkpoint")
+    report = inspect(read_checkpoint(str(path)), None)
+    assert report["sources"] == [{"index": 0, "offsets": 42}]
+    assert "  offset 42" in report_text(report).splitlines()
+    assert main(["checkpoint", "inspect", str(path)]) == 0
+    assert "Query id    5f1c0d1e-rate" in capsys.readouterr().out
