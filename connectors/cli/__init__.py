@@ -9,6 +9,7 @@ command's tooling, or an extra it needs, never stands in the way of the others.
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib
 import sys
 from collections.abc import Sequence
@@ -63,7 +64,32 @@ def command_parser(name: str) -> tuple[argparse.ArgumentParser, Command]:
     module: Command = importlib.import_module(f"eos_connectors.cli.{module_name}")  # type: ignore[assignment]
     parser = argparse.ArgumentParser(prog=f"eos {name}", description=text)
     module.add_arguments(parser)
+    _finish_subcommands(parser)
     return parser, module
+
+
+def _finish_subcommands(parser: argparse.ArgumentParser) -> None:
+    """A command's own options (``--dir``, the store options) are taken after its
+    subcommand too (``eos savepoint list --dir X`` as ``eos savepoint --dir X list``), and
+    each subcommand's ``--help`` opens with its one line of help."""
+    subcommands = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subcommands:
+        return
+    shared = [
+        a
+        for a in parser._actions
+        if a.option_strings and not isinstance(a, (argparse._HelpAction, argparse._VersionAction))
+    ]
+    helps = {c.dest: c.help for c in subcommands[0]._choices_actions}
+    for name, sub in subcommands[0].choices.items():
+        if sub.description is None:
+            sub.description = helps.get(name)
+        for action in shared:
+            if any(o in sub._option_string_actions for o in action.option_strings):
+                continue
+            again = copy.copy(action)
+            again.default = argparse.SUPPRESS  # the command's default stays when not given
+            sub._add_action(again)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

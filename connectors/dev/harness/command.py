@@ -10,6 +10,7 @@ from pathlib import Path
 
 from eos_connectors.core.secrets import is_secret_option, secret_values
 from eos_connectors.dev.harness.cells import CELLS, DRIVER_POINTS, TWO_PHASE_POINTS
+from eos_connectors.dev.harness.plan import check_names
 from eos_connectors.dev.harness.services import endpoints_and_crash
 from eos_connectors.dev.harness.verify import (
     BROKER_ROLES,
@@ -206,6 +207,7 @@ def _sink_options(given: list[str], path: str | None) -> tuple[tuple[str, str], 
 
 def run_verify(args: argparse.Namespace) -> int:
     plan = plan_from(args)
+    check_names(plan)  # before the stack starts for it
     endpoints, crash = endpoints_and_crash()
     report = verify(plan, endpoints, sys.stderr, crash)
     if args.report:
@@ -244,6 +246,7 @@ def run_demo(args: argparse.Namespace) -> int:
         cells=tuple(c.strip() for c in args.cells.split(",") if c.strip()),
         work_dir=Path("verify-runs") / f"demo-{uuid.uuid4().hex[:8]}",
     )
+    check_names(plan)
     endpoints, crash = endpoints_and_crash()
     print(endpoints.describe(), end="", file=sys.stderr)
     return print_report(verify(plan, endpoints, sys.stderr, crash), plan)

@@ -286,6 +286,19 @@ def step_entries(plan: Plan, chosen: list[Target]) -> dict[str, str]:
 
 
 def check_plan(plan: Plan, crash_service: CrashService | None) -> None:
+    """The plan against itself (:func:`check_names`) and against the services it got."""
+    check_names(plan)
+    crashes = [f for f in plan.step_faults if f != DRIVER_PARTITION]
+    if (plan.restarts or plan.broker_kills or crashes) and crash_service is None:
+        raise VerifyError(
+            "Service restarts need the package's own stack (`eos stack up`), not endpoints "
+            "from EOS_* variables."
+        )
+
+
+def check_names(plan: Plan) -> None:
+    """What the plan names (cells, sinks, services, faults) exists: checked before any
+    service is started for it."""
     unknown = [c for c in plan.cells if c not in CELLS]
     if unknown:
         raise VerifyError(f"Unknown cell {unknown[0]!r}: cells are {', '.join(CELLS)}.")
@@ -329,12 +342,6 @@ def check_plan(plan: Plan, crash_service: CrashService | None) -> None:
             f"--step-fault {DRIVER_PARTITION} needs a Spark standalone cluster "
             "(--master spark://...): in local mode the tasks run under the driver's "
             "process, so the driver cannot be cut off PostgreSQL alone."
-        )
-    crashes = [f for f in plan.step_faults if f != DRIVER_PARTITION]
-    if (plan.restarts or plan.broker_kills or crashes) and crash_service is None:
-        raise VerifyError(
-            "Service restarts need the package's own stack (`eos stack up`), not endpoints "
-            "from EOS_* variables."
         )
     if plan.full_crashes not in ("mixed", "all", "none"):
         raise VerifyError(f"full_crashes={plan.full_crashes!r}: choose 'mixed', 'all' or 'none'.")

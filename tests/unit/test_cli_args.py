@@ -1,0 +1,46 @@
+"""The ``eos`` command's parsing: a command's options after its subcommand, and each
+subcommand's help. Cost: well under a second."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from eos_connectors.cli import COMMANDS, command_parser
+
+
+def test_a_commands_options_are_taken_before_or_after_its_subcommand() -> None:
+    parser, _ = command_parser("savepoint")
+    assert parser.parse_args(["list", "--dir", "/sp"]).dir == "/sp"
+    assert parser.parse_args(["--dir", "/sp", "list"]).dir == "/sp"
+    assert parser.parse_args(["list"]).dir is None
+    restore = parser.parse_args(["restore", "p1", "--to", "/new", "--bookkeeping-schema", "bk"])
+    assert (restore.name, restore.to, restore.bookkeeping_schema) == ("p1", "/new", "bk")
+    assert parser.parse_args(["--bookkeeping-schema", "bk", "list"]).bookkeeping_schema == "bk"
+
+
+def test_every_subcommands_help_says_what_it_does() -> None:
+    for name in COMMANDS:
+        parser, _ = command_parser(name)
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub_name, sub in action.choices.items():
+                    assert sub.description, f"eos {name} {sub_name} --help has no description"
+
+
+def test_a_bad_cell_or_sink_is_refused_before_the_stack_starts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from eos_connectors.dev.harness import command
+    from eos_connectors.dev.harness.plan import VerifyError
+
+    def started() -> None:
+        raise AssertionError("the stack was started for a plan that names nothing real")
+
+    monkeypatch.setattr(command, "endpoints_and_crash", started)
+    parser, _ = command_parser("verify")
+    with pytest.raises(VerifyError, match="Unknown cell 'bogus'"):
+        command.run_verify(parser.parse_args(["--cells", "bogus"]))
+    with pytest.raises(VerifyError, match="Unknown sink 'mysql'"):
+        command.run_verify(parser.parse_args(["--sinks", "mysql"]))
