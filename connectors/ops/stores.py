@@ -45,6 +45,26 @@ class BookkeepingNames:
 def admins(names: BookkeepingNames = BookkeepingNames()) -> Iterator[list[SinkAdmin]]:
     """A SinkAdmin per store the environment names; ConfigError when it names none."""
     found: list[SinkAdmin] = []
+    try:
+        _connect(found, names)
+    except BaseException:  # one store unreachable: the others' connections close
+        for admin in found:
+            admin.close()
+        raise
+    if not found:
+        raise ConfigError(
+            "No store to look in: set EOS_POSTGRES_DSN, EOS_REDIS_URL and/or "
+            'EOS_KAFKA_BOOTSTRAP (for the local stack: eval "$(eos stack env)").'
+        )
+    try:
+        yield found
+    finally:
+        for admin in found:
+            admin.close()
+
+
+def _connect(found: list[SinkAdmin], names: BookkeepingNames) -> None:
+    """Driver-side tooling: an admin per store the environment names, into ``found``."""
     if os.environ.get("EOS_POSTGRES_DSN"):
         from eos_connectors.sinks.postgres.admin import PostgresSinkAdmin
 
@@ -61,16 +81,6 @@ def admins(names: BookkeepingNames = BookkeepingNames()) -> Iterator[list[SinkAd
                 kafka_client_config(), names.transactional_id_prefix, names.marker_log_topic
             )
         )
-    if not found:
-        raise ConfigError(
-            "No store to look in: set EOS_POSTGRES_DSN, EOS_REDIS_URL and/or "
-            'EOS_KAFKA_BOOTSTRAP (for the local stack: eval "$(eos stack env)").'
-        )
-    try:
-        yield found
-    finally:
-        for admin in found:
-            admin.close()
 
 
 def all_records(names: BookkeepingNames = BookkeepingNames()) -> list[SinkRecord] | None:

@@ -56,7 +56,23 @@ from eos_connectors.sinks.kafka.marker_log import Marker, decode
 from eos_connectors.sinks.kafka.options import DEFAULT_MARKER_LOG
 
 TIMEOUT = 30.0
+#: Seconds the admin waits for Kafka's first answer before it says Kafka is unreachable.
+REACH_TIMEOUT = 10.0
 log = logging.getLogger(__name__)
+
+
+class _Quiet(logging.Filter):
+    """librdkafka's lines of the admin's client at DEBUG: a broker that does not answer is
+    said once, by the admin's error, not once a second by librdkafka on the terminal."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return True
+
+
+#: librdkafka's log of the admin's client (``eos sinks``, ``eos checkpoint inspect``).
+LIBRDKAFKA_LOG = logging.getLogger("eos_connectors.sinks.kafka.admin.librdkafka")
+LIBRDKAFKA_LOG.addFilter(_Quiet())
 
 
 class KafkaSinkAdmin(SinkAdmin):
@@ -70,11 +86,29 @@ class KafkaSinkAdmin(SinkAdmin):
     ) -> None:
         self.config = client_config
         self.marker_log = marker_log
-        self.admin = AdminClient(client_config)
+        settings: dict[str, Any] = {**client_config, "logger": LIBRDKAFKA_LOG}
+        self.admin = AdminClient(settings)
+        self._reach(str(client_config.get("bootstrap.servers", "")))
         self.group = re.compile(
             rf"^{re.escape(transactional_id_prefix)}-(.+)-(\d+|claim|decision)$"
         )
         self.prefix = transactional_id_prefix
+
+    def _reach(self, bootstrap: str) -> None:
+        """Kafka answers within :data:`REACH_TIMEOUT`, or one clear error says it does
+        not (rather than every call waiting out its own timeout)."""
+        try:
+            self.admin.list_topics(timeout=REACH_TIMEOUT)
+        except KafkaException as exc:
+            raise keeping_code(
+                ServiceUnavailableError(
+                    f"Kafka at {bootstrap} did not answer within {REACH_TIMEOUT:.0f} s "
+                    f"({exc.args[0].str() if exc.args else exc}). Check EOS_KAFKA_BOOTSTRAP "
+                    "(and EOS_KAFKA_CONFIG for a secured listener), or unset it to "
+                    "leave Kafka out."
+                ),
+                exc,
+            ) from None
 
     def _groups(self) -> dict[str, list[str]]:
         """Sink id -> its marker groups that the broker still holds."""
