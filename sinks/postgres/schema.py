@@ -66,7 +66,8 @@ def pg_type(name: str, data_type: DataType) -> str:
     if entry is None:
         raise ConfigError(
             f"Column {name!r} has Spark type {data_type.simpleString()}, which eos_postgres "
-            "cannot write; cast it to a supported type (see the type table in the README)."
+            f"cannot write; cast it to one it writes: {', '.join(t.typeName() for t in _TYPES)}"
+            " (docs/postgres-sink.md says which PostgreSQL type each becomes)."
         )
     if isinstance(data_type, DecimalType):
         return f"numeric({data_type.precision},{data_type.scale})"
