@@ -42,10 +42,13 @@ Before a new decision the driver refuses a batch whose oldest transaction is too
 to ``kafka.transaction.timeout.ms`` (:func:`decision_margin`): it aborts them and fails,
 so the coordinator never times out a transaction for being decided late; unset, that
 timeout is the broker's ``transaction.max.timeout.ms`` in this mode
-(:func:`.checks.with_broker_timeout`).
+(:func:`.checks.with_broker_timeout`). A change stream whose key two tasks' reports share
+is refused the same way, before its decision (:mod:`.task_keys`).
 
-What this mode does not do yet (docs/protocol.md lists it): batch writes, pooled
-producers.
+A batch write (``df.write`` with ``sinkId``/``txnVersion``) is batch ``txnVersion`` of the
+same protocol (:meth:`BatchCommitWriter.plan_job`): a rerun of a version in any shape
+writes each record once. What this mode does not do yet (docs/protocol.md lists it):
+pooled producers.
 """
 
 from __future__ import annotations
@@ -60,7 +63,10 @@ from confluent_kafka import KafkaError, Producer
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
 from eos_connectors.core import faults, timing
+from eos_connectors.core.batch_job import TXN_VERSION, BatchJob, JobPlan
+from eos_connectors.core.changes import KeyAcrossTasksError
 from eos_connectors.core.context import TaskIdentity
+from eos_connectors.core.errors import ConfigError
 from eos_connectors.core.protocol import Lineage, SinkClaimedError
 from eos_connectors.sinks.kafka.claim import check_owner
 from eos_connectors.sinks.kafka.clients import CALL_TIMEOUT, LIBRDKAFKA_LOG, call, produce_rows
@@ -81,6 +87,7 @@ from eos_connectors.sinks.kafka.errors import KafkaSinkError
 from eos_connectors.sinks.kafka.marker import MarkerGroup
 from eos_connectors.sinks.kafka.options import KafkaSinkOptions, transactional_id
 from eos_connectors.sinks.kafka.records import in_order, rows
+from eos_connectors.sinks.kafka.task_keys import TaskKeys, shared_key
 from eos_connectors.sinks.kafka.txn_identity import Identity
 
 log = logging.getLogger(__name__)
@@ -101,6 +108,7 @@ class PreparedTask(WriterCommitMessage):
         records: int = 0,
         txn: OpenTransaction | None = None,
         opened_at: float = 0.0,
+        keys: pa.Array | None = None,
     ) -> None:
         self.batch_id = task.batch_id
         self.partition = task.partition
@@ -111,6 +119,7 @@ class PreparedTask(WriterCommitMessage):
         self.records = records
         self.txn = txn
         self.opened_at = opened_at  # the task's clock when it began the transaction
+        self.keys = keys  # a change stream's distinct keys (:mod:`.task_keys`)
 
 
 def ids_prefix(options: KafkaSinkOptions, sid: str) -> str:
@@ -220,9 +229,11 @@ class BatchCommitWriter(DataSourceStreamArrowWriter):
         )
         faults.point("before-prepare", task.batch_id, role="worker", query=task.query_name)
         changes = self.options.changes
-        count = produce_rows(
-            producer, rows(in_order(_chain(first, batches), changes), self.options.topic, changes)
-        )
+        noted = TaskKeys() if changes.applies_changes else None
+        ordered = in_order(_chain(first, batches), changes)
+        if noted is not None:
+            ordered = noted.passing(ordered)
+        count = produce_rows(producer, rows(ordered, self.options.topic, changes))
         left = producer.flush(CALL_TIMEOUT)
         if left or failures.first is not None:
             producer.abort_transaction(CALL_TIMEOUT)
@@ -238,7 +249,55 @@ class BatchCommitWriter(DataSourceStreamArrowWriter):
         txn = identity.wait(producer, name, IDENTITY_TIMEOUT)
         steps.record()
         faults.point("after-prepare", task.batch_id, role="worker", query=task.query_name)
-        return PreparedTask(task, sid, "prepared", count, txn, opened_at)
+        keys = noted.distinct() if noted is not None else None
+        return PreparedTask(task, sid, "prepared", count, txn, opened_at, keys)
+
+    # -- batch jobs (df.write: eos_connectors.core.batch_job) ------------------------------
+
+    def write_as(self, task: TaskIdentity, iterator: Iterator[pa.RecordBatch]) -> PreparedTask:
+        """Task: one task of a batch job's run, as batch ``txnVersion`` of the job."""
+        return self.write_task(task, iterator)
+
+    def plan_job(self, job: BatchJob) -> JobPlan:
+        """Driver, before any task of a batch job's run. A version below the last decided
+        one writes nothing; the last decided one runs (its tasks find it decided and write
+        nothing, in any shape, and its commit ends the decided transactions again); a
+        later one first ends the last decision's transactions, so that no task of the new
+        version fences (aborts) a decided transaction whose driver died before its
+        commits. Any split of the rows is fine: nothing of a version is visible before
+        its decision."""
+        sid = self.options.sink_id_for(job.query_id)
+        pointer = read_pointer(self.options, sid)
+        if pointer is None:
+            return JobPlan()
+        if pointer[1] != job.query_id:
+            raise SinkClaimedError(sid, Lineage(pointer[1]), job.query_id)
+        last = pointer[0] - 1
+        if job.version < last:
+            return JobPlan(skip=f"{TXN_VERSION} {last} was committed before")
+        if job.version > last:
+            self._finish_before(read_decision(self.options, sid, last), job, sid)
+        return JobPlan()
+
+    def _finish_before(self, decision: Decision, job: BatchJob, sid: str) -> None:
+        """Driver: the last decided version's transactions committed (a repeat is
+        harmless) before version ``job.version`` runs."""
+        if decision.rewrite:
+            raise ConfigError(
+                f"{TXN_VERSION} {decision.batch} of job {sid!r} was decided, but the "
+                f"transactions of its task partitions {list(decision.rewrite)} were aborted "
+                f"before their commit. Nothing of {TXN_VERSION} {job.version} was written. "
+                f"Rerun {TXN_VERSION} {decision.batch} first with the same input and "
+                f"partitioning (it writes those task partitions again), then {job.version}."
+            )
+        client = TransactionClient(self.options.kafka)
+        try:
+            self._end_decided(client, decision, job.sink_id, sid)
+        finally:
+            client.close()
+
+    def end_job(self, job: BatchJob, plan: JobPlan, tasks: int, complete: bool) -> None:
+        """Driver: nothing to keep; the decision pointer is the job's record."""
 
     # -- driver --------------------------------------------------------------------------
 
@@ -256,6 +315,7 @@ class BatchCommitWriter(DataSourceStreamArrowWriter):
             decision = decision or read_decision(self.options, sid, batchId)
         else:
             self._refuse_if_outlived(reports, batchId, sid)
+            self._refuse_keys_across_tasks(reports, batchId, sid)
             txns = {r.partition: r.txn for r in reports if r.txn is not None}
             decision = Decision(batchId, query, txns, sum(r.records for r in reports))
             write_decision(self.options, sid, decision)
@@ -297,6 +357,20 @@ class BatchCommitWriter(DataSourceStreamArrowWriter):
             " the broker's transaction.max.timeout.ms), or use commitMode=task, where each "
             "task commits its own transaction."
         )
+
+    def _refuse_keys_across_tasks(self, reports: list[PreparedTask], batch: int, sid: str) -> None:
+        """Driver, before a new decision: a change stream whose key reached two tasks of the
+        batch cannot keep that key's order, so the batch is never decided: its open
+        transactions are aborted and the batch fails, naming a key, both task partitions
+        and the fix (:mod:`.task_keys`)."""
+        if not self.options.changes.applies_changes:
+            return
+        found = shared_key([(r.partition, r.keys) for r in reports if r.keys is not None])
+        if found is None:
+            return
+        self._abort_open(sid)
+        key, low, high = found
+        raise KeyAcrossTasksError(f"key={key!r}", sid, batch, (low, high), "'key'")
 
     def _end_decided(
         self, client: TransactionClient, decision: Decision, name: str | None, sid: str

@@ -3,13 +3,12 @@ is :class:`eos_connectors.formats.KafkaDataSource`)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pyspark.sql.types import StructType
 
 from eos_connectors.core import batch_job
 from eos_connectors.core.changes import check_schema as check_changes
-from eos_connectors.core.errors import ConfigError
 from eos_connectors.core.startup import once_per_driver, start_key
 
 if TYPE_CHECKING:
@@ -28,15 +27,6 @@ class KafkaSinkFormat(batch_job.SinkFormat):
     instead_of_overwrite = (
         "a Kafka topic is appended to, never rewritten (Spark's sink refuses it too)"
     )
-
-    def writer(self, schema: StructType, overwrite: bool) -> Any:
-        """Driver: a batch write (``df.write``); the batch commit is for streams so far."""
-        if self.sink_config.commit_mode == "batch":
-            raise ConfigError(
-                "Option 'commitMode' = batch applies to streaming queries so far; a batch "
-                "write (df.write) uses commitMode=task (the default)."
-            )
-        return super().writer(schema, overwrite)
 
     @property
     def sink_config(self) -> KafkaSinkOptions:

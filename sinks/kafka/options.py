@@ -111,11 +111,11 @@ COMMIT_MODE = opt.Option(
     "commitMode",
     opt.choice(*COMMIT_MODES),
     "`task`: each task commits its own transaction (visible before the batch completes; "
-    "exactly once under deterministic replay). `batch` (being built; streaming queries "
-    "only): tasks leave their transactions open and the driver commits them all once the "
-    "batch is decided; the driver needs to reach the transaction coordinators",
+    "exactly once under deterministic replay). `batch` (a preview): tasks leave their "
+    "transactions open and the driver commits them all once the batch (or the batch "
+    "write's `txnVersion`) is decided, so nothing is visible before and a replay in any "
+    "shape writes each record once; the driver needs to reach the transaction coordinators",
     default="task",
-    applies=opt.Applies.STREAM,
 )
 ORDER_COLUMNS = opt.Option(
     "orderColumns",

@@ -215,3 +215,48 @@ def test_a_partly_written_kafka_version_is_rerun_only_in_its_first_shape(
     _save(df.repartition(4), "eos_kafka", txnVersion="7", **job)
     _save(df.repartition(3), "eos_kafka", txnVersion="5", **job)
     assert _kafka_values(endpoints.kafka_bootstrap, out) == once
+
+
+@pytest.mark.cost(7)
+def test_a_batch_commit_version_is_rerun_in_any_shape(
+    spark: SparkSession, endpoints: Endpoints, unique: str
+) -> None:
+    """``commitMode=batch``: version 7 fails in task partition 1 after partition 0 wrote,
+    and nothing of it is visible. Its rerun in three partitions with a ``rand()`` column
+    writes each record once; a rerun of 7 in four partitions and version 5 then write
+    nothing (the refusals of the task-commit mode above do not apply)."""
+    from pyspark.sql import functions as F
+
+    rows = 400
+    df = spark.createDataFrame(
+        [(f"k{i}", f"v{i}") for i in range(rows)], "key string, value string"
+    )
+    out = f"bbc-{unique}"
+    create_topic(endpoints.kafka, out, partitions=2)
+    job = {
+        "kafka.bootstrap.servers": endpoints.kafka_bootstrap,
+        "topic": out,
+        "sinkId": unique,
+        "commitMode": "batch",
+    }
+    failing = F.udf(_fails_in_task_partition_1, "string")
+    with pytest.raises(Exception, match="always fails"):
+        _save(
+            df.repartition(2).select("key", failing("value").alias("value")),
+            "eos_kafka",
+            txnVersion="7",
+            **job,
+        )
+    assert _kafka_values(endpoints.kafka_bootstrap, out) == Counter(), "visible undecided"
+
+    def written() -> Counter[bytes]:
+        values = _kafka_values(endpoints.kafka_bootstrap, out)
+        return Counter(v.split(b"|")[0] for v in values.elements())
+
+    noisy = F.concat(F.col("value"), F.lit("|"), F.rand().cast("string"))
+    _save(df.repartition(3).select("key", noisy.alias("value")), "eos_kafka", txnVersion="7", **job)
+    once = Counter({f"v{i}".encode(): 1 for i in range(rows)})
+    assert written() == once
+    _save(df.repartition(4), "eos_kafka", txnVersion="7", **job)
+    _save(df, "eos_kafka", txnVersion="5", **job)
+    assert written() == once

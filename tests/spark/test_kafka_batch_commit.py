@@ -2,9 +2,10 @@
 read_committed consumer polling while one task of a batch sleeps sees none of the
 batch's records, then all of them within 1 s (in ``commitMode=task`` it saw 498 of the
 1,000 for the length of the sleep); a failed batch replayed with another split
-and a ``rand()`` column writes each input record once.
+and a ``rand()`` column writes each input record once; a change stream whose key
+reached two tasks is refused before anything is visible, then written after the fix.
 
-Cost: ~17 s (a 4 s sleep inside a task; two queries)."""
+Cost: ~27 s (a 4 s sleep inside a task; five queries)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,9 @@ from pyspark.sql import functions as F
 
 from eos_connectors.core.topics import create_topic, read_to_end
 from eos_connectors.dev.endpoints import Endpoints
+from eos_connectors.sinks.kafka.batch_commit import ids_prefix
+from eos_connectors.sinks.kafka.coordinator import TransactionClient
+from eos_connectors.sinks.kafka.options import parse_options
 from tests.kafka_util import produce_plain
 from tests.source_util import stream_of
 
@@ -63,13 +67,21 @@ class Watcher:
         self.consumer.close()
 
 
-def _query(df: DataFrame, checkpoint: Path, endpoints: Endpoints, topic: str, sink: str) -> None:
+def _query(
+    df: DataFrame,
+    checkpoint: Path,
+    endpoints: Endpoints,
+    topic: str,
+    sink: str,
+    **options: str,
+) -> None:
     query = (
         df.writeStream.format("eos_kafka")
         .option("kafka.bootstrap.servers", endpoints.kafka_bootstrap)
         .option("topic", topic)
         .option("sinkId", sink)
         .option("commitMode", "batch")
+        .options(**options)
         .option("checkpointLocation", str(checkpoint))
         .trigger(availableNow=True)
         .start()
@@ -146,3 +158,48 @@ def test_a_failed_batch_replayed_in_another_split_with_rand_writes_each_record_o
         (r.value or b"").split(b"|")[0] for r in read_to_end(endpoints.kafka, out, timeout=10)
     )
     assert written == Counter(b"%d" % i for i in range(RECORDS))
+
+
+@pytest.mark.cost(10)
+def test_a_change_streams_key_in_two_tasks_is_refused_before_anything_is_visible(
+    spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path
+) -> None:
+    """One input partition read in two pieces (``minPartitions=2``): key 1's insert in the
+    first task, its delete in the second. Written in that split, a compacted topic could
+    keep the insert; the batch is refused naming the key, both tasks and the fix, with
+    nothing visible and no transaction left open. With ``repartition("key")`` the same
+    recorded batch is written: the delete after the insert."""
+    source, out, sink = f"kbk-in-{unique}", f"kbk-out-{unique}", f"kbk-{unique}"
+    create_topic(endpoints.kafka, source, partitions=1)
+    create_topic(endpoints.kafka, out, partitions=1)
+    changes = [b"1:c", *(b"%d:c" % i for i in range(2, 202)), b"1:d"]
+    produce_plain(endpoints.kafka_bootstrap, source, changes, partition=0)
+    checkpoint = tmp_path / "checkpoint"
+
+    def changes_of(df: DataFrame) -> DataFrame:
+        parts = F.split(F.col("value").cast("string"), ":")
+        return df.select(parts[0].alias("key"), F.col("value"), parts[1].alias("op"))
+
+    split = stream_of(
+        spark, endpoints, subscribe=source, startingOffsets="earliest", minPartitions="2"
+    )
+    with pytest.raises(Exception, match=r"Key key='1' reached two tasks of batch 0") as refused:
+        _query(
+            changes_of(split), checkpoint, endpoints, out, sink, deleteColumn="op", deleteValue="d"
+        )
+    assert "partitions 0 and 1" in str(refused.value)
+    assert ".repartition('key')" in str(refused.value)
+    assert read_to_end(endpoints.kafka, out, timeout=10) == [], "a refused batch was visible"
+    options = parse_options({"kafka.bootstrap.servers": endpoints.kafka_bootstrap, "topic": out})
+    client = TransactionClient(options.kafka)
+    try:
+        assert client.open_transactions(ids_prefix(options, sink)) == []
+    finally:
+        client.close()
+
+    replay = stream_of(spark, endpoints, subscribe=source, startingOffsets="earliest")
+    fixed = changes_of(replay).repartition(2, "key")
+    _query(fixed, checkpoint, endpoints, out, sink, deleteColumn="op", deleteValue="d")
+    records = read_to_end(endpoints.kafka, out, timeout=10)  # a tombstone's value reads b""
+    assert len(records) == 202, "each change once"
+    assert [r.value for r in records if r.key == b"1"] == [b"1:c", b""], "the delete last"
