@@ -4,9 +4,9 @@
 # The services start (and what the tests fetch or build once is prepared) while ruff,
 # mypy and the layer contracts run, and then the unit tier, so a fresh machine's
 # downloads and start-ups overlap them. The services are the local stack (Kafka,
-# PostgreSQL, Redis, a 2-worker Spark cluster, HDFS) and a second Kafka, PostgreSQL and
-# Redis for the second pytest worker, unless EOS_KAFKA_BOOTSTRAP names services
-# already; what this script started, it stops.
+# PostgreSQL, Redis; then a 2-worker Spark cluster and HDFS, see start_late) and a
+# second Kafka, PostgreSQL and Redis for the second pytest worker, unless
+# EOS_KAFKA_BOOTSTRAP names services already; what this script started, it stops.
 #
 # Without arguments: the unit tier (and examples/), then the services and Spark tiers on
 # two pytest workers (pytest-xdist; they wait on brokers and timeouts about half the
@@ -43,8 +43,12 @@ trap stop_ours EXIT
 
 : >"$results/stack-up.log"
 if [ -z "${EOS_KAFKA_BOOTSTRAP:-}" ]; then
-  start_stack "$default_root" --spark-workers 2 --hdfs
-  if [ "$#" = 0 ]; then start_stack "$second_root"; fi
+  if [ "$#" = 0 ]; then  # the Spark cluster and HDFS follow once these are up: start_late
+    start_stack "$default_root"
+    start_stack "$second_root"
+  else
+    start_stack "$default_root" --spark-workers 2 --hdfs
+  fi
 fi
 "$bin/python" -m eos_connectors.dev.prefetch >"$results/prefetch.log" 2>&1 &
 prefetch_pid=$!
@@ -65,8 +69,35 @@ services_up() {
   done
   echo "test.sh: services up after $(( $(date +%s) - began )) s"
   if [ -z "${EOS_KAFKA_BOOTSTRAP:-}" ]; then  # both workers use the first stack's HDFS
-    eval "$(EOS_STACK_DIR=$default_root "$bin/eos" stack env | grep -E '^export EOS_(WEB)?HDFS_URL=')"
+    export_hdfs
   fi
+}
+
+export_hdfs() {
+  eval "$(EOS_STACK_DIR=$default_root "$bin/eos" stack env | grep -E '^export EOS_(WEB)?HDFS_URL=')"
+}
+
+# The Spark cluster (three JVMs) and HDFS (two), which only the hdfs- and cluster-marked
+# tests need, start once Kafka, PostgreSQL and Redis are up, beside the first tests
+# rather than beside the lint and the unit tier (whose end they delayed by ~10 s). An
+# HDFS test that comes first waits for them: EOS_HDFS_STACK_DIR names the stack that
+# starts them (tests/conftest.py's hdfs_url takes its lock).
+late_pid=""
+start_late() {
+  [ -z "${EOS_KAFKA_BOOTSTRAP:-}" ] || return 0
+  EOS_STACK_DIR=$default_root "$bin/eos" stack up --spark-workers 2 --hdfs \
+    >>"$results/stack-up.log" 2>&1 &
+  late_pid=$!
+  export EOS_HDFS_STACK_DIR=$default_root
+}
+
+late_up() {
+  [ -n "$late_pid" ] || return 0
+  if ! wait "$late_pid"; then
+    echo "test.sh: the Spark cluster and HDFS did not start:"; cat "$results/stack-up.log"; exit 1
+  fi
+  echo "test.sh: the Spark cluster and HDFS up after $(( $(date +%s) - began )) s"
+  export_hdfs
 }
 
 if [ "$#" != 0 ]; then
@@ -79,6 +110,7 @@ fi
 "$bin/python" -m pytest -q --junitxml="$results/junit-unit.xml" tests/unit examples \
   || status=$?
 services_up
+start_late
 workers=2
 if [ -n "${EOS_KAFKA_BOOTSTRAP:-}" ]; then workers=0; fi  # services of one's own: not shared
 "$bin/python" -m pytest -v -n "$workers" --junitxml="$results/junit-services.xml" \
@@ -90,6 +122,7 @@ for root in "${our_roots[@]}"; do
     EOS_STACK_DIR=$root "$bin/eos" stack down >>"$results/stack-up.log" 2>&1 || true
   fi
 done
+late_up
 "$bin/python" -m pytest -v --junitxml="$results/junit-system.xml" tests/system || status=$?
 echo "test.sh: tests took $(( $(date +%s) - began )) s after lint began"
 exit "$status"

@@ -222,7 +222,8 @@ def spark_master() -> Iterator[str]:
 def hdfs_url() -> Iterator[str]:
     """HDFS (a NameNode and a DataNode) on loopback: ``EOS_HDFS_URL`` when set, else the
     package stack's, started for the session and stopped after it unless it ran before
-    or ``EOS_KEEP_STACK=1``. Sets ``EOS_WEBHDFS_URL`` for the sinks' checkpoint records:
+    or ``EOS_KEEP_STACK=1`` (or the stack ``EOS_HDFS_STACK_DIR`` names, whose HDFS its
+    starter stops). Sets ``EOS_WEBHDFS_URL`` for the sinks' checkpoint records:
     a Spark session started after this fixture passes it to its Python workers."""
     explicit = os.environ.get("EOS_HDFS_URL")
     if explicit:
@@ -230,8 +231,11 @@ def hdfs_url() -> Iterator[str]:
         return
     from eos_connectors.dev.stack import Stack
 
-    stack = Stack()
-    was_up = stack.hdfs_url() is not None
+    # EOS_HDFS_STACK_DIR: the stack scripts/test.sh is starting HDFS in (while the first
+    # tests run); up_hdfs waits on its lock and finds it running, and it stays up.
+    shared = os.environ.get("EOS_HDFS_STACK_DIR")
+    stack = Stack(Path(shared)) if shared else Stack()
+    was_up = bool(shared) or stack.hdfs_url() is not None
     url = stack.up_hdfs()
     os.environ["EOS_HDFS_URL"] = url
     os.environ["EOS_WEBHDFS_URL"] = stack.webhdfs_url() or ""
