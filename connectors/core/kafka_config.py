@@ -17,11 +17,13 @@ function of it alone, as :func:`java_security.translate` is for Java's names.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from eos_connectors.core.errors import ConfigError
 from eos_connectors.core.java_security import translate
+from eos_connectors.core.secrets import redact, secret_values
 
 #: librdkafka's settings, ``bootstrap.servers`` among them.
 KafkaConfig = Mapping[str, Any]
@@ -132,3 +134,72 @@ def _ssl_context(settings: Mapping[str, Any]) -> Any:
     if str(settings.get("ssl.endpoint.identification.algorithm", "https")).lower() == "none":
         context.check_hostname = False
     return context
+
+
+#: Java client settings librdkafka has no setting for, with what to do instead.
+JAVA_ONLY = {
+    "buffer.memory": "set kafka.queue.buffering.max.kbytes (the producer's queue, in KiB)",
+    "interceptor.classes": "drop it: librdkafka runs no Java interceptors",
+    "metric.reporters": "drop it: the source's and sink's progress reports their metrics",
+    "key.serializer": "drop it: the key column's bytes are written as they are",
+    "value.serializer": "drop it: the value column's bytes are written as they are",
+    "max.block.ms": "drop it: librdkafka bounds its calls with its own timeouts",
+    "partitioner.class": "set kafka.partitioner (librdkafka's), or give the rows a partition",
+}
+
+
+def check_settings(
+    config: KafkaConfig,
+    build: Callable[[dict[str, Any]], object],
+    who: str,
+    given: Iterable[str] = (),
+) -> None:
+    """Driver, at start: librdkafka takes every setting of ``config`` as the client
+    ``build`` makes it (a client built and dropped at once: its settings are checked when
+    it is made, before it connects), so a Java-only name or a setting that contradicts
+    what the connector forces fails here, naming the option, and not in every task.
+    ``given``: the settings the user set, one of which is named when the client refuses
+    (the first whose removal lets it build)."""
+    for name, instead in JAVA_ONLY.items():
+        if name in config:
+            raise ConfigError(
+                f"{who}: option 'kafka.{name}' is a Java client setting librdkafka does not "
+                f"have: {instead}."
+            )
+    reason = _refusal(config, build)
+    if reason is None:
+        return
+    culprit = next(
+        (n for n in given if n in config and _refusal(_without(config, n), build) is None), None
+    )
+    named = f"option 'kafka.{culprit}'" if culprit else "a kafka.* option"
+    raise ConfigError(
+        f"{who}: librdkafka refuses {named}: {redact(reason, secret_values(config))}. Each "
+        "kafka.<name> option goes to librdkafka as <name> (its names, Java's for the common "
+        "settings)."
+    )
+
+
+class _Silent(logging.Filter):
+    """A start check's throwaway client says nothing (it is dropped before it matters)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return False
+
+
+_PROBE_LOG = logging.getLogger("eos_connectors.core.kafka_config.probe")
+_PROBE_LOG.addFilter(_Silent())
+
+
+def _refusal(config: KafkaConfig, build: Callable[[dict[str, Any]], object]) -> str | None:
+    """Why librdkafka refuses to build a client of ``config``, or None when it builds."""
+    try:
+        build({**config, "logger": _PROBE_LOG})
+    except Exception as exc:  # confluent_kafka.KafkaException: an invalid setting
+        error = exc.args[0] if exc.args else exc
+        return str(error.str() if hasattr(error, "str") else error)
+    return None
+
+
+def _without(config: KafkaConfig, name: str) -> dict[str, Any]:
+    return {k: v for k, v in config.items() if k != name}

@@ -215,19 +215,28 @@ def names(value: str, name: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in value.split(",") if part.strip())
 
 
-_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)?\s*$", re.IGNORECASE | re.ASCII)
-_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+#: Spark's time suffixes (JavaUtils.timeStringAs): us, ms, s, m, min, h, d.
+_DURATION = re.compile(r"^\s*(\d+)\s*(us|ms|s|min|m|h|d)?\s*$", re.IGNORECASE | re.ASCII)
+_UNIT_US = {
+    "us": 1,
+    "ms": 1000,
+    "s": 1_000_000,
+    "m": 60_000_000,
+    "min": 60_000_000,
+    "h": 3_600_000_000,
+    "d": 86_400_000_000,
+}
 
 
 def duration_ms(value: str, name: str) -> int:
-    """A duration as Spark's options write it (``15m``, ``30s``, ``500ms``; a bare number
-    is milliseconds), in milliseconds."""
+    """A duration as Spark's options write it (``15m``, ``15min``, ``30s``, ``500ms``; a
+    bare number is milliseconds), in whole milliseconds (as Spark rounds: down)."""
     found = _DURATION.match(value)
     if found is None:
         raise ConfigError(
-            f"Option '{name}' must be a duration such as 30s, 15m or 500ms, got {value!r}."
+            f"Option '{name}' must be a duration such as 30s, 15m, 15min or 500ms, got {value!r}."
         )
-    return int(found.group(1)) * _UNIT_MS[(found.group(2) or "ms").lower()]
+    return int(found.group(1)) * _UNIT_US[(found.group(2) or "ms").lower()] // 1000
 
 
 # -- the options every sink shares -----------------------------------------------------------

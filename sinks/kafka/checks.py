@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
 from confluent_kafka.cimpl import NewTopic
 
 from eos_connectors.core.checkpoint_sinks import SinkEntry, record_at_start
 from eos_connectors.core.errors import ConfigError, ServiceUnavailableError, keeping_code
+from eos_connectors.core.kafka_config import check_settings
 from eos_connectors.core.kafka_errors import ClientErrors
 from eos_connectors.sinks.kafka.options import TRANSACTION_TIMEOUT, KafkaSinkOptions
 
@@ -18,11 +19,22 @@ TIMEOUT = 30.0
 
 
 def start_checks(options: KafkaSinkOptions, raw: Mapping[str, str] | None = None) -> None:
-    """Driver, at a query's start: the broker (:func:`check_broker`); an exactly-once sink
-    recorded in the query's checkpoint (``raw``: Spark's options)."""
+    """Driver, at a query's start: every ``kafka.*`` setting as the tasks' producers take
+    it; the broker (:func:`check_broker`); an exactly-once sink recorded in the query's
+    checkpoint (``raw``: Spark's options)."""
+    check_producer_settings(options)
     check_broker(options)
     if options.exactly_once:
         record_at_start(raw or {}, lambda query_id: checkpoint_entry(options, query_id))
+
+
+def check_producer_settings(options: KafkaSinkOptions) -> None:
+    """Driver: librdkafka takes the tasks' producer settings (a Java-only name, or
+    ``acks=1`` against the idempotent producer, fails here naming the option)."""
+    settings = options.producer_config()
+    if options.exactly_once:
+        settings = {**settings, "transactional.id": "eos-start-check"}
+    check_settings(settings, Producer, "eos_kafka sink", given=options.kafka)
 
 
 def checkpoint_entry(options: KafkaSinkOptions, query_id: str) -> SinkEntry:

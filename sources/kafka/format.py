@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from confluent_kafka import Consumer
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
 from pyspark.sql.types import (
     ArrayType,
@@ -14,11 +15,14 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from eos_connectors.core.errors import ConfigError
+from eos_connectors.core.kafka_config import check_settings
 from eos_connectors.sources.kafka.batch_reader import KafkaBatchReader
 from eos_connectors.sources.kafka.options import (
     KafkaSourceOptions,
     check_for_stream,
     parse_options,
+    warn_ignored,
 )
 from eos_connectors.sources.kafka.stream_reader import KafkaStreamReader
 
@@ -69,10 +73,34 @@ class KafkaSourceFormat(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """Driver: the stream's reader (its ``read`` runs in tasks)."""
+        self._check_schema(schema)
+        self._check_settings()
         check_for_stream(self.config)
+        warn_ignored(self.options, self.config, batch=False)
         return KafkaStreamReader(self.config)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         """Driver: a batch read's reader, ``spark.read.format("eos_kafka")`` (its ``read``
         runs in tasks)."""
+        self._check_schema(schema)
+        self._check_settings()
+        warn_ignored(self.options, self.config, batch=True)
         return KafkaBatchReader(self.config)
+
+    def _check_settings(self) -> None:
+        """Driver: librdkafka takes every ``kafka.*`` setting as the tasks' consumers take it
+        (a Java-only name fails here naming the option, not in every task)."""
+        settings = {**self.config.client_config(), "group.id": "eos-start-check"}
+        check_settings(settings, Consumer, "eos_kafka source", given=self.config.kafka)
+
+    def _check_schema(self, schema: StructType) -> None:
+        """Driver: a ``.schema(...)`` the user gave is refused, as Spark's kafka source
+        refuses it: the columns are fixed."""
+        fixed = self.schema()
+        if schema != fixed:
+            raise ConfigError(
+                "The eos_kafka source has fixed columns (those of Spark's kafka source: "
+                f"{fixed.simpleString()}), so .schema(...) cannot set them. Drop .schema(...) "
+                "and parse the value after load(), e.g. from_json(col('value').cast('string'), "
+                "<schema>)."
+            )

@@ -8,6 +8,7 @@ the option.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -23,6 +24,8 @@ LATEST = -1
 Subscription = Literal["subscribe", "subscribePattern", "assign"]
 
 DEFAULT_POLL_TIMEOUT_MS = 120_000
+log = logging.getLogger(__name__)
+
 DEFAULT_GROUP_ID_PREFIX = "eos-kafka-source"
 _ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
 _STREAM, _BATCH = opt.Applies.STREAM, opt.Applies.BATCH
@@ -291,6 +294,14 @@ def parse_options(raw: Mapping[str, str]) -> KafkaSourceOptions:
     kafka["isolation.level"] = values["kafka.isolation.level"]
     group_id = kafka.pop("group.id", None)
     subscription, topics, pattern, assigned = _subscription(options)
+    fewest, most_offsets = values["minoffsetspertrigger"], values["maxoffsetspertrigger"]
+    if fewest is not None and most_offsets is not None and fewest > most_offsets:
+        raise ConfigError(
+            f"Option 'minOffsetsPerTrigger' ({fewest}) is above 'maxOffsetsPerTrigger' "
+            f"({most_offsets}): a batch cannot wait for more records than it may take (Spark's "
+            "kafka source refuses it too). Lower minOffsetsPerTrigger or raise "
+            "maxOffsetsPerTrigger."
+        )
     least, most = values["minpartitions"], values["maxpartitions"]
     if most is not None and least is not None and least > most:
         raise ConfigError(
@@ -398,6 +409,25 @@ def _timestamps(
     return None
 
 
+#: Options a batch read ignores (they shape a stream's batches or its group's offsets).
+STREAM_ONLY = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay")
+
+
+def warn_ignored(raw: Mapping[str, str], options: KafkaSourceOptions, batch: bool) -> None:
+    """Driver: what Spark's kafka source warns it ignores gets the same warning here:
+    ``groupIdPrefix`` beside ``kafka.group.id``, and in a batch read the options that
+    shape a stream's batches (and ``publishOffsetsToGroup``: a batch read publishes
+    nothing)."""
+    given = OPTIONS.lowered(raw)
+    if options.group_id is not None and "groupidprefix" in given:
+        log.warning("eos_kafka: option 'groupIdPrefix' is ignored: 'kafka.group.id' is set.")
+    if not batch:
+        return
+    for name in (*STREAM_ONLY, "publishOffsetsToGroup"):
+        if name.lower() in given:
+            log.warning("eos_kafka: option %r is ignored in a batch read (streams only).", name)
+
+
 def check_for_stream(options: KafkaSourceOptions) -> None:
     """Driver: options only a batch read takes are refused in a stream, as Spark does."""
     if options.ending_offsets is not None or options.ending_timestamps is not None:
@@ -462,7 +492,7 @@ def _per_partition(parsed: Any, option: str, minimum: int) -> dict[str, dict[int
         for partition, value in partitions.items():
             where = f"topic {topic!r} partition {partition!r}"
             part = _int(str(partition), f"{option}' ({where}", minimum=0)
-            if not isinstance(value, int) or value < minimum:
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
                 raise ConfigError(
                     f"Option '{option}': {where} must be an integer >= {minimum}, got {value!r}."
                 )

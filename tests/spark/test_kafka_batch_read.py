@@ -148,6 +148,15 @@ def test_a_batch_read_refuses_bounds_that_read_nothing_and_a_stream_refuses_an_e
     )
     with pytest.raises(Exception, match="apply to batch reads"):
         stream.writeStream.format("console").start().awaitTermination(60)
+    # A schema of the user's own is refused, as Spark's kafka source refuses it.
+    given = (
+        spark.read.format("eos_kafka")
+        .schema("value string")
+        .option("kafka.bootstrap.servers", endpoints.kafka_bootstrap)
+        .option("subscribe", topic)
+    )
+    with pytest.raises(Exception, match=r"fixed columns .* so \.schema\(\.\.\.\) cannot"):
+        given.load().collect()
 
 
 def test_an_empty_topic_reads_no_row(

@@ -7,7 +7,12 @@ import pytest
 from eos_connectors.core.errors import ConfigError
 from eos_connectors.sources.kafka import fetch
 from eos_connectors.sources.kafka.offsets import KafkaRange
-from eos_connectors.sources.kafka.options import check_for_batch, check_for_stream, parse_options
+from eos_connectors.sources.kafka.options import (
+    check_for_batch,
+    check_for_stream,
+    parse_options,
+    warn_ignored,
+)
 
 BASE = {"kafka.bootstrap.servers": "h:9092", "subscribe": "a,b"}
 
@@ -76,6 +81,12 @@ def test_assign_and_json_offsets() -> None:
         ({"startingTimestamp": "1", "startingOffsetsByTimestamp": "{}"}, "only one of"),
         ({"maxPartitions": "0"}, "'maxPartitions' must be >= 1"),
         ({"minPartitions": "8", "maxPartitions": "2"}, r"'minPartitions' \(8\) is above"),
+        (
+            {"minOffsetsPerTrigger": "10", "maxOffsetsPerTrigger": "5"},
+            r"'minOffsetsPerTrigger' \(10\) is above 'maxOffsetsPerTrigger' \(5\)",
+        ),
+        ({"startingOffsets": '{"a": {"0": true}}'}, "must be an integer >= -2, got True"),
+        ({"endingOffsets": '{"a": {"0": false}}'}, "must be an integer >= -2, got False"),
     ],
 )
 def test_bad_options_name_the_option(extra: dict[str, str], message: str) -> None:
@@ -196,3 +207,40 @@ def test_offsets_behind_latest_are_computed_from_a_progress_as_spark_reports_the
     }
     assert offsets_behind_latest({"endOffset": "12", "latestOffset": None}) is None  # rate
     assert offsets_behind_latest({"endOffset": None}) is None
+
+
+def test_what_sparks_source_ignores_is_warned_about(caplog: pytest.LogCaptureFixture) -> None:
+    given = {
+        **BASE,
+        "kafka.group.id": "mine",
+        "groupIdPrefix": "eos-x",
+        "maxTriggerDelay": "5m",
+        "publishOffsetsToGroup": "true",
+    }
+    with caplog.at_level("WARNING", logger="eos_connectors.sources.kafka.options"):
+        warn_ignored(given, parse_options(given), batch=False)
+    assert [r.getMessage() for r in caplog.records] == [
+        "eos_kafka: option 'groupIdPrefix' is ignored: 'kafka.group.id' is set."
+    ]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="eos_connectors.sources.kafka.options"):
+        warn_ignored(given, parse_options(given), batch=True)
+    assert {r.getMessage() for r in caplog.records} >= {
+        "eos_kafka: option 'maxTriggerDelay' is ignored in a batch read (streams only).",
+        "eos_kafka: option 'publishOffsetsToGroup' is ignored in a batch read (streams only).",
+    }
+
+
+@pytest.mark.parametrize(
+    ("given", "ms"),
+    [
+        ("15m", 900_000),
+        ("15min", 900_000),
+        ("30s", 30_000),
+        ("500", 500),
+        ("1500us", 1),
+        ("2h", 7_200_000),
+    ],
+)
+def test_durations_take_sparks_suffixes(given: str, ms: int) -> None:
+    assert parse_options({**BASE, "maxTriggerDelay": given}).max_trigger_delay_ms == ms
