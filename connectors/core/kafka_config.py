@@ -25,6 +25,33 @@ from eos_connectors.core.errors import ConfigError
 from eos_connectors.core.java_security import translate
 from eos_connectors.core.secrets import redact, secret_values
 
+#: Facilities of librdkafka's lines about a connection it retries or an id it is still
+#: getting, or a client's clean-up: librdkafka retries on its own, and a call that cannot
+#: finish raises (the connector's error says what failed), so these are INFO.
+TRANSIENT_FACILITIES = frozenset({"FAIL", "GETPID", "BGQUEUE", "DESTROY", "TERMINATE"})
+
+
+class Transient(logging.Filter):
+    """Lowers librdkafka's lines of :data:`TRANSIENT_FACILITIES` to INFO (confluent-kafka
+    logs ``"%s [%s] %s" % (facility, client name, text)``); decided by facility."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        if args and args[0] in TRANSIENT_FACILITIES and record.levelno > logging.INFO:
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
+#: librdkafka's own lines, through Python logging rather than straight to the terminal.
+LIBRDKAFKA_LOG = logging.getLogger("eos_connectors.librdkafka")
+LIBRDKAFKA_LOG.addFilter(Transient())
+
+
+def logged(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """``settings`` for a client whose log lines go to :data:`LIBRDKAFKA_LOG`."""
+    return {**settings, "logger": LIBRDKAFKA_LOG}
+
+
 #: librdkafka's settings, ``bootstrap.servers`` among them.
 KafkaConfig = Mapping[str, Any]
 

@@ -23,7 +23,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-d
 from confluent_kafka.cimpl import NewTopic
 
 from eos_connectors.core.errors import ServiceUnavailableError
-from eos_connectors.core.kafka_config import KafkaConfig, bootstrap, connection
+from eos_connectors.core.kafka_config import KafkaConfig, bootstrap, connection, logged
 from eos_connectors.core.kafka_errors import leader_moving
 
 TIMEOUT = 30.0
@@ -43,7 +43,7 @@ def create_topic(kafka: KafkaConfig, topic: str, partitions: int = 1, **config: 
     metadata lists each partition with a leader: the creation's answer comes when the
     controller has it, a moment before the brokers serve it (a broker with thousands of
     topics listed a topic just created on one listener as missing on its other one)."""
-    admin = AdminClient(connection(kafka))
+    admin = AdminClient(logged(connection(kafka)))
     # replication -1: the brokers' default.replication.factor (3 on the replicated stack)
     admin.create_topics([NewTopic(topic, partitions, -1, config=config)])[topic].result(TIMEOUT)
     deadline = time.monotonic() + TIMEOUT
@@ -80,7 +80,7 @@ def end_offsets(
 
 
 def _end_offsets(kafka: KafkaConfig, topic: str, isolation: str) -> dict[int, int]:
-    admin = AdminClient(connection(kafka))
+    admin = AdminClient(logged(connection(kafka)))
     metadata = admin.list_topics(topic, timeout=TIMEOUT).topics[topic]
     level = (
         IsolationLevel.READ_COMMITTED
@@ -112,7 +112,7 @@ def read_to_end(
     wanted = {p: r for p, r in ranges.items() if r[1] > r[0]}
     consumer = Consumer(
         {
-            **connection(kafka),
+            **logged(connection(kafka)),
             "group.id": f"eos-read-{uuid.uuid4().hex}",
             "enable.auto.commit": False,
             "isolation.level": isolation,

@@ -252,7 +252,9 @@ class KafkaSinkAdmin(SinkAdmin):
             )
 
     def _clear(self, sink_id: str, group: str, logged: Marker | None, guard: ResetGuard) -> None:
-        producer = Producer({**self.config, "transactional.id": group, "log_level": 3})
+        producer = Producer(
+            {**self.config, "transactional.id": group, "log_level": 3, "logger": LIBRDKAFKA_LOG}
+        )
         consumer = Consumer(
             {
                 **self.config,
@@ -260,6 +262,7 @@ class KafkaSinkAdmin(SinkAdmin):
                 "enable.auto.commit": False,
                 "isolation.level": "read_committed",
                 "log_level": 3,
+                "logger": LIBRDKAFKA_LOG,
             }
         )
         try:

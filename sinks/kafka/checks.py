@@ -11,7 +11,7 @@ from confluent_kafka.cimpl import NewTopic
 
 from eos_connectors.core.checkpoint_sinks import SinkEntry, record_at_start
 from eos_connectors.core.errors import ConfigError, ServiceUnavailableError, keeping_code
-from eos_connectors.core.kafka_config import check_settings
+from eos_connectors.core.kafka_config import check_settings, logged
 from eos_connectors.core.kafka_errors import ClientErrors
 from eos_connectors.sinks.kafka.options import TRANSACTION_TIMEOUT, KafkaSinkOptions
 
@@ -51,7 +51,7 @@ def checkpoint_entry(options: KafkaSinkOptions, query_id: str) -> SinkEntry:
 def check_broker(options: KafkaSinkOptions) -> None:
     """The named topics exist and transaction.timeout.ms fits the broker's maximum."""
     errors = ClientErrors()
-    admin = AdminClient(errors.watching(options.client_config()))
+    admin = AdminClient(errors.watching(logged(options.client_config())))
     try:
         metadata = admin.list_topics(timeout=TIMEOUT)
     except KafkaException as exc:
@@ -162,6 +162,6 @@ _BROKER_MAX: dict[tuple[tuple[str, str], ...], int | None] = {}
 
 
 def _broker_max(options: KafkaSinkOptions) -> int | None:
-    admin = AdminClient(options.client_config())
+    admin = AdminClient(logged(options.client_config()))
     brokers = admin.list_topics(timeout=TIMEOUT).brokers
     return _transaction_max_ms(admin, next(iter(brokers))) if brokers else None

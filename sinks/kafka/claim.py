@@ -35,7 +35,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from eos_connectors.core.errors import EosError, keeping_code
 from eos_connectors.core.protocol import Lineage, SinkClaimedError
-from eos_connectors.sinks.kafka.clients import CALL_LIMIT, bounded
+from eos_connectors.sinks.kafka.clients import CALL_LIMIT, LIBRDKAFKA_LOG, bounded
 from eos_connectors.sinks.kafka.errors import FENCED_CODES, error_of
 from eos_connectors.sinks.kafka.marker import marker_consumer
 from eos_connectors.sinks.kafka.marker_log import Marker, decode, encode, read_settled
@@ -132,7 +132,9 @@ def _take(options: KafkaSinkOptions, sink_id: str, query_id: str, consumer: Cons
     """The compare-and-set: fence other claimers, read again, commit the claim."""
     name = claim_name(options, sink_id)
     for attempt in range(ATTEMPTS):
-        producer = Producer({**options.producer_config(), "transactional.id": name})
+        producer = Producer(
+            {**options.producer_config(), "transactional.id": name, "logger": LIBRDKAFKA_LOG}
+        )
         try:
             producer.init_transactions(CALL_TIMEOUT)
             owner, in_group = read_claim(options, sink_id, consumer)

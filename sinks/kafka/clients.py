@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from eos_connectors.core.kafka_config import Transient
 from eos_connectors.sinks.kafka.errors import (
     FENCED_CODES,
     Action,
@@ -120,6 +121,7 @@ class _RaisedAnyway(logging.Filter):
 #: librdkafka's log of the sink's transactional producers.
 LIBRDKAFKA_LOG = logging.getLogger("eos_connectors.sinks.kafka.librdkafka")
 LIBRDKAFKA_LOG.addFilter(_RaisedAnyway())
+LIBRDKAFKA_LOG.addFilter(Transient())
 
 
 def is_fenced(exc: KafkaSinkError) -> bool:

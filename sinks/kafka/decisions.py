@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from eos_connectors.core.kafka_config import logged
 from eos_connectors.core.topics import read_to_end
 from eos_connectors.sinks.kafka.clients import CALL_TIMEOUT, call
 from eos_connectors.sinks.kafka.coordinator import OpenTransaction
@@ -121,14 +122,18 @@ def read_marker(options: KafkaSinkOptions, group: str) -> tuple[int, str] | None
 def write_decision(options: KafkaSinkOptions, sid: str, decision: Decision) -> None:
     """Driver: the decision record in the marker log, then the pointer (the decision)."""
     group = decision_group(options, sid)
-    producer = Producer({**options.client_config(), "enable.idempotence": True, "acks": "all"})
+    producer = Producer(
+        logged({**options.client_config(), "enable.idempotence": True, "acks": "all"})
+    )
     producer.produce(options.marker_log, decision.encode(), group.encode(), partition=0)
     if producer.flush(CALL_TIMEOUT):
         raise KafkaSinkError(
             f"The decision of batch {decision.batch} was not written to "
             f"{options.marker_log}; nothing was committed."
         )
-    consumer = Consumer({**options.client_config(), "group.id": group, "enable.auto.commit": False})
+    consumer = Consumer(
+        logged({**options.client_config(), "group.id": group, "enable.auto.commit": False})
+    )
     try:
         pointer = TopicPartition(
             options.marker_topic, 0, decision.batch + 1, metadata=decision.query

@@ -32,6 +32,7 @@ from confluent_kafka import KafkaError, Message, Producer
 
 from eos_connectors.core.batch_job import TXN_VERSION, BatchJob, JobPlan
 from eos_connectors.core.errors import ConfigError
+from eos_connectors.core.kafka_config import logged
 from eos_connectors.sinks.kafka.errors import KafkaSinkError
 from eos_connectors.sinks.kafka.marker_log import decode, read_settled
 from eos_connectors.sinks.kafka.options import KafkaSinkOptions
@@ -143,7 +144,7 @@ def put_record(config: dict[str, Any], topic: str, key: bytes, value: bytes | No
         if error is not None:
             failures.append(error)
 
-    producer = Producer({**config, "enable.idempotence": True, "log_level": 3})
+    producer = Producer(logged({**config, "enable.idempotence": True, "log_level": 3}))
     producer.produce(topic, value, key, partition=0, on_delivery=delivered)
     left = producer.flush(WRITE_TIMEOUT)
     if failures:

@@ -7,6 +7,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
+from eos_connectors.core.kafka_config import logged
 from eos_connectors.sinks.kafka.clients import CALL_TIMEOUT, call
 from eos_connectors.sinks.kafka.errors import KafkaSinkError
 from eos_connectors.sinks.kafka.marker_log import Marker, decode, encode, read_settled
@@ -113,7 +114,7 @@ def marker_consumer(options: KafkaSinkOptions, group: str, isolation: str) -> Co
     return Consumer(
         {
             **CONNECT_AT_ONCE,
-            **options.client_config(),
+            **logged(options.client_config()),
             "group.id": group,
             "isolation.level": isolation,
             "enable.auto.commit": False,

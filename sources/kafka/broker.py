@@ -21,6 +21,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
 from eos_connectors.core.errors import ConfigError, EosError, ServiceUnavailableError, keeping_code
+from eos_connectors.core.kafka_config import logged
 from eos_connectors.core.kafka_errors import ClientErrors, error_code, leader_moving
 from eos_connectors.sources.kafka.offsets import Offsets, TopicPartitionKey
 from eos_connectors.sources.kafka.options import EARLIEST, LATEST, KafkaSourceOptions
@@ -54,7 +55,7 @@ class BrokerView:
     @property
     def admin(self) -> AdminClient:
         if self._admin is None:
-            self._admin = AdminClient(self._errors.watching(self.options.client_config()))
+            self._admin = AdminClient(self._errors.watching(logged(self.options.client_config())))
         return self._admin
 
     def partitions(self) -> list[TopicPartitionKey]:
@@ -329,7 +330,7 @@ class BrokerView:
         request waits for the broker the metadata named controller: killed, it times the
         request out although the other brokers answer (seen when the harness killed a
         transaction coordinator that was also that broker)."""
-        probe = AdminClient(self._errors.watching(self.options.client_config()))
+        probe = AdminClient(self._errors.watching(logged(self.options.client_config())))
         try:
             probe.list_topics(timeout=min(PROBE_TIMEOUT_S, self.timeout))
         except KafkaException:

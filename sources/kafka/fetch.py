@@ -22,6 +22,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from eos_connectors.core import faults, timing
 from eos_connectors.core.context import current_batch
 from eos_connectors.core.errors import DataLossError, ServiceUnavailableError
+from eos_connectors.core.kafka_config import logged
 from eos_connectors.core.kafka_errors import BROKER_GONE, QUIET_IDLE_CLOSE, leader_moving
 from eos_connectors.core.secrets import settings_digest
 from eos_connectors.sources.kafka.offsets import KafkaRange, KafkaRanges
@@ -124,7 +125,7 @@ class ConsumerPool:
         config = {k: v for k, v in settings.items() if k != "group.id.prefix"}
         if "group.id" not in config:
             config["group.id"] = f"{settings['group.id.prefix']}-{uuid.uuid4().hex}"
-        return Consumer(config)
+        return Consumer(logged(config))
 
     def give_back(self, settings: dict[str, Any], consumer: Consumer) -> None:
         try:

@@ -9,6 +9,7 @@ import logging
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from eos_connectors.core.kafka_config import logged
 from eos_connectors.sources.kafka.offsets import Offsets
 from eos_connectors.sources.kafka.options import KafkaSourceOptions
 
@@ -18,7 +19,13 @@ log = logging.getLogger(__name__)
 def publish_offsets(options: KafkaSourceOptions, end: Offsets) -> None:
     """Commit ``end`` to ``publishOffsetsToGroup``; a failure is logged, never raised."""
     consumer = Consumer(
-        {**options.client_config(), "group.id": options.publish_group, "enable.auto.commit": False}
+        logged(
+            {
+                **options.client_config(),
+                "group.id": options.publish_group,
+                "enable.auto.commit": False,
+            }
+        )
     )
     try:
         offsets = [TopicPartition(t, p, o) for (t, p), o in sorted(end.items())]

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import IsolationLevel, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
-from eos_connectors.core.kafka_config import plaintext
+from eos_connectors.core.kafka_config import logged, plaintext
 from eos_connectors.core.topics import read_to_end
 
 
@@ -171,7 +171,7 @@ def open_transactions_in(
     if not topics:
         return set()
     markers = _write_markers(bootstrap, topics)
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(logged({"bootstrap.servers": bootstrap}))
     request = {TopicPartition(t, p): OffsetSpec.latest() for t, p in markers}
     deadline = time.monotonic() + timeout
     while True:
@@ -187,7 +187,7 @@ def open_transactions_in(
 
 def _write_markers(bootstrap: str, topics: list[str]) -> dict[tuple[str, int], int]:
     """One plain record per partition of each topic; returns each marker's offset."""
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    producer = Producer(logged({"bootstrap.servers": bootstrap, "linger.ms": 0}))
     metadata = producer.list_topics(timeout=30).topics
     offsets: dict[tuple[str, int], int] = {}
 

@@ -12,6 +12,8 @@ from collections.abc import Iterable, Iterator
 
 from confluent_kafka import Producer
 
+from eos_connectors.core.kafka_config import logged
+
 WORDS = ("exactly", "once", "spark", "kafka", "postgres", "redis", "batch", "replay")
 
 
@@ -131,7 +133,9 @@ def produce_changes(
     rng = random.Random(seed)
     versions: Counter[str] = Counter()
     live: set[str] = set()
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"demo-{topic}"})
+    producer = Producer(
+        logged({"bootstrap.servers": bootstrap, "transactional.id": f"demo-{topic}"})
+    )
     producer.init_transactions(30)
     for txn, first in enumerate(range(0, records, PER_TXN)):
         producer.begin_transaction()
@@ -166,7 +170,9 @@ def final_state(records: Iterable[tuple[bytes | None, bytes]]) -> dict[str, int]
 
 def _produce(bootstrap: str, topic: str, input_: Iterable[Transaction]) -> Counter[str]:
     """Write the transactions; return the committed words' counts."""
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"demo-{topic}"})
+    producer = Producer(
+        logged({"bootstrap.servers": bootstrap, "transactional.id": f"demo-{topic}"})
+    )
     producer.init_transactions(30)
     expected: Counter[str] = Counter()
     for pairs, commits in input_:
