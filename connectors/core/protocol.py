@@ -453,14 +453,20 @@ class TwoPhaseCommitWriter(DataSourceStreamArrowWriter, UnitStore):
         timing.record_commit(sink_id, batchId, len(decision.units), time.perf_counter() - began)
 
     def abort(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
-        """Driver: roll back the batch's prepared units, unless the batch was decided."""
+        """Driver: roll back the batch's units, unless the batch was decided: those its
+        finished tasks reported, and, found by their names in the store, those of tasks
+        Spark stopped waiting for (a cancelled batch, ``query.stop()``: Spark hands
+        ``abort`` only the finished tasks' messages), so they hold no lock until the
+        next start."""
         prepared = _prepared_units(messages, batchId)
         sink_id = _sink_of(prepared)
-        units = [m.unit for m in prepared if m.unit is not None]
-        if sink_id is not None and units:
-            self.rollback_undecided(sink_id, batchId, units)
-        if sink_id is not None:
-            self.forget_key_claims(sink_id, batchId)
+        if sink_id is None:
+            return
+        reported = {m.unit for m in prepared if m.unit is not None}
+        unreported = {u for u in self.units_in_doubt(sink_id) if u.batch_id == batchId}
+        if reported or unreported:
+            self.rollback_undecided(sink_id, batchId, sorted(reported | unreported))
+        self.forget_key_claims(sink_id, batchId)
 
     # -- recover -------------------------------------------------------------------
 

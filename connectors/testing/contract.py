@@ -285,6 +285,19 @@ class SinkContract:
         self.run_batch(writer, 0)
         self.assert_exactly_once(writer, range(1))
 
+    def test_an_abort_rolls_back_the_units_of_tasks_that_never_reported(self) -> None:
+        """A cancelled batch (``query.stop()``): Spark's abort gets the finished tasks'
+        messages only; the unit of a task that prepared and was not waited for is found
+        by its name and rolled back too, so nothing is left in doubt holding locks."""
+        writer = self.new_writer()
+        messages = [self.prepare(writer, 0, p) for p in range(self.partitions)]
+        writer.abort([messages[0], *([None] * (self.partitions - 1))], 0)
+        assert writer.units_in_doubt(self.sink(writer)) == [], "an unreported unit was left"
+        assert dict(self.visible()) == {}
+        self.new_run()
+        self.run_batch(writer, 0)
+        self.assert_exactly_once(writer, range(1))
+
     def test_a_decided_unit_that_vanished_is_an_error_never_already_committed(self) -> None:
         writer = self.new_writer()
         with pytest.raises(faults.SimulatedCrash), faults.simulate("after-decision@0"):
