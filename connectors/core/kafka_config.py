@@ -47,6 +47,20 @@ LIBRDKAFKA_LOG = logging.getLogger("eos_connectors.librdkafka")
 LIBRDKAFKA_LOG.addFilter(Transient())
 
 
+class _Quiet(logging.Filter):
+    """Every line at DEBUG."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return True
+
+
+#: librdkafka's lines of a client whose failure its caller says itself, once (a start
+#: check's throwaway client, ``eos sinks``'s admin): at DEBUG, never on the terminal.
+QUIET_LOG = logging.getLogger("eos_connectors.librdkafka.quiet")
+QUIET_LOG.addFilter(_Quiet())
+
+
 def logged(settings: Mapping[str, Any]) -> dict[str, Any]:
     """``settings`` for a client whose log lines go to :data:`LIBRDKAFKA_LOG`."""
     return {**settings, "logger": LIBRDKAFKA_LOG}
@@ -207,21 +221,10 @@ def check_settings(
     )
 
 
-class _Silent(logging.Filter):
-    """A start check's throwaway client says nothing (it is dropped before it matters)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return False
-
-
-_PROBE_LOG = logging.getLogger("eos_connectors.core.kafka_config.probe")
-_PROBE_LOG.addFilter(_Silent())
-
-
 def _refusal(config: KafkaConfig, build: Callable[[dict[str, Any]], object]) -> str | None:
     """Why librdkafka refuses to build a client of ``config``, or None when it builds."""
     try:
-        build({**config, "logger": _PROBE_LOG})
+        build({**config, "logger": QUIET_LOG})
     except Exception as exc:  # confluent_kafka.KafkaException: an invalid setting
         error = exc.args[0] if exc.args else exc
         return str(error.str() if hasattr(error, "str") else error)

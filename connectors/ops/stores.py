@@ -177,7 +177,8 @@ def recorded_sinks(recorded: list[SinkEntry]) -> list[SinkRecord]:
         admin = store_admin(entry)
         try:
             found = admin.find(entry.sink_id)
-            records.extend([found] if found is not None else [])
+            if found is not None:
+                records.append(found)
         except Exception as exc:  # any client's error: the store did not answer
             raise keeping_code(
                 CheckpointError(

@@ -40,6 +40,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
 
 from eos_connectors.core.errors import ServiceUnavailableError, keeping_code
+from eos_connectors.core.kafka_config import QUIET_LOG
 from eos_connectors.core.protocol import Lineage, TwoPhaseCommitWriter
 from eos_connectors.core.sinks_admin import (
     ResetGuard,
@@ -61,20 +62,6 @@ REACH_TIMEOUT = 10.0
 log = logging.getLogger(__name__)
 
 
-class _Quiet(logging.Filter):
-    """librdkafka's lines of the admin's client at DEBUG: a broker that does not answer is
-    said once, by the admin's error, not once a second by librdkafka on the terminal."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
-        return True
-
-
-#: librdkafka's log of the admin's client (``eos sinks``, ``eos checkpoint inspect``).
-LIBRDKAFKA_LOG = logging.getLogger("eos_connectors.sinks.kafka.admin.librdkafka")
-LIBRDKAFKA_LOG.addFilter(_Quiet())
-
-
 class KafkaSinkAdmin(SinkAdmin):
     store = "kafka"
 
@@ -86,7 +73,7 @@ class KafkaSinkAdmin(SinkAdmin):
     ) -> None:
         self.config = client_config
         self.marker_log = marker_log
-        settings: dict[str, Any] = {**client_config, "logger": LIBRDKAFKA_LOG}
+        settings: dict[str, Any] = {**client_config, "logger": QUIET_LOG}
         self.admin = AdminClient(settings)
         self._reach(str(client_config.get("bootstrap.servers", "")))
         self.group = re.compile(
@@ -253,7 +240,7 @@ class KafkaSinkAdmin(SinkAdmin):
 
     def _clear(self, sink_id: str, group: str, logged: Marker | None, guard: ResetGuard) -> None:
         producer = Producer(
-            {**self.config, "transactional.id": group, "log_level": 3, "logger": LIBRDKAFKA_LOG}
+            {**self.config, "transactional.id": group, "log_level": 3, "logger": QUIET_LOG}
         )
         consumer = Consumer(
             {
@@ -262,7 +249,7 @@ class KafkaSinkAdmin(SinkAdmin):
                 "enable.auto.commit": False,
                 "isolation.level": "read_committed",
                 "log_level": 3,
-                "logger": LIBRDKAFKA_LOG,
+                "logger": QUIET_LOG,
             }
         )
         try:
