@@ -34,6 +34,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     kafka_cpu.add_argument(
         "--out", default="bench-results", help="the directory kafka-cpu.json goes to"
     )
+    kafka_commit = benches.add_parser(
+        "kafka-commit",
+        help="the Kafka sink's driver commit step for 4, 32 and 200 tasks a batch (~1 min)",
+    )
+    kafka_commit.add_argument("--rounds", type=int, default=3, help="batches of each size")
+    kafka_commit.add_argument(
+        "--out", default="bench-results", help="the directory kafka-commit.json goes to"
+    )
     for which, text in CONNECTOR_BENCHES.items():
         one = benches.add_parser(which, help=text)
         one.add_argument("--records", type=int, default=1_000_000, help="records to move")
@@ -51,6 +59,8 @@ def run(args: argparse.Namespace) -> int:
         return run_tasks()
     if args.which == "kafka-cpu":
         return _kafka_cpu(args)
+    if args.which == "kafka-commit":
+        return _kafka_commit(args)
     from eos_connectors.dev.bench import run_bench
 
     return run_bench(args.which, records=args.records, out_dir=Path(args.out))
@@ -66,4 +76,15 @@ def _kafka_cpu(args: argparse.Namespace) -> int:
             f"--tasks and --rounds must be 1 or more (got {args.tasks}, {args.rounds})"
         )
     run_cpu(bench_endpoints().kafka_bootstrap, args.tasks, args.rounds, Path(args.out))
+    return 0
+
+
+def _kafka_commit(args: argparse.Namespace) -> int:
+    from eos_connectors.core.errors import ConfigError
+    from eos_connectors.dev.bench import bench_endpoints
+    from eos_connectors.dev.compare.kafka_commit import run as run_commit
+
+    if args.rounds < 1:
+        raise ConfigError(f"--rounds must be 1 or more (got {args.rounds})")
+    run_commit(bench_endpoints().kafka_bootstrap, args.rounds, Path(args.out))
     return 0

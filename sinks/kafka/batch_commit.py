@@ -16,8 +16,8 @@ transaction:
    from its own client: :mod:`.txn_identity`) and leaves it **open**: nothing of it is
    visible.
 2. **Driver, the decision.** The batch's transactions go to the marker log as one
-   record keyed ``<prefix>-<sink id>-decision`` (written plainly by an idempotent
-   producer, acks from every in-sync replica), then the pointer moves to ``batch + 1``:
+   record keyed ``<prefix>-<sink id>-decision`` (written plainly, acks from every
+   in-sync replica), then the pointer moves to ``batch + 1``:
    the decision point. A driver that died before it leaves an undecided batch: the
    replay's tasks fence the open transactions and write again, whatever the replay's
    split or expressions.
@@ -129,11 +129,9 @@ def ids_prefix(options: KafkaSinkOptions, sid: str) -> str:
 
 def check_start(options: KafkaSinkOptions) -> None:
     """Driver, once per query start: the driver's transaction client reaches the
-    coordinators and may describe the sink's ids (:func:`.coordinator.check_batch_commit`);
-    logs the mode that runs."""
+    coordinators and may describe the sink's ids (:func:`.coordinator.check_batch_commit`)."""
     sid = options.sink_id or "start-check"
     check_batch_commit(options.kafka, transactional_id(options, sid, 0))
-    log.info("eos_kafka: commitMode=batch (the driver commits each batch's transactions)")
 
 
 class BatchCommitWriter(DataSourceStreamArrowWriter):
@@ -378,16 +376,21 @@ class BatchCommitWriter(DataSourceStreamArrowWriter):
         """Driver: EndTxn(commit) for every decided transaction; one answered "fenced" is
         judged by its marker. Decided transactions found aborted are named in an amended
         decision for the replay to write again, and the batch fails."""
+        txns = [txn for _, txn in sorted(decision.txns.items())]
+        refused = client.refusals(txns[:1], commit=True)
+        if len(txns) > 1:
+            faults.point("between-commits", decision.batch, role="driver", query=name)
+            refused |= client.refusals(txns[1:], commit=True)  # all sent, then awaited
         lost: dict[int, TransactionFencedError] = {}
-        for i, (partition, txn) in enumerate(sorted(decision.txns.items())):
-            if i == 1:
-                faults.point("between-commits", decision.batch, role="driver", query=name)
-            try:
-                client.end([txn], commit=True)
-            except TransactionFencedError as fenced:
-                marked = read_marker(self.options, txn.transactional_id)
-                if marked is None or marked[0] <= decision.batch:
-                    lost[partition] = fenced  # else committed before: a repeat
+        for partition, txn in sorted(decision.txns.items()):
+            refusal = refused.get(txn)
+            if refusal is None:
+                continue
+            if not isinstance(refusal, TransactionFencedError):
+                raise refusal
+            marked = read_marker(self.options, txn.transactional_id)
+            if marked is None or marked[0] <= decision.batch:
+                lost[partition] = refusal  # else committed before: a repeat
         if lost:
             kept = {p: t for p, t in decision.txns.items() if p not in lost}
             amended = replace(decision, txns=kept, rewrite=tuple(sorted(lost)))

@@ -57,6 +57,9 @@ RETRIABLE = frozenset(
     | {"COORDINATOR_NOT_AVAILABLE"}
 )
 FENCED = frozenset({"INVALID_PRODUCER_EPOCH", "PRODUCER_FENCED"})
+#: Requests the driver's client keeps in flight on one connection; past it a request is
+#: sent again in the next round.
+MAX_IN_FLIGHT = 1024
 
 
 @dataclass(frozen=True)
@@ -93,7 +96,7 @@ def check_client(admin: Any) -> None:
     """Start check: the kafka-python internals this module uses are where it expects."""
     missing = [
         name
-        for name, owner in (("_manager", admin), ("_find_coordinator_id", admin))
+        for name, owner in (("_manager", admin), ("_find_coordinator_ids", admin))
         if not hasattr(owner, name)
     ]
     if missing or not hasattr(admin._manager, "cluster"):
@@ -116,6 +119,9 @@ class TransactionClient:
             **to_kafka_python(config),
             client_id="eos-transactions",
             request_timeout_ms=int(timeout_s * 1000),
+            # A batch's EndTxn requests are independent: all of them in flight at once
+            # (200 tasks' in one round trip to each coordinator).
+            max_in_flight_requests_per_connection=MAX_IN_FLIGHT,
         )
         check_client(self.admin)
 
@@ -160,10 +166,21 @@ class TransactionClient:
         return stray
 
     def end(self, transactions: Sequence[OpenTransaction], commit: bool) -> None:
+        """Commit (or abort) each of ``transactions``; the first refusal is raised."""
+        refused = self.refusals(transactions, commit)
+        if refused:
+            raise next(iter(refused.values()))
+
+    def refusals(
+        self, transactions: Sequence[OpenTransaction], commit: bool
+    ) -> dict[OpenTransaction, TransactionEndError]:
         """Commit (or abort) each of ``transactions``: every request sent before any
-        answer is awaited, answers that say "again" retried until the deadline."""
+        answer is awaited, answers that say "again" retried until the deadline
+        (:class:`TransactionEndError` past it). Returns the transactions the coordinators
+        refused, each with its refusal."""
         deadline = time.monotonic() + self.timeout_s
         pending = list(transactions)
+        refused: dict[OpenTransaction, TransactionEndError] = {}
         delay = 0.01
         while pending:
             answers = self.admin._manager.run(self._send_all, pending, commit)
@@ -172,7 +189,7 @@ class TransactionClient:
                 if error in RETRIABLE:
                     again.append(txn)
                 elif error != "NONE":
-                    raise self._refused(txn, error, commit)
+                    refused[txn] = self._refused(txn, error, commit)
             pending = again
             if pending and time.monotonic() + delay > deadline:
                 raise TransactionEndError(
@@ -183,6 +200,7 @@ class TransactionClient:
             if pending:
                 time.sleep(delay)
                 delay = min(delay * 2, 0.5)
+        return refused
 
     async def _send_all(self, transactions: Sequence[OpenTransaction], commit: bool) -> list[str]:
         """Runs on kafka-python's loop: one EndTxn per transaction, to its coordinator."""
@@ -190,11 +208,18 @@ class TransactionClient:
         from kafka.protocol.metadata import CoordinatorType
         from kafka.protocol.producer.transaction import EndTxnRequest
 
+        ids = [txn.transactional_id for txn in transactions]
+        try:  # one FindCoordinator for every id not cached (v4, Kafka 3.0+)
+            nodes = await self.admin._find_coordinator_ids(
+                ids, key_type=CoordinatorType.TRANSACTION
+            )
+        except errors.KafkaError as exc:  # a coordinator moving (a broker died): again
+            if not exc.retriable:
+                raise
+            return ["COORDINATOR_NOT_AVAILABLE"] * len(transactions)
         futures = []
         for txn in transactions:
-            node = await self.admin._find_coordinator_id(
-                txn.transactional_id, key_type=CoordinatorType.TRANSACTION
-            )
+            node = nodes[txn.transactional_id]
             request = EndTxnRequest(
                 transactional_id=txn.transactional_id,
                 producer_id=txn.producer_id,
@@ -208,6 +233,8 @@ class TransactionClient:
             try:
                 response = await future
                 name = str(errors.for_code(response.error_code).message)
+            except errors.NodeNotReadyError:  # more than MAX_IN_FLIGHT: the next round
+                name = "CONCURRENT_TRANSACTIONS"
             except (errors.KafkaConnectionError, errors.RequestTimedOutError):
                 name = "COORDINATOR_NOT_AVAILABLE"
             answers.append("NONE" if name == "NO_ERROR" else name)

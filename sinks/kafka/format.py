@@ -3,6 +3,7 @@ is :class:`eos_connectors.formats.KafkaDataSource`)."""
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from pyspark.sql.types import StructType
@@ -18,10 +19,14 @@ if TYPE_CHECKING:
 
 NAME = "the eos_kafka sink"
 
+log = logging.getLogger(__name__)
+
 
 class KafkaSinkFormat(batch_job.SinkFormat):
     """``eos_kafka``'s writing half: Spark's Kafka sink columns and options, written in one
-    fenced, marked transaction per task (see :mod:`eos_connectors.sinks.kafka.exactly_once`)."""
+    fenced, marked transaction per task, which the driver commits once the batch is decided
+    (:mod:`eos_connectors.sinks.kafka.batch_commit`) or, with ``commitMode=task``, the task
+    itself (:mod:`eos_connectors.sinks.kafka.exactly_once`)."""
 
     connector = NAME
     instead_of_overwrite = (
@@ -57,7 +62,13 @@ class KafkaSinkFormat(batch_job.SinkFormat):
                 start_key("eos_kafka-batch-commit", self.options, schema),
                 lambda: check_start(options),
             )
+            log.info("eos_kafka: commitMode=batch (the driver commits each batch's transactions)")
             return BatchCommitWriter(options)
         if options.exactly_once:
+            log.warning(
+                "eos_kafka: commitMode=task, the fallback: each task commits its own "
+                "transaction, visible before the batch completes; exactly once needs "
+                "deterministic replay (docs/kafka-sink.md)"
+            )
             return KafkaExactlyOnceWriter(options)
         return KafkaAtLeastOnceWriter(options)

@@ -1,0 +1,134 @@
+"""``eos bench kafka-commit``: the Kafka sink's driver commit step, by tasks per batch.
+
+In the default ``commitMode=batch`` each task leaves its transaction open and the
+driver, once the batch is complete, writes the decision and ends every transaction
+(:mod:`eos_connectors.sinks.kafka.batch_commit`). This measures that step alone, on
+the real broker and without Spark: ``BatchCommitWriter.commit`` for a batch of 4, 32
+and 200 prepared tasks (each ``ROWS`` rows into a 4-partition topic), as the driver
+runs it. Its parts, each timed on its own afterwards against a batch of the same size:
+
+* ``decision``: the decision record in the marker log, then the pointer;
+* ``end``: one ``EndTxn(commit)`` per transaction, all sent before any answer is awaited;
+* ``sweep``: ListTransactions on every broker, DescribeTransactions of the sink's ids
+  (nothing stray to abort here);
+* ``client``: the driver's transaction client made and closed (once per commit).
+
+Each figure is the median of ``--rounds`` batches, in milliseconds.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from functools import partial
+from pathlib import Path
+
+import pyarrow as pa
+
+from eos_connectors.core.context import TaskIdentity
+from eos_connectors.core.kafka_config import plaintext
+from eos_connectors.core.topics import create_topic
+from eos_connectors.sinks.kafka.batch_commit import BatchCommitWriter, PreparedTask, ids_prefix
+from eos_connectors.sinks.kafka.coordinator import TransactionClient
+from eos_connectors.sinks.kafka.decisions import Decision, write_decision
+from eos_connectors.sinks.kafka.options import parse_options
+
+ROWS = 100
+TASKS = (4, 32, 200)
+QUERY = "bench-commit"
+
+
+@dataclass(frozen=True)
+class CommitStep:
+    """One batch size's median commit step and its parts, in milliseconds."""
+
+    tasks: int
+    commit_ms: float
+    decision_ms: float
+    end_ms: float
+    sweep_ms: float
+    client_ms: float
+
+
+def run(bootstrap: str, rounds: int, out_dir: Path) -> list[CommitStep]:
+    """Measure each batch size of :data:`TASKS`, print a table, write kafka-commit.json."""
+    steps = [_measure(bootstrap, tasks, rounds) for tasks in TASKS]
+    print("| tasks | commit step (ms) | decision | EndTxn all | sweep | client |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for s in steps:
+        print(
+            f"| {s.tasks} | {s.commit_ms:.0f} | {s.decision_ms:.0f} | {s.end_ms:.0f} "
+            f"| {s.sweep_ms:.0f} | {s.client_ms:.0f} |"
+        )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "kafka-commit.json").write_text(
+        json.dumps([asdict(s) for s in steps], indent=2) + "\n"
+    )
+    return steps
+
+
+def _measure(bootstrap: str, tasks: int, rounds: int) -> CommitStep:
+    tag = uuid.uuid4().hex[:8]
+    topic = f"bench-commit-{tasks}-{tag}"
+    create_topic(plaintext(bootstrap), topic, 4)
+    options = parse_options(
+        {"kafka.bootstrap.servers": bootstrap, "topic": topic, "sinkId": f"bc{tasks}-{tag}"}
+    )
+    writer = BatchCommitWriter(options)
+    sid = options.sink_id or ""
+    parts: dict[str, list[float]] = {k: [] for k in ("commit", "decision", "end", "sweep")}
+    parts["client"] = []
+    for batch in range(rounds * 2):
+        reports = _prepare(writer, batch, tasks)
+        if batch % 2 == 0:  # the whole step, as the driver runs it
+            parts["commit"].append(_ms(partial(writer.commit, list(reports), batch)))
+            continue
+        txns = {r.partition: r.txn for r in reports if r.txn is not None}
+        decision = Decision(batch, QUERY, txns, sum(r.records for r in reports))
+        parts["decision"].append(_ms(partial(write_decision, options, sid, decision)))
+        began = time.perf_counter()
+        client = TransactionClient(options.kafka)
+        made = time.perf_counter()
+        client.end(list(txns.values()), commit=True)
+        ended = time.perf_counter()
+        client.sweep(ids_prefix(options, sid), list(txns.values()))
+        swept = time.perf_counter()
+        client.close()
+        parts["client"].append((made - began + time.perf_counter() - swept) * 1000)
+        parts["end"].append((ended - made) * 1000)
+        parts["sweep"].append((swept - ended) * 1000)
+    median = {k: statistics.median(v) for k, v in parts.items()}
+    return CommitStep(
+        tasks,
+        median["commit"],
+        median["decision"],
+        median["end"],
+        median["sweep"],
+        median["client"],
+    )
+
+
+def _prepare(writer: BatchCommitWriter, batch: int, tasks: int) -> list[PreparedTask]:
+    """Each task of the batch prepared (its transaction left open), one after another."""
+    return [
+        writer.write_task(
+            TaskIdentity(QUERY, QUERY, "run", batch, p, batch * 1000 + p), iter(_rows(batch, p))
+        )
+        for p in range(tasks)
+    ]
+
+
+def _rows(batch: int, partition: int) -> list[pa.RecordBatch]:
+    values = [f"b{batch}-p{partition}-r{i}".encode() for i in range(ROWS)]
+    keys = [f"k{i % 16}".encode() for i in range(ROWS)]
+    return [pa.RecordBatch.from_arrays([pa.array(keys), pa.array(values)], ["key", "value"])]
+
+
+def _ms(step: Callable[[], None]) -> float:
+    began = time.perf_counter()
+    step()
+    return (time.perf_counter() - began) * 1000
