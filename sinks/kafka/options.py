@@ -110,12 +110,13 @@ COMMIT_MODES = ("task", "batch")
 COMMIT_MODE = opt.Option(
     "commitMode",
     opt.choice(*COMMIT_MODES),
-    "`task`: each task commits its own transaction (visible before the batch completes; "
-    "exactly once under deterministic replay). `batch` (a preview): tasks leave their "
-    "transactions open and the driver commits them all once the batch (or the batch "
-    "write's `txnVersion`) is decided, so nothing is visible before and a replay in any "
-    "shape writes each record once; the driver needs to reach the transaction coordinators",
-    default="task",
+    "`batch`: tasks leave their transactions open and the driver commits them all once the "
+    "batch (or the batch write's `txnVersion`) is decided, so nothing is visible before and "
+    "a replay in any shape writes each record once; the driver needs to reach the "
+    "transaction coordinators (Kafka 3.0+). `task`, the fallback: each task commits its own "
+    "transaction (visible before the batch completes; exactly once under deterministic "
+    "replay)",
+    default="batch",
 )
 ORDER_COLUMNS = opt.Option(
     "orderColumns",
@@ -161,7 +162,7 @@ class KafkaSinkOptions:
     kafka: dict[str, str] = field(default_factory=dict, repr=False)
     changes: ChangeRules = field(default_factory=ChangeRules)  # deletes written as tombstones
     transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
-    commit_mode: str = "task"  # or "batch": the driver commits (sinks/kafka/batch_commit.py)
+    commit_mode: str = "batch"  # or "task": the driver commits (sinks/kafka/batch_commit.py)
 
     @property
     def bootstrap_servers(self) -> str:

@@ -8,7 +8,7 @@ failed before its decision is written again in full whatever its new rows; ``abo
 ends an undecided batch and never a decided one; ``eos sinks`` lists and resets it; a
 batch job's version decided by a driver that died is committed before the next version.
 
-Cost: ~20 s in CI (five tests)."""
+Cost: ~24 s in CI (six tests)."""
 
 from __future__ import annotations
 
@@ -270,3 +270,40 @@ def test_eos_sinks_lists_and_resets_a_batch_commit_sink(
     report = writer.write_task(a_task(0, query="new-query"), iter(_rows(0, 0)))
     assert report.state == "prepared", report.state
     writer.abort([report], 0)
+
+
+@pytest.mark.cost(4)
+def test_no_task_waits_for_an_open_transaction_of_its_own_batch_or_another_query(
+    endpoints: Endpoints, writer: BatchCommitWriter, unique: str
+) -> None:
+    """Two sinks on the one default marker log: sink A's first batch is prepared in four
+    tasks and left open (its driver has not decided). Sink B's first batch, four tasks
+    too, prepares and commits meanwhile without waiting on any of them (a read of the
+    log or of a group that waited for open transactions would hang here until A's
+    transaction timeout, 60 s at least); and each of A's tasks prepared while the
+    others' transactions were open. Then A commits: each sink's rows once."""
+    import time
+
+    other_topic = f"kb-other-{unique}"
+    create_topic(endpoints.kafka, other_topic, 2)
+    other = BatchCommitWriter(
+        sink_options(
+            {
+                "kafka.bootstrap.servers": endpoints.kafka_bootstrap,
+                "topic": other_topic,
+                "sinkId": f"kb-other-{unique}",
+            }
+        )
+    )
+    assert other.options.commit_mode == "batch", "the default mode"
+    assert other.options.marker_log == writer.options.marker_log, "one marker log"
+    began = time.monotonic()
+    a_open = _prepare(writer, 0, tasks=4)
+    b_reports = _prepare(other, 0, run="run-b", tasks=4)
+    other.commit(list(b_reports), 0)
+    assert time.monotonic() - began < 20, "a task or the driver waited on an open transaction"
+    assert {m.state for m in a_open + b_reports} == {"prepared"}
+    assert _visible(endpoints, writer) == []
+    assert _visible(endpoints, other) == _expected(range(1), tasks=4)
+    writer.commit(list(a_open), 0)
+    assert _visible(endpoints, writer) == _expected(range(1), tasks=4)

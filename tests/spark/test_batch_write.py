@@ -192,6 +192,7 @@ def test_a_partly_written_kafka_version_is_rerun_only_in_its_first_shape(
     out = f"bpart-{unique}"
     create_topic(endpoints.kafka, out, partitions=2)
     job = {"kafka.bootstrap.servers": endpoints.kafka_bootstrap, "topic": out, "sinkId": unique}
+    job["commitMode"] = "task"
     failing = udf(_fails_in_task_partition_1, "string")
     with pytest.raises(Exception, match="always fails"):
         _save(

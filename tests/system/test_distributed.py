@@ -12,9 +12,10 @@ files and Spark resubmits the stage) into Kafka, PostgreSQL and Redis, ``eos ver
 * an executor SIGKILLed while a PostgreSQL or Redis task writes (``mid-prepare``); the
   local cells kill a task's process at every other point (``--coverage pairs``; `make
   soak` loses executors after the prepare and after the Kafka commit too);
-* the input's leader broker killed at a random moment, and the sink's transaction
-  coordinator killed between a task's produce and its commit (``--step-fault
-  coordinator``): no query may fail on a broker's death;
+* the input's leader broker killed at a random moment, and the Kafka sink's
+  transaction coordinator killed between the driver's decision and its commits
+  (``--step-fault coordinator``; the sink's default batch commit): no query may fail
+  on a broker's death;
 * a network fault per service through Toxiproxy: PostgreSQL's connections reset, Redis
   cut off, every broker's connections reset;
 * the driver alone cut off PostgreSQL for 8 s once a task has prepared (``--step-fault
@@ -91,7 +92,7 @@ def test_a_cluster_with_zombies_lost_executors_dead_brokers_and_cut_networks_los
     outages = " ".join(r["service_crashed"] or "" for r in report["runs"])
     for fault in (
         "(input-leader)",
-        "(coordinator at after-prepare)",
+        "(coordinator at after-decision)",
         "postgres network reset",
         "redis network cut",
         "kafka network reset",

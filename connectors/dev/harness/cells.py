@@ -9,15 +9,17 @@ A *cell* is one kind of stateful pipeline crossed with every sink that fits it:
 * ``event-time`` (c): a 10-second tumbling-window count over the Kafka ``timestamp``
   with a 5-second watermark, append mode, from input with out-of-order and late
   records -> ``eos_kafka``, ``eos_postgres`` upsert, ``eos_redis`` upsert;
-* ``records`` (d): every record straight from the source into ``eos_kafka``, no
+* ``records`` (d): every record straight from the source into ``eos_kafka`` in its
+  fallback mode, ``commitMode=task`` (each task commits its own transaction), no
   shuffle, so the source's split of a batch into tasks is the sink's task partitions,
   and ``minPartitions`` changes on every start of the query: a batch replayed after
   a crash between two tasks' commits must be split as it first was (the split is in
   its offset), or a task partition's marker speaks of other records;
-* ``batch-commit`` (f): every record straight from the source into ``eos_kafka`` with
+* ``batch-commit`` (f): the same records cell in the Kafka sink's default mode,
   ``commitMode=batch`` (tasks leave their transactions open, the driver commits them),
   each input record's ``partition:offset`` checked to be there once and no transaction
-  left open: every point of a two-phase sink, the driver's too;
+  left open. Every Kafka query but the records cell's runs in this mode and crosses
+  every point of a two-phase sink, the driver's too;
 * ``changelog`` (e): a change stream (inserts, updates, deletes, re-inserts, many
   changes of one key in one batch; see ``data.produce_changes``) kept in step in
   ``eos_postgres`` upsert with deletes, ``eos_redis`` upsert with deletes and
@@ -62,12 +64,18 @@ CLUSTER_KAFKA_POINTS = ("before-prepare", *KAFKA_POINTS)
 #: The changelog cell's sinks whose input makes one key's changes cross tasks of a batch:
 #: the source split into pieces (``minPartitions``), then a round-robin shuffle, each
 #: refused before anything is written, then the fix the refusal names (``layouts.py``).
-#: The Kafka sink's task-commit mode keeps no order across tasks: it has its keys in one
-#: task (issue 53's driver commit refuses there too).
+#: The Kafka sink refuses such a batch the same way (tests/spark/test_kafka_batch_commit.py);
+#: its changelog query keeps its keys in one task, to cost no more runs here.
 CROSSING_SINKS = ("postgres-changes", "redis-changes")
 CROSSING_MIN_PARTITIONS = 4  # 2 pieces of each of the 2 input partitions
-#: The Kafka sink in ``commitMode=batch``: its points are a two-phase sink's.
+#: The records cell's Kafka sink in the default ``commitMode=batch``: its points are a
+#: two-phase sink's, as are those of every Kafka query but :data:`TASK_COMMIT`.
 BATCH_COMMIT = "kafka-batch"
+#: The one Kafka query in the fallback ``commitMode=task``: the tasks commit.
+TASK_COMMIT = "kafka-records"
+#: On a cluster, the Kafka sink's batch commit: a zombie and an executor lost after its
+#: flush (the driver's points are crossed locally).
+CLUSTER_BATCH_KAFKA_POINTS = ("before-prepare", "after-prepare")
 
 
 @dataclass(frozen=True)
@@ -179,16 +187,22 @@ class Target:
 
     @property
     def points(self) -> tuple[str, ...]:
-        if self.sink == BATCH_COMMIT:  # a two-phase participant: the driver commits
-            return CLUSTER_KAFKA_POINTS[:2] if self.cluster else TWO_PHASE_POINTS
-        if self.family == "kafka":
+        if self.sink == TASK_COMMIT:  # the tasks commit
             return CLUSTER_KAFKA_POINTS if self.cluster else KAFKA_POINTS
+        if self.family == "kafka":  # a two-phase participant: the driver commits
+            return CLUSTER_BATCH_KAFKA_POINTS if self.cluster else TWO_PHASE_POINTS
         return CLUSTER_TWO_PHASE_POINTS if self.cluster else TWO_PHASE_POINTS
 
     def in_task(self, point: str) -> bool:
         """Whether ``point`` fires in a task (else in the driver's commit)."""
-        task_commits = self.family == "kafka" and self.sink != BATCH_COMMIT  # tasks commit
-        return point not in DRIVER_POINTS or task_commits
+        return point not in DRIVER_POINTS or self.sink == TASK_COMMIT
+
+    def reaches(self, point: str) -> bool:
+        """Whether the query's sink passes ``point`` (on a cluster too, where
+        :attr:`points` leaves the driver's to the local cells)."""
+        if self.sink == TASK_COMMIT:  # the tasks commit: no driver's point
+            return point in CLUSTER_KAFKA_POINTS
+        return point in TWO_PHASE_POINTS or point in self.points
 
     def action(self, point: str) -> str:
         """How a ``point`` of this query crashes, unless it is a whole-pipeline crash: on a
@@ -196,7 +210,7 @@ class Target:
         points; else the process at the point."""
         if self.cluster and point == "before-prepare":
             return "pause"
-        if self.sink == "kafka-records" and point == "after-commit":
+        if self.sink == TASK_COMMIT and point == "after-commit":
             return "group"  # the query restarts, with another minPartitions
         return "executor" if self.cluster and self.in_task(point) else "process"
 
@@ -219,7 +233,7 @@ class Target:
         custom = self.custom_of(customs)
         columns, options = self._sink(endpoints, custom)
         fmt = custom.format if custom is not None else f"eos_{self.family}"
-        varied = VARIED_MIN_PARTITIONS if self.sink == "kafka-records" else ()
+        varied = VARIED_MIN_PARTITIONS if self.sink == TASK_COMMIT else ()
         crossing = self.sink in CROSSING_SINKS
         return QuerySpec(
             self.name,
@@ -246,13 +260,13 @@ class Target:
         if self.sink.endswith("-changes"):
             return self._changes_sink(endpoints, own)
         if self.family == "kafka":
-            per_record = self.sink in ("kafka-records", BATCH_COMMIT)
+            per_record = self.sink in (TASK_COMMIT, BATCH_COMMIT)
             value = "concat(partition, ':', offset)" if per_record else "count"
             columns = (
                 "CAST(word AS BINARY) AS key",
                 f"CAST(CAST({value} AS STRING) AS BINARY) AS value",
             )
-            commit_mode = {"commitMode": "batch"} if self.sink == BATCH_COMMIT else {}
+            commit_mode = {"commitMode": "task"} if self.sink == TASK_COMMIT else {}
             return columns, {
                 **own,
                 **commit_mode,
@@ -330,7 +344,7 @@ class Target:
             return checks.kafka_final_state(endpoints.kafka_bootstrap, self.output)
         if self.sink == "kafka":
             return checks.kafka_counts(endpoints.kafka_bootstrap, self.output)
-        if self.sink in ("kafka-records", BATCH_COMMIT):
+        if self.sink in (TASK_COMMIT, BATCH_COMMIT):
             return checks.kafka_records(endpoints.kafka_bootstrap, self.output)
         if self.sink == "postgres-append":
             return checks.postgres_rows(endpoints.postgres_dsn, self.output, self.sink_id)

@@ -139,8 +139,8 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="NAME",
-        help="crash a service at one protocol step, repeatable: coordinator (a Kafka task's "
-        "transaction coordinator, between its produce and its commit; needs "
+        help="crash a service at one protocol step, repeatable: coordinator (the Kafka "
+        "sink's transaction coordinator, between the driver's decision and its commits; needs "
         "--kafka-brokers 3), postgres (between the decision and the COMMIT PREPAREDs), "
         "redis (between the stage and the apply), postgres-partition (the Spark driver "
         "alone cut off PostgreSQL while a batch's tasks prepare; needs --master spark://...)",

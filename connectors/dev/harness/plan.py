@@ -15,6 +15,7 @@ from eos_connectors.dev.harness.cells import (
     CELLS,
     CROSSING_SINKS,
     DRIVER_POINTS,
+    TASK_COMMIT,
     TWO_PHASE_POINTS,
     Cell,
     CustomSink,
@@ -36,16 +37,17 @@ BROKER_ROLES = ("input-leader", "output-leader", "coordinator", "min-isr")
 #: Service faults at one protocol step (``--step-fault NAME``): the first query into a
 #: sink of the family holds at the point (:data:`faults.WAITING`), the harness crashes
 #: the service, and the query goes on into the next step, which meets the fault.
-#: ``coordinator``: a Kafka task has produced its records and not committed (task
-#: partition 0): its transaction coordinator is SIGKILLed, and the task commits while it
-#: is down (a replicated Kafka; the query must not fail). ``postgres``: the driver has
+#: ``coordinator``: the driver of a Kafka query in the batch commit has decided a batch
+#: and ended none of its transactions: the coordinator of task partition 0's
+#: transactional id is SIGKILLed, and the driver commits while it is down (a replicated
+#: Kafka; the query must not fail). ``postgres``: the driver has
 #: decided the batch and sent no COMMIT PREPARED; ``redis``: the tasks staged, the driver
 #: decided and applied nothing: the store is SIGKILLed and started again first.
 #: ``postgres-partition`` (a Spark standalone cluster): a task has prepared (task
 #: partition 0), and the driver alone is cut off PostgreSQL for a while
 #: (:mod:`.network`) as the batch's tasks finish: its claim, decision and commits meet it.
 STEP_FAULTS: dict[str, tuple[str, str]] = {
-    "coordinator": ("kafka", "after-prepare"),
+    "coordinator": ("kafka", "after-decision"),
     "postgres": ("postgres", "after-decision"),
     "redis": ("redis", "after-decision"),
     "postgres-partition": ("postgres", "after-prepare"),
@@ -191,7 +193,7 @@ PAIR_CROSSINGS = 2
 #: with another minPartitions happens at its after-commit).
 #: The crossing queries cross every point of their sink (issue 52's conformance cell).
 REQUIRED_POINTS = {
-    "kafka-records": ("after-commit",),
+    TASK_COMMIT: ("after-commit",),
     **dict.fromkeys(CROSSING_SINKS, TWO_PHASE_POINTS),
 }
 
@@ -276,13 +278,20 @@ def step_entries(plan: Plan, chosen: list[Target]) -> dict[str, str]:
     taken: Counter[str] = Counter()
     crossed = plan.points(chosen)
     for name in plan.step_faults:
-        family, point = STEP_FAULTS[name]
-        target = next(t for t in chosen if t.family == family)
+        point = STEP_FAULTS[name][1]
+        target = step_target(name, chosen)
         batch = len(crossed[target.name]) * plan.fault_rounds + 2 + taken[target.name]
         taken[target.name] += 1
         partition = 0 if point not in DRIVER_POINTS else None
         entries[str(faults.Entry(point, batch, target.name, "hold", partition))] = name
     return entries
+
+
+def step_target(name: str, chosen: list[Target]) -> Target:
+    """The query a step fault holds: the first into a sink of its family that has its
+    point (the Kafka sink's fallback ``commitMode=task`` has no driver's point)."""
+    family, point = STEP_FAULTS[name]
+    return next(t for t in chosen if t.family == family and t.reaches(point))
 
 
 def check_plan(plan: Plan, crash_service: CrashService | None) -> None:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from eos_connectors.core.errors import StackError
 from eos_connectors.dev.endpoints import Endpoints
 from eos_connectors.dev.harness.cells import Target
-from eos_connectors.dev.harness.plan import CrashService, Names
+from eos_connectors.dev.harness.plan import CrashService, Names, step_target
 
 #: How long the brokers of an outage (the ``min-isr`` role) stay down together.
 OUTAGE_SECONDS = 15.0
@@ -89,7 +89,7 @@ def broker_nodes(chosen: list[Target], names: Names, role: str) -> list[str]:
     if role == "output-leader" and to_kafka:
         node = cluster.leader(to_kafka[0].output, 0)
     elif role == "coordinator" and to_kafka:  # the sink's default transactionalIdPrefix
-        node = cluster.coordinator(f"eos-{to_kafka[0].sink_id}-0")
+        node = cluster.coordinator(f"eos-{step_target('coordinator', chosen).sink_id}-0")
     else:
         node = cluster.leader(names.topic(chosen[0].cell), 0)
     return [cluster.name(node)]
