@@ -29,6 +29,7 @@ PRELOAD = (
     "confluent_kafka",
     "eos_connectors.sources.kafka.stream_reader",
     "eos_connectors.sinks.kafka.exactly_once",
+    "eos_connectors.sinks.kafka.batch_commit",
     "eos_connectors.sinks.kafka.at_least_once",
     "eos_connectors.sinks.postgres.exactly_once",
     "eos_connectors.sinks.postgres.at_least_once",

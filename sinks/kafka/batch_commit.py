@@ -10,8 +10,8 @@ transaction:
    transaction). A batch already decided is never touched: the task reports it and
    returns without ``InitProducerId`` on its id, which would abort the decided
    transaction. Otherwise a new producer is fenced in (ending any earlier attempt's open
-   transaction), the marker read stably, and the transaction written: the marker's
-   offset, the rows; flushed, every delivery checked (a failed record aborts it and fails
+   transaction), the marker read stably, and the transaction written: the rows,
+   the marker's offset; flushed, every delivery checked (a failed record aborts it and fails
    the task). The task returns the transaction's identity (id, producer id, epoch, read
    from its own client: :mod:`.txn_identity`) and leaves it **open**: nothing of it is
    visible.
@@ -63,6 +63,7 @@ from confluent_kafka import KafkaError, Producer
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
 from eos_connectors.core import faults, timing
+from eos_connectors.core.ahead import RowsAhead
 from eos_connectors.core.batch_job import TXN_VERSION, BatchJob, JobPlan
 from eos_connectors.core.changes import KeyAcrossTasksError
 from eos_connectors.core.context import TaskIdentity
@@ -78,6 +79,7 @@ from eos_connectors.sinks.kafka.coordinator import (
 )
 from eos_connectors.sinks.kafka.decisions import (
     Decision,
+    decision_group,
     read_decision,
     read_marker,
     read_pointer,
@@ -86,6 +88,7 @@ from eos_connectors.sinks.kafka.decisions import (
 from eos_connectors.sinks.kafka.errors import KafkaSinkError
 from eos_connectors.sinks.kafka.marker import MarkerGroup
 from eos_connectors.sinks.kafka.options import KafkaSinkOptions, transactional_id
+from eos_connectors.sinks.kafka.pool import MARKER_GROUPS
 from eos_connectors.sinks.kafka.records import in_order, rows
 from eos_connectors.sinks.kafka.task_keys import TaskKeys, shared_key
 from eos_connectors.sinks.kafka.txn_identity import Identity
@@ -148,25 +151,36 @@ class BatchCommitWriter(DataSourceStreamArrowWriter):
         return self.write_task(TaskIdentity.current(), iterator)
 
     def write_task(self, task: TaskIdentity, iterator: Iterator[pa.RecordBatch]) -> PreparedTask:
-        """Task: steps 1 of the module's docstring."""
+        """Task: step 1 of the module's docstring. Spark's first rows are pulled on a
+        thread meanwhile (:class:`~eos_connectors.core.ahead.RowsAhead`): the checks, the
+        new producer and its fencing overlap with Spark computing them."""
+        steps = timing.TaskSteps("sink prepare", task.batch_id, rest="produce")
         sid = self.options.sink_id_for(task.query_id)
         name = transactional_id(self.options, sid, task.partition)
-        marker = MarkerGroup(self.options, name)
-        try:
-            standing = self._standing(marker, task, sid)
-            if standing is not None:
-                return PreparedTask(task, sid, standing)
-            return self._prepare(marker, task, name, sid, iterator)
-        finally:
-            marker.close()
+        pointer_group = decision_group(self.options, sid)
+        with (
+            RowsAhead(iterator) as ahead,
+            MARKER_GROUPS.lent(self.options, name) as marker,
+            MARKER_GROUPS.lent(self.options, pointer_group) as pointer,
+        ):
+            rows_in = steps.pulled("waiting for rows", iter(ahead))
+            try:
+                standing = self._standing(marker, pointer, task, sid)
+                if standing is not None:
+                    return PreparedTask(task, sid, standing)
+                return self._prepare(marker, task, name, sid, rows_in, steps)
+            finally:
+                steps.record()
 
-    def _standing(self, marker: MarkerGroup, task: TaskIdentity, sid: str) -> str | None:
+    def _standing(
+        self, marker: MarkerGroup, pointer: MarkerGroup, task: TaskIdentity, sid: str
+    ) -> str | None:
         """Task: "marked" or "decided" when the batch must not be written, else None."""
         quick = marker.read_quick()
         check_owner(self.options, quick, sid, task.query_id)
         if quick is not None and quick[0] > task.batch_id:
             return "marked"
-        decided = read_pointer(self.options, sid)
+        decided = read_pointer(self.options, sid, pointer)
         if decided is not None and decided[0] > task.batch_id:
             if decided[1] != task.query_id:
                 raise SinkClaimedError(sid, Lineage(decided[1]), task.query_id)
@@ -192,11 +206,11 @@ class BatchCommitWriter(DataSourceStreamArrowWriter):
         task: TaskIdentity,
         name: str,
         sid: str,
-        iterator: Iterator[pa.RecordBatch],
+        rows_in: Iterator[pa.RecordBatch],
+        steps: timing.TaskSteps,
     ) -> PreparedTask:
         """Task: a new producer fenced in, the marker read stably, the transaction written
         and flushed, every delivery checked; left open."""
-        steps = timing.TaskSteps("sink prepare", task.batch_id, rest="produce")
         identity, failures = Identity(), DeliveryFailures()
         producer = Producer(
             {
@@ -210,21 +224,16 @@ class BatchCommitWriter(DataSourceStreamArrowWriter):
         )
         call(lambda: producer.init_transactions(CALL_TIMEOUT), "init_transactions")
         known = marker.read_stable() or (0, "")  # the log holds no batch-mode marker
+        steps.add("checks and fencing", steps.began)  # before any row was waited for
         check_owner(self.options, known, sid, task.query_id)
         if known[0] > task.batch_id:
             return PreparedTask(task, sid, "marked")
-        batches = (b for b in steps.pulled("waiting for rows", iterator) if b.num_rows)
+        batches = (b for b in rows_in if b.num_rows)
         first = next(batches, None)
         if first is None:
             return PreparedTask(task, sid, "empty")
         opened_at = time.time()
         call(producer.begin_transaction, "begin_transaction")
-        offsets = [marker.offset(task.batch_id + 1, task.query_id)]
-        metadata = marker.group_metadata()
-        call(
-            lambda: producer.send_offsets_to_transaction(offsets, metadata, CALL_TIMEOUT),
-            "send_offsets_to_transaction",
-        )
         faults.point("before-prepare", task.batch_id, role="worker", query=task.query_name)
         changes = self.options.changes
         noted = TaskKeys() if changes.applies_changes else None
@@ -232,6 +241,15 @@ class BatchCommitWriter(DataSourceStreamArrowWriter):
         if noted is not None:
             ordered = noted.passing(ordered)
         count = produce_rows(producer, rows(ordered, self.options.topic, changes))
+        # The marker's offset joins the transaction while librdkafka sends the rows: the
+        # two round trips overlap, and both are in the one transaction whatever the order.
+        offsets = [marker.offset(task.batch_id + 1, task.query_id)]
+        metadata = marker.group_metadata()
+        call(
+            lambda: producer.send_offsets_to_transaction(offsets, metadata, CALL_TIMEOUT),
+            "send_offsets_to_transaction",
+        )
+        flushing = time.perf_counter()
         left = producer.flush(CALL_TIMEOUT)
         if left or failures.first is not None:
             producer.abort_transaction(CALL_TIMEOUT)
@@ -245,7 +263,7 @@ class BatchCommitWriter(DataSourceStreamArrowWriter):
                 + "; its transaction was aborted and the task fails so Spark retries it."
             )
         txn = identity.wait(producer, name, IDENTITY_TIMEOUT)
-        steps.record()
+        steps.add("flush and identity", flushing)
         faults.point("after-prepare", task.batch_id, role="worker", query=task.query_name)
         keys = noted.distinct() if noted is not None else None
         return PreparedTask(task, sid, "prepared", count, txn, opened_at, keys)

@@ -27,7 +27,7 @@ from eos_connectors.core.topics import read_to_end
 from eos_connectors.sinks.kafka.clients import CALL_TIMEOUT, call
 from eos_connectors.sinks.kafka.coordinator import OpenTransaction
 from eos_connectors.sinks.kafka.errors import KafkaSinkError
-from eos_connectors.sinks.kafka.marker import marker_consumer
+from eos_connectors.sinks.kafka.marker import MarkerGroup, marker_consumer
 from eos_connectors.sinks.kafka.options import KafkaSinkOptions
 
 DECISION_SUFFIX = "-decision"
@@ -74,12 +74,16 @@ def decision_group(options: KafkaSinkOptions, sink_id: str) -> str:
     return f"{options.transactional_id_prefix}-{sink_id}{DECISION_SUFFIX}"
 
 
-def read_pointer(options: KafkaSinkOptions, sid: str) -> tuple[int, str] | None:
+def read_pointer(
+    options: KafkaSinkOptions, sid: str, reader: MarkerGroup | None = None
+) -> tuple[int, str] | None:
     """The decision pointer: (last decided batch + 1, query id), None before any. When
     the group holds no offset (a new sink, or its offsets expired), the marker log's last
     decision record stands for it, read without waiting for anybody's transaction (the
-    driver writes decisions plainly): tasks and driver judge by the same rule."""
-    pointed = read_marker(options, decision_group(options, sid))
+    driver writes decisions plainly): tasks and driver judge by the same rule. ``reader``:
+    the decision group's kept marker group (a task's), else a consumer made for the read."""
+    group = decision_group(options, sid)
+    pointed = reader.read_quick() if reader is not None else read_marker(options, group)
     if pointed is not None:
         return pointed
     decisions = _decisions(options, sid)

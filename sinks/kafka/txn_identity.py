@@ -20,7 +20,7 @@ from typing import Any
 from eos_connectors.core.errors import EosError
 from eos_connectors.sinks.kafka.coordinator import OpenTransaction
 
-INTERVAL_MS = 50
+INTERVAL_MS = 10
 #: librdkafka's transaction states in which the transaction holds records to end.
 OPEN_STATES = frozenset({"InTransaction", "BeginCommit", "BeginAbort"})
 
@@ -51,7 +51,8 @@ class Identity:
         its statistics show it."""
         deadline = time.monotonic() + timeout_s
         while True:
-            producer.poll(INTERVAL_MS / 1000)
+            if self._eos.get("txn_state") not in OPEN_STATES:  # else shown during the flush
+                producer.poll(INTERVAL_MS / 1000)
             with self._lock:
                 eos = dict(self._eos)
             if eos.get("txn_state") in OPEN_STATES and int(eos.get("producer_id", -1)) >= 0:
