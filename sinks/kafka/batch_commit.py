@@ -76,6 +76,7 @@ from eos_connectors.sinks.kafka.coordinator import (
     TransactionClient,
     TransactionFencedError,
     check_batch_commit,
+    kept_client,
 )
 from eos_connectors.sinks.kafka.decisions import (
     Decision,
@@ -306,11 +307,8 @@ class BatchCommitWriter(DataSourceStreamArrowWriter):
                 f"Rerun {TXN_VERSION} {decision.batch} first with the same input and "
                 f"partitioning (it writes those task partitions again), then {job.version}."
             )
-        client = TransactionClient(self.options.kafka)
-        try:
+        with kept_client(self.options.kafka) as client:
             self._end_decided(client, decision, job.sink_id, sid)
-        finally:
-            client.close()
 
     def end_job(self, job: BatchJob, plan: JobPlan, tasks: int, complete: bool) -> None:
         """Driver: nothing to keep; the decision pointer is the job's record."""
@@ -337,12 +335,9 @@ class BatchCommitWriter(DataSourceStreamArrowWriter):
             write_decision(self.options, sid, decision)
         faults.point("after-decision", batchId, role="driver", query=name)
         began = time.perf_counter()
-        client = TransactionClient(self.options.kafka)
-        try:
+        with kept_client(self.options.kafka) as client:
             self._end_decided(client, decision, name, sid)
             stray = client.sweep(ids_prefix(self.options, sid), list(decision.txns.values()))
-        finally:
-            client.close()
         if stray:
             log.info(
                 "batch %d: aborted %d open transactions no decision names", batchId, len(stray)
@@ -429,11 +424,8 @@ class BatchCommitWriter(DataSourceStreamArrowWriter):
 
     def _abort_open(self, sid: str) -> None:
         """Driver, for an undecided batch: every open transaction of the sink's ids ends."""
-        client = TransactionClient(self.options.kafka)
-        try:
+        with kept_client(self.options.kafka) as client:
             client.sweep(ids_prefix(self.options, sid), [])
-        finally:
-            client.close()
 
 
 def decision_margin(limit_s: float) -> float:

@@ -40,12 +40,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from eos_connectors.core.errors import EosError
 from eos_connectors.core.kafka_config import FALLBACK_HINT, KafkaConfig, bootstrap, to_kafka_python
+from eos_connectors.core.secrets import settings_digest
 
 #: The EndTxn request version the driver sends: transaction protocol version 1, as the
 #: tasks' librdkafka speaks it.
@@ -252,6 +254,26 @@ class TransactionClient:
         )
         refused.code = error
         return refused
+
+
+#: This driver process's transaction clients, by a digest of their settings: Spark runs a
+#: query's commits in one Python worker it keeps, so a batch's commit finds the
+#: connections of the last one's (a kafka-python client reconnects by itself).
+_KEPT: dict[str, TransactionClient] = {}
+
+
+@contextmanager
+def kept_client(config: KafkaConfig) -> Iterator[TransactionClient]:
+    """Driver: the process's transaction client for ``config``, made on first use; one that
+    failed a call is closed and made again next time."""
+    key = settings_digest(config)
+    client = _KEPT.pop(key, None) or TransactionClient(config)
+    try:
+        yield client
+    except BaseException:
+        client.close()
+        raise
+    _KEPT[key] = client
 
 
 def check_batch_commit(config: KafkaConfig, transactional_id: str, timeout_s: float = 15.0) -> None:

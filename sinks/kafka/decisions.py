@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from eos_connectors.core.kafka_config import logged
+from eos_connectors.core.secrets import settings_digest
 from eos_connectors.core.topics import read_to_end
 from eos_connectors.sinks.kafka.clients import CALL_TIMEOUT, call
 from eos_connectors.sinks.kafka.coordinator import OpenTransaction
@@ -127,31 +128,47 @@ def read_marker(options: KafkaSinkOptions, group: str) -> tuple[int, str] | None
 def write_decision(options: KafkaSinkOptions, sid: str, decision: Decision) -> None:
     """Driver: the decision record in the marker log, then the pointer (the decision)."""
     group = decision_group(options, sid)
-    # One record a producer: retries cannot reorder or duplicate anything that matters (a
-    # repeated decision record says the same), and an idempotent producer's first send
-    # waits ~500 ms for its producer id.
-    producer = Producer(
-        logged({**options.client_config(), "enable.idempotence": False, "acks": "all"})
-    )
+    producer = _decider(options)
     producer.produce(options.marker_log, decision.encode(), group.encode(), partition=0)
     if producer.flush(CALL_TIMEOUT):
+        producer.purge()  # never delivered later, after the batch failed
+        _DECIDERS.pop(settings_digest(options.client_config()), None)
         raise KafkaSinkError(
             f"The decision of batch {decision.batch} was not written to "
             f"{options.marker_log}; nothing was committed."
         )
-    consumer = Consumer(
+    key = settings_digest({**options.client_config(), "group.id": group})
+    consumer = _POINTERS.pop(key, None) or Consumer(
         logged({**options.client_config(), "group.id": group, "enable.auto.commit": False})
     )
+    pointer = TopicPartition(options.marker_topic, 0, decision.batch + 1, metadata=decision.query)
     try:
-        pointer = TopicPartition(
-            options.marker_topic, 0, decision.batch + 1, metadata=decision.query
-        )
         call(
             lambda: consumer.commit(offsets=[pointer], asynchronous=False),
             f"deciding batch {decision.batch}",
         )
-    finally:
+    except BaseException:
         consumer.close()
+        raise
+    _POINTERS[key] = consumer
+
+
+#: This driver process's decision writers, kept across its commits (Spark runs a query's
+#: commits in one Python worker it keeps): the marker log's producer by client
+#: settings, each sink's pointer committer by settings and group.
+_DECIDERS: dict[str, Producer] = {}
+_POINTERS: dict[str, Consumer] = {}
+
+
+def _decider(options: KafkaSinkOptions) -> Producer:
+    """The producer of decision records: one record a decision, so no idempotence (a
+    repeated record says the same; an idempotent producer's first send waits ~500 ms for
+    its producer id), acks from every in-sync replica."""
+    key = settings_digest(options.client_config())
+    if key not in _DECIDERS:
+        config = {**options.client_config(), "enable.idempotence": False, "acks": "all"}
+        _DECIDERS[key] = Producer(logged(config))
+    return _DECIDERS[key]
 
 
 def read_decision(options: KafkaSinkOptions, sid: str, batch: int) -> Decision:

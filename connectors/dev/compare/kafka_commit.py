@@ -11,7 +11,8 @@ runs it. Its parts, each timed on its own afterwards against a batch of the same
 * ``end``: one ``EndTxn(commit)`` per transaction, all sent before any answer is awaited;
 * ``sweep``: ListTransactions on every broker, DescribeTransactions of the sink's ids
   (nothing stray to abort here);
-* ``client``: the driver's transaction client made and closed (once per commit).
+* ``client``: a transaction client made and closed (the driver keeps its own across
+  commits; this is what its first commit pays).
 
 Each figure is the median of ``--rounds`` batches, in milliseconds.
 """
