@@ -1,7 +1,8 @@
 """Fetch and build once what the tests and the harness need, ahead of them (development
 tooling): the Spark class archive (:mod:`eos_connectors.dev.warm_up`), Toxiproxy (the
-network-fault proxy, built from the Go module proxy) and the HDFS and Kafka jars (from
-Maven Central), each cached per user.
+network-fault proxy, built from the Go module proxy) and the HDFS and Kafka jars, the
+broker's and then its tools' (one Maven at a time into the shared local repository;
+from Maven Central), each cached per user.
 
 Each is fetched the first time a test needs it anyway; ``make test`` runs this while
 ruff and mypy run, so a fresh machine's downloads and builds overlap the lint instead
@@ -18,11 +19,11 @@ from pathlib import Path
 
 
 def _steps() -> dict[str, Callable[[], Path | None]]:
-    from eos_connectors.dev.stack import hdfs, kafka, toxiproxy
+    from eos_connectors.dev.stack import hdfs, kafka, kafka_tools, toxiproxy
     from eos_connectors.dev.warm_up import ensure_class_archive
 
     return {
-        "Kafka's jars": kafka.ensure_jars,
+        "Kafka's jars and tools": lambda: (kafka.ensure_jars(), kafka_tools.tools_jars())[1],
         "Hadoop's jars": hdfs.ensure_jars,
         "Toxiproxy": toxiproxy.ensure_binary,
         "Spark's class archive": ensure_class_archive,

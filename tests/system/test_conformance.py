@@ -42,6 +42,7 @@ from eos_connectors.dev.harness.cells import (
     late_records,
 )
 from eos_connectors.dev.harness.verify import MIXED_GROUP_CRASHES, CustomSink, Names, Report
+from eos_connectors.dev.stack.kafka_tools import kafka_transactions, transaction_version
 from examples.sqlite_sink import counts
 from tests.system.broken_sinks import (
     CI_BROKEN,
@@ -64,6 +65,9 @@ def read_sqlite() -> dict[str, int]:
 def test_every_cell_crosses_every_point_of_every_sink(
     endpoints: Endpoints, eos_verify: Callable[..., Report], tmp_path: Path
 ) -> None:
+    # The local broker runs Kafka 4's default transaction protocol version 2 (the
+    # replicated Kafka of test_distributed.py, version 1).
+    assert transaction_version(endpoints.kafka_bootstrap) == 2
     _SQLITE["path"] = str(tmp_path / "example-sink.db")
     options = (
         ("path", _SQLITE["path"]),
@@ -114,6 +118,26 @@ def test_every_cell_crosses_every_point_of_every_sink(
     # (the sinks matched an expectation without them), and its tail.
     timed = read_to_end(endpoints.kafka, Names(_tag(report)).timed)
     assert late_records(timed, report.plan["timed_batch_offsets"]) > 20
+    _check_kafka_finds_nothing_open(endpoints, _tag(report))
+
+
+def _check_kafka_finds_nothing_open(endpoints: Endpoints, tag: str) -> None:
+    """After every crash of the run, Kafka's own tooling (``kafka-transactions.sh``)
+    lists no transaction of the run's sinks still open and finds none hanging."""
+    from confluent_kafka.admin import AdminClient
+
+    listed = kafka_transactions(endpoints.kafka_bootstrap, "list")
+    ours = [line for line in listed.splitlines() if f"verify-{tag}-" in line]
+    assert ours, f"kafka-transactions list shows none of the run's ids:\n{listed[:2000]}"
+    still_open = [line for line in ours if "Ongoing" in line or "Prepare" in line]
+    assert not still_open, still_open
+    admin = AdminClient({"bootstrap.servers": endpoints.kafka_bootstrap})
+    for broker in admin.list_topics(timeout=10).brokers:
+        hanging = kafka_transactions(
+            endpoints.kafka_bootstrap, "find-hanging", "--broker-id", str(broker)
+        )
+        rows = [line for line in hanging.splitlines()[1:] if line.strip()]
+        assert not rows, f"kafka-transactions find-hanging on broker {broker}:\n{hanging}"
 
 
 def _check_every_sink_and_point_is_crossed(schedule: list[str], queries: set[str]) -> None:

@@ -46,6 +46,8 @@ import pytest
 
 from eos_connectors.core.faults import Entry
 from eos_connectors.dev.harness.network import DRIVER_ADDRESS
+from eos_connectors.dev.stack.kafka_cluster import TRANSACTION_VERSION, KafkaCluster
+from eos_connectors.dev.stack.kafka_tools import transaction_version
 from eos_connectors.ops.locations import location
 from tests.system.conftest import eos_on
 
@@ -56,8 +58,10 @@ SINKS = {"rc-kafka", "rc-postgres", "rc-redis-increment"}
 
 @pytest.mark.cost(160)
 def test_a_cluster_with_zombies_lost_executors_dead_brokers_and_cut_networks_loses_nothing(
-    replicated: Path, spark_master: str, hdfs_url: str, tmp_path: Path
+    replicated: Path, cluster: KafkaCluster, spark_master: str, hdfs_url: str, tmp_path: Path
 ) -> None:
+    # The replicated Kafka runs transaction protocol version 1; the local cells' broker, 2.
+    assert transaction_version(cluster.bootstrap) == TRANSACTION_VERSION == 1
     work = tmp_path / "verify"
     args = ["verify", "--cells", "running-count", "--sinks", "kafka,postgres,redis"]
     args += ["--records", "4000", "--kills", "0", "--full-crashes", "none", "--coverage", "pairs"]

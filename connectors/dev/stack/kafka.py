@@ -237,13 +237,18 @@ def java_command(where: Path, heap: str, classpath: str) -> list[str]:
     ]
 
 
-def format_storage(java: list[str], config: Path, cluster_id: str, where: Path) -> None:
+def format_storage(
+    java: list[str], config: Path, cluster_id: str, where: Path, features: tuple[str, ...] = ()
+) -> None:
     """Format a node's log directory for ``cluster_id`` unless it was formatted before.
-    ``java``: :func:`java_command`."""
+    ``java``: :func:`java_command`; ``features``: ``name=level`` to finalize (else
+    the release's defaults)."""
     data = where / "data"
     if (data / "meta.properties").exists():
         return
     argv = [*java, "kafka.tools.StorageTool", "format", "--cluster-id", cluster_id]
+    for feature in features:
+        argv += ["--feature", feature]
     try:
         run([*argv, "--config", str(config)], what="Formatting the Kafka storage", cwd=where)
     except StackError as exc:

@@ -36,3 +36,17 @@ def kafka_transactions(bootstrap: str, *args: str, timeout_s: float = 60.0) -> s
             f"{(done.stderr or done.stdout)[-2000:]}"
         )
     return done.stdout
+
+
+def transaction_version(bootstrap: str) -> int:
+    """The cluster's finalized ``transaction.version`` (0 when none is finalized), as a
+    broker reports it in its ApiVersions answer."""
+    from kafka.admin import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="eos-stack-features")
+    try:
+        features = admin.describe_features()
+    finally:
+        admin.close()
+    finalized = features.get("transaction.version", {}).get("finalized")
+    return int(finalized[1]) if finalized else 0
