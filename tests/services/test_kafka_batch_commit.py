@@ -8,7 +8,7 @@ failed before its decision is written again in full whatever its new rows; ``abo
 ends an undecided batch and never a decided one; ``eos sinks`` lists and resets it; a
 batch job's version decided by a driver that died is committed before the next version.
 
-Cost: ~24 s in CI (six tests)."""
+Cost: ~24 s in CI (six tests); a seventh, the coordinator's own timeout (~22 s), is `make soak`'s."""
 
 from __future__ import annotations
 
@@ -307,3 +307,52 @@ def test_no_task_waits_for_an_open_transaction_of_its_own_batch_or_another_query
     assert _visible(endpoints, other) == _expected(range(1), tasks=4)
     writer.commit(list(a_open), 0)
     assert _visible(endpoints, writer) == _expected(range(1), tasks=4)
+
+
+@pytest.mark.soak  # ~20 s: waits out a transaction timeout; `make soak`
+def test_a_decided_transaction_the_coordinator_timed_out_is_written_again_by_its_replay(
+    endpoints: Endpoints, unique: str
+) -> None:
+    """A driver decides batch 0 and stalls past ``kafka.transaction.timeout.ms`` (12 s,
+    the shortest that leaves a decision margin): the coordinator aborts the decided
+    transactions itself. The late commit finds them fenced and unmarked, fails naming
+    the setting to raise, and nothing is visible; the replay writes both task
+    partitions again and its commit makes each record visible once."""
+    import time
+
+    from eos_connectors.sinks.kafka.coordinator import TransactionClient
+    from eos_connectors.sinks.kafka.decisions import Decision, write_decision
+    from eos_connectors.sinks.kafka.errors import KafkaSinkError
+
+    topic = f"kbt-{unique}"
+    create_topic(endpoints.kafka, topic, 2)
+    raw = {"kafka.bootstrap.servers": endpoints.kafka_bootstrap, "topic": topic}
+    options = sink_options(
+        {**raw, "sinkId": f"kbt-{unique}", "kafka.transaction.timeout.ms": "12000"}
+    )
+    writer = BatchCommitWriter(options)
+    sid = options.sink_id
+    assert sid is not None
+    prepared = _prepare(writer, 0)
+    txns = {r.partition: r.txn for r in prepared if r.txn is not None}
+    write_decision(options, sid, Decision(0, prepared[0].query_id, txns, 80))  # then stalls
+    client = TransactionClient(options.kafka)
+    try:
+        deadline = time.monotonic() + 60
+        ids = [t.transactional_id for t in txns.values()]
+
+        def states() -> set[str]:
+            return {str(getattr(d.state, "value", d.state)) for d in client.describe(ids).values()}
+
+        while states() != {"CompleteAbort"}:  # the coordinator's own abort, on its timeout
+            assert time.monotonic() < deadline, states()
+            time.sleep(1)
+    finally:
+        client.close()
+    with pytest.raises(KafkaSinkError, match=r"task partitions \[0, 1\].*raise that option"):
+        writer.commit(list(prepared), 0)
+    assert _visible(endpoints, writer) == [], "a timed-out transaction was visible"
+    replay = _prepare(writer, 0, run="run-2")
+    assert [m.state for m in replay] == ["prepared", "prepared"], "written again"
+    writer.commit(list(replay), 0)
+    assert _visible(endpoints, writer) == _expected(range(1)), "each record once"
