@@ -8,7 +8,8 @@ failed before its decision is written again in full whatever its new rows; ``abo
 ends an undecided batch and never a decided one; ``eos sinks`` lists and resets it; a
 batch job's version decided by a driver that died is committed before the next version.
 
-Cost: ~24 s in CI (six tests); a seventh, the coordinator's own timeout (~22 s), is `make soak`'s."""
+Cost: ~24 s in CI (six tests); a seventh, the coordinator's own timeout (~22 s), is
+`make soak`'s."""
 
 from __future__ import annotations
 
