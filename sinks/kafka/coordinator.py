@@ -40,13 +40,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
 from eos_connectors.core.errors import EosError
 from eos_connectors.core.kafka_config import FALLBACK_HINT, KafkaConfig, bootstrap, to_kafka_python
+from eos_connectors.core.kept import Kept
 from eos_connectors.core.secrets import settings_digest
 
 #: The EndTxn request version the driver sends: transaction protocol version 1, as the
@@ -56,7 +57,7 @@ END_TXN_VERSION = 3
 #: or still writes the markers of the previous end).
 RETRIABLE = frozenset(
     {"CONCURRENT_TRANSACTIONS", "COORDINATOR_LOAD_IN_PROGRESS", "NOT_COORDINATOR"}
-    | {"COORDINATOR_NOT_AVAILABLE"}
+    | {"COORDINATOR_NOT_AVAILABLE", "NODE_NOT_READY"}
 )
 FENCED = frozenset({"INVALID_PRODUCER_EPOCH", "PRODUCER_FENCED"})
 #: Requests the driver's client keeps in flight on one connection; past it a request is
@@ -236,7 +237,7 @@ class TransactionClient:
                 response = await future
                 name = str(errors.for_code(response.error_code).message)
             except errors.NodeNotReadyError:  # more than MAX_IN_FLIGHT: the next round
-                name = "CONCURRENT_TRANSACTIONS"
+                name = "NODE_NOT_READY"
             except (errors.KafkaConnectionError, errors.RequestTimedOutError):
                 name = "COORDINATOR_NOT_AVAILABLE"
             answers.append("NONE" if name == "NO_ERROR" else name)
@@ -259,21 +260,13 @@ class TransactionClient:
 #: This driver process's transaction clients, by a digest of their settings: Spark runs a
 #: query's commits in one Python worker it keeps, so a batch's commit finds the
 #: connections of the last one's (a kafka-python client reconnects by itself).
-_KEPT: dict[str, TransactionClient] = {}
+_KEPT: Kept[TransactionClient] = Kept(TransactionClient.close, size=8)
 
 
-@contextmanager
-def kept_client(config: KafkaConfig) -> Iterator[TransactionClient]:
+def kept_client(config: KafkaConfig) -> AbstractContextManager[TransactionClient]:
     """Driver: the process's transaction client for ``config``, made on first use; one that
     failed a call is closed and made again next time."""
-    key = settings_digest(config)
-    client = _KEPT.pop(key, None) or TransactionClient(config)
-    try:
-        yield client
-    except BaseException:
-        client.close()
-        raise
-    _KEPT[key] = client
+    return _KEPT.lent(settings_digest(config), lambda: TransactionClient(config))
 
 
 def check_batch_commit(config: KafkaConfig, transactional_id: str, timeout_s: float = 15.0) -> None:

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from eos_connectors.core.kafka_config import logged
+from eos_connectors.core.kept import Kept
 from eos_connectors.core.secrets import settings_digest
 from eos_connectors.core.topics import read_to_end
 from eos_connectors.sinks.kafka.clients import CALL_TIMEOUT, call
@@ -128,47 +130,40 @@ def read_marker(options: KafkaSinkOptions, group: str) -> tuple[int, str] | None
 def write_decision(options: KafkaSinkOptions, sid: str, decision: Decision) -> None:
     """Driver: the decision record in the marker log, then the pointer (the decision)."""
     group = decision_group(options, sid)
-    producer = _decider(options)
-    producer.produce(options.marker_log, decision.encode(), group.encode(), partition=0)
-    if producer.flush(CALL_TIMEOUT):
-        producer.purge()  # never delivered later, after the batch failed
-        _DECIDERS.pop(settings_digest(options.client_config()), None)
-        raise KafkaSinkError(
-            f"The decision of batch {decision.batch} was not written to "
-            f"{options.marker_log}; nothing was committed."
-        )
-    key = settings_digest({**options.client_config(), "group.id": group})
-    consumer = _POINTERS.pop(key, None) or Consumer(
-        logged({**options.client_config(), "group.id": group, "enable.auto.commit": False})
-    )
+    settings = options.client_config()
+    with _DECIDERS.lent(settings_digest(settings), lambda: _decider(settings)) as producer:
+        producer.produce(options.marker_log, decision.encode(), group.encode(), partition=0)
+        if producer.flush(CALL_TIMEOUT):
+            raise KafkaSinkError(
+                f"The decision of batch {decision.batch} was not written to "
+                f"{options.marker_log}; nothing was committed."
+            )
     pointer = TopicPartition(options.marker_topic, 0, decision.batch + 1, metadata=decision.query)
-    try:
+    committer = {**settings, "group.id": group, "enable.auto.commit": False}
+    with _POINTERS.lent(settings_digest(committer), lambda: Consumer(logged(committer))) as c:
         call(
-            lambda: consumer.commit(offsets=[pointer], asynchronous=False),
+            lambda: c.commit(offsets=[pointer], asynchronous=False),
             f"deciding batch {decision.batch}",
         )
-    except BaseException:
-        consumer.close()
-        raise
-    _POINTERS[key] = consumer
+
+
+def _decider(settings: dict[str, Any]) -> Producer:
+    """The producer of decision records: one record a decision, so no idempotence (a
+    repeated record says the same; an idempotent producer's first send waits ~500 ms for
+    its producer id), acks from every in-sync replica."""
+    return Producer(logged({**settings, "enable.idempotence": False, "acks": "all"}))
+
+
+def _purge(producer: Producer) -> None:
+    """A failed decision writer's queue emptied, so no record lands after its batch failed."""
+    producer.purge()
 
 
 #: This driver process's decision writers, kept across its commits (Spark runs a query's
 #: commits in one Python worker it keeps): the marker log's producer by client
 #: settings, each sink's pointer committer by settings and group.
-_DECIDERS: dict[str, Producer] = {}
-_POINTERS: dict[str, Consumer] = {}
-
-
-def _decider(options: KafkaSinkOptions) -> Producer:
-    """The producer of decision records: one record a decision, so no idempotence (a
-    repeated record says the same; an idempotent producer's first send waits ~500 ms for
-    its producer id), acks from every in-sync replica."""
-    key = settings_digest(options.client_config())
-    if key not in _DECIDERS:
-        config = {**options.client_config(), "enable.idempotence": False, "acks": "all"}
-        _DECIDERS[key] = Producer(logged(config))
-    return _DECIDERS[key]
+_DECIDERS: Kept[Producer] = Kept(_purge, size=8)
+_POINTERS: Kept[Consumer] = Kept(Consumer.close, size=64)
 
 
 def read_decision(options: KafkaSinkOptions, sid: str, batch: int) -> Decision:

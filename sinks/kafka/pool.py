@@ -5,12 +5,12 @@ batch commit's marker groups, and the at-least-once writer's producers."""
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import Any
 
 from confluent_kafka import Producer
 
+from eos_connectors.core.kept import Kept
 from eos_connectors.core.secrets import settings_digest
 from eos_connectors.sinks.kafka.clients import (
     LIBRDKAFKA_LOG,
@@ -144,34 +144,22 @@ PLAIN_PRODUCERS = PlainProducers()
 class MarkerGroups:
     """Task side, the batch commit: one Python worker's idle marker groups (a task
     partition's, a sink's decision pointer's), by group and client settings, kept across
-    tasks and batches. Each is two consumers that never subscribe; reading a committed
-    offset always asks the broker, so a kept one reads what a new one would, without
-    its connections and coordinator look-up. At most ``size`` stay idle, the least
-    recently used closed first."""
+    tasks and batches (:class:`~eos_connectors.core.kept.Kept`). Each is two consumers
+    that never subscribe; reading a committed offset always asks the broker, so a kept
+    one reads what a new one would, without its connections and coordinator look-up."""
 
     def __init__(self, size: int = 64) -> None:
-        self.size = size
-        self._idle: OrderedDict[tuple[str, str], MarkerGroup] = OrderedDict()
-        self.created = 0  # for tests
+        self._kept: Kept[MarkerGroup] = Kept(MarkerGroup.close, size)
 
-    @contextmanager
-    def lent(self, options: KafkaSinkOptions, group: str) -> Iterator[MarkerGroup]:
+    @property
+    def created(self) -> int:
+        return self._kept.created
+
+    def lent(self, options: KafkaSinkOptions, group: str) -> AbstractContextManager[MarkerGroup]:
         """``group``'s marker group for a task: kept again when the task is done with it,
-        closed when the task failed (a broker call may have left it mid-request)."""
-        key = _pool_key(options, group)
-        marker = self._idle.pop(key, None)
-        if marker is None:
-            self.created += 1
-            marker = MarkerGroup(options, group)
-        try:
-            yield marker
-        except BaseException:
-            marker.close()
-            raise
-        self._idle[key] = marker
-        while len(self._idle) > self.size:
-            _, oldest = self._idle.popitem(last=False)
-            oldest.close()
+        closed when the task failed."""
+        key = f"{group}:{settings_digest(options.producer_config())}"
+        return self._kept.lent(key, lambda: MarkerGroup(options, group))
 
 
 #: This Python worker's batch-commit marker groups.

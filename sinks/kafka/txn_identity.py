@@ -50,9 +50,7 @@ class Identity:
         """The open transaction of ``producer`` (after its records were flushed), once
         its statistics show it."""
         deadline = time.monotonic() + timeout_s
-        while True:
-            if self._eos.get("txn_state") not in OPEN_STATES:  # else shown during the flush
-                producer.poll(INTERVAL_MS / 1000)
+        while True:  # statistics the flush delivered count: no poll before the first look
             with self._lock:
                 eos = dict(self._eos)
             if eos.get("txn_state") in OPEN_STATES and int(eos.get("producer_id", -1)) >= 0:
@@ -64,3 +62,4 @@ class Identity:
                     f"Transactional id {transactional_id!r}: the producer's statistics showed "
                     f"no open transaction within {timeout_s:.0f} s (last: {eos or 'none'})."
                 )
+            producer.poll(INTERVAL_MS / 1000)
