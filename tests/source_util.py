@@ -106,8 +106,7 @@ def wait_for(condition: Any, what: str, explain: Any = None, timeout: float = 12
 
 def latest_after(endpoints: Endpoints, previous: SourceOffset, **options: str) -> SourceOffset:
     """What the driver plans next from ``previous`` (latestOffset on the real broker)."""
-    from pyspark.sql.streaming.datasource import ReadAllAvailable
-
+    from eos_connectors.core.spark_api import ReadAllAvailable
     from eos_connectors.sources.kafka.options import parse_options
     from eos_connectors.sources.kafka.stream_reader import KafkaStreamReader
 

@@ -47,12 +47,13 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, TypeVar
 
-from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import WriterCommitMessage
 
 from eos_connectors.core import faults, timing
 from eos_connectors.core.ahead import RowsAhead
 from eos_connectors.core.context import TaskIdentity, query_tag
 from eos_connectors.core.errors import EosError, ServiceUnavailableError
+from eos_connectors.core.spark_api import StreamArrowWriter
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -327,7 +328,7 @@ class UnitStore(ABC):
         return -1
 
 
-class TwoPhaseCommitWriter(DataSourceStreamArrowWriter, UnitStore):
+class TwoPhaseCommitWriter(StreamArrowWriter, UnitStore):
     """A streaming Arrow writer that runs the protocol over a :class:`UnitStore`."""
 
     #: Decisions of batches older than this many batches are pruned.

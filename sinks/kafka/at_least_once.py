@@ -6,10 +6,11 @@ import time
 from collections.abc import Iterator
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import WriterCommitMessage
 
 from eos_connectors.core import timing
 from eos_connectors.core.context import current_batch
+from eos_connectors.core.spark_api import StreamArrowWriter
 from eos_connectors.sinks.kafka.clients import CALL_TIMEOUT, produce_rows
 from eos_connectors.sinks.kafka.errors import KafkaSinkError
 from eos_connectors.sinks.kafka.options import KafkaSinkOptions
@@ -17,7 +18,7 @@ from eos_connectors.sinks.kafka.pool import PLAIN_PRODUCERS, PlainProducers
 from eos_connectors.sinks.kafka.records import in_order, rows
 
 
-class KafkaAtLeastOnceWriter(DataSourceStreamArrowWriter):
+class KafkaAtLeastOnceWriter(StreamArrowWriter):
     """At-least-once: an idempotent (non-transactional) producer; a replay writes again.
 
     The producer is the worker's (:class:`PlainProducers`): a new idempotent producer

@@ -60,7 +60,7 @@ from dataclasses import replace
 
 import pyarrow as pa
 from confluent_kafka import KafkaError, Producer
-from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import WriterCommitMessage
 
 from eos_connectors.core import faults, timing
 from eos_connectors.core.ahead import RowsAhead
@@ -69,6 +69,7 @@ from eos_connectors.core.changes import KeyAcrossTasksError
 from eos_connectors.core.context import TaskIdentity
 from eos_connectors.core.errors import ConfigError
 from eos_connectors.core.protocol import Lineage, SinkClaimedError
+from eos_connectors.core.spark_api import StreamArrowWriter
 from eos_connectors.sinks.kafka.claim import check_owner
 from eos_connectors.sinks.kafka.clients import CALL_TIMEOUT, LIBRDKAFKA_LOG, call, produce_rows
 from eos_connectors.sinks.kafka.coordinator import (
@@ -138,7 +139,7 @@ def check_start(options: KafkaSinkOptions) -> None:
     check_batch_commit(options.kafka, transactional_id(options, sid, 0))
 
 
-class BatchCommitWriter(DataSourceStreamArrowWriter):
+class BatchCommitWriter(StreamArrowWriter):
     """Exactly once without deterministic replay: nothing of a batch is visible before
     the driver decides it, and all of it after (see the module's docstring)."""
 

@@ -44,13 +44,14 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 from confluent_kafka import Producer
-from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import WriterCommitMessage
 
 from eos_connectors.core import faults, timing
 from eos_connectors.core.ahead import RowsAhead
 from eos_connectors.core.batch_job import BatchJob, JobPlan
 from eos_connectors.core.context import TaskIdentity
 from eos_connectors.core.protocol import Lineage, SinkClaimedError
+from eos_connectors.core.spark_api import StreamArrowWriter
 from eos_connectors.sinks.kafka import jobs
 from eos_connectors.sinks.kafka.claim import check_owner
 from eos_connectors.sinks.kafka.clients import (
@@ -99,7 +100,7 @@ def sink_id(options: KafkaSinkOptions, query_id: str) -> str:
     return options.sink_id_for(query_id)
 
 
-class KafkaExactlyOnceWriter(DataSourceStreamArrowWriter):
+class KafkaExactlyOnceWriter(StreamArrowWriter):
     """Exactly-once under deterministic replay.
 
     Guarantee: a task's records become visible to read_committed readers when

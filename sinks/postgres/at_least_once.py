@@ -6,14 +6,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import WriterCommitMessage
 
+from eos_connectors.core.spark_api import StreamArrowWriter
 from eos_connectors.sinks.postgres.connection import allowing, give_back, take
 from eos_connectors.sinks.postgres.options import PostgresSinkOptions
 from eos_connectors.sinks.postgres.rows import ControlTypes, TaskRows
 
 
-class PostgresAtLeastOnceWriter(DataSourceStreamArrowWriter):
+class PostgresAtLeastOnceWriter(StreamArrowWriter):
     """At-least-once: each task commits its own transaction; a replayed batch writes again.
 
     With mode=upsert a replay rewrites the same rows (idempotent in effect); with

@@ -7,8 +7,9 @@ import logging
 from collections.abc import Iterator
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import WriterCommitMessage
 
+from eos_connectors.core.spark_api import StreamArrowWriter
 from eos_connectors.sinks.redis import scripts, values
 from eos_connectors.sinks.redis.connection import pooled
 from eos_connectors.sinks.redis.exactly_once import ENTRIES_PER_COMMAND, log_absent, script_args
@@ -17,7 +18,7 @@ from eos_connectors.sinks.redis.options import RedisSinkOptions
 log = logging.getLogger(__name__)
 
 
-class RedisAtLeastOnceWriter(DataSourceStreamArrowWriter):
+class RedisAtLeastOnceWriter(StreamArrowWriter):
     """At-least-once: each task writes its entries straight to their keys.
 
     A replayed batch writes again: harmless in upsert mode, counted twice in

@@ -24,7 +24,7 @@ from eos_connectors.sources.kafka.options import (
     parse_options,
     warn_ignored,
 )
-from eos_connectors.sources.kafka.stream_reader import KafkaStreamReader
+from eos_connectors.sources.kafka.stream_reader import stream_reader
 
 
 def source_schema(include_headers: bool) -> StructType:
@@ -75,9 +75,9 @@ class KafkaSourceFormat(DataSource):
         """Driver: the stream's reader (its ``read`` runs in tasks)."""
         self._check_schema(schema)
         self._check_settings()
-        check_for_stream(self.config)
+        check_for_stream(self.config, self.options)
         warn_ignored(self.options, self.config, batch=False)
-        return KafkaStreamReader(self.config)
+        return stream_reader(self.config)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         """Driver: a batch read's reader, ``spark.read.format("eos_kafka")`` (its ``read``

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from eos_connectors.core import kafka_config
 from eos_connectors.core import options as opt
 from eos_connectors.core.errors import ConfigError
+from eos_connectors.core.spark_api import HAS_READ_LIMITS, release
 
 EARLIEST = -2
 LATEST = -1
@@ -106,7 +107,8 @@ OPTIONS = opt.OptionTable(
             "maxOffsetsPerTrigger",
             opt.integer(1),
             "read limit per batch, shared over partitions by backlog (Spark's `ReadLimit`; "
-            "`Trigger.AvailableNow` is supported); a batch read ignores it with a warning",
+            "`Trigger.AvailableNow` is supported); a batch read ignores it with a warning. "
+            "PySpark 4.2+, or see `legacyReadLimits`",
             applies=_STREAM,
         ),
         opt.Option(
@@ -122,6 +124,16 @@ OPTIONS = opt.OptionTable(
             "with `minOffsetsPerTrigger`: the longest wait for a batch (`30s`, `15m`, ...)",
             default=15 * 60 * 1000,
             default_doc="`15m`",
+            applies=_STREAM,
+        ),
+        opt.Option(
+            "legacyReadLimits",
+            opt.boolean,
+            "PySpark 4.0-4.1 only (which give a Python source no read limit): `true` lets the "
+            "source apply `maxOffsetsPerTrigger`, `minOffsetsPerTrigger` and `maxTriggerDelay` "
+            "itself, exactly under a `processingTime` trigger; Spark runs `availableNow` as "
+            "one batch there, so never with `availableNow`. Ignored on 4.2+",
+            default=False,
             applies=_STREAM,
         ),
         opt.Option(
@@ -245,6 +257,7 @@ class KafkaSourceOptions:
     min_offsets_per_trigger: int | None = None
     max_trigger_delay_ms: int = 15 * 60 * 1000
     max_records_per_partition: int | None = None
+    legacy_read_limits: bool = False  # PySpark 4.0-4.1: the reader applies the read limits
     fetch_offset_retries: int = 3
     fetch_offset_retry_interval_ms: int = 1000
     group_id: str | None = None  # kafka.group.id: the consumers' group (never committed to)
@@ -330,6 +343,7 @@ def parse_options(raw: Mapping[str, str]) -> KafkaSourceOptions:
         min_offsets_per_trigger=values["minoffsetspertrigger"],
         max_trigger_delay_ms=values["maxtriggerdelay"],
         max_records_per_partition=values["maxrecordsperpartition"],
+        legacy_read_limits=values["legacyreadlimits"],
         fetch_offset_retries=values["fetchoffset.numretries"],
         fetch_offset_retry_interval_ms=values["fetchoffset.retryintervalms"],
         group_id=group_id,
@@ -428,13 +442,37 @@ def warn_ignored(raw: Mapping[str, str], options: KafkaSourceOptions, batch: boo
             log.warning("eos_kafka: option %r is ignored in a batch read (streams only).", name)
 
 
-def check_for_stream(options: KafkaSourceOptions) -> None:
-    """Driver: options only a batch read takes are refused in a stream, as Spark does."""
+#: Options that need Spark's admission control for Python sources (PySpark 4.2+).
+ADMISSION_OPTIONS = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay")
+
+
+def check_for_stream(options: KafkaSourceOptions, given: Mapping[str, str]) -> None:
+    """Driver: options only a batch read takes are refused in a stream, as Spark does;
+    so are those the running PySpark cannot honour (admission control before 4.2)."""
+    _check_admission(options, given)
     if options.ending_offsets is not None or options.ending_timestamps is not None:
         raise ConfigError(
             "Options 'endingOffsets', 'endingOffsetsByTimestamp' and 'endingTimestamp' apply "
             "to batch reads (spark.read.format('eos_kafka')); a stream reads on. Drop them, "
             "or read the range as a batch."
+        )
+
+
+def _check_admission(options: KafkaSourceOptions, given: Mapping[str, str]) -> None:
+    """Before PySpark 4.2 Spark gives a Python source no read limit: a bounded batch would
+    read everything, and ``availableNow`` would stop after its single batch. Refused unless
+    ``legacyReadLimits`` says the trigger is ``processingTime`` and the reader bounds it."""
+    if HAS_READ_LIMITS or options.legacy_read_limits:
+        return
+    named = {key.lower() for key in given}
+    refused = [name for name in ADMISSION_OPTIONS if name.lower() in named]
+    if refused:
+        raise ConfigError(
+            f"Option {refused[0]!r} needs PySpark 4.2 or later: PySpark {release()} gives "
+            "a Python source no read limit (Spark's admission control for Python data sources "
+            f"came in 4.2). Drop {', '.join(map(repr, refused))}, run PySpark 4.2+, or, with a "
+            "processingTime trigger (never availableNow, which 4.0-4.1 run as one batch), set "
+            "legacyReadLimits=true to have the source bound each batch itself."
         )
 
 

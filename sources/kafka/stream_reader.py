@@ -15,13 +15,16 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import (
+
+from eos_connectors.core.errors import EosError
+from eos_connectors.core.spark_api import (
+    HAS_READ_LIMITS,
     ReadAllAvailable,
     ReadLimit,
     ReadMaxRows,
     SupportsTriggerAvailableNow,
+    release,
 )
-
 from eos_connectors.sources.kafka.broker import BrokerView
 from eos_connectors.sources.kafka.fetch import read_partition, report_data_loss
 from eos_connectors.sources.kafka.offsets import (
@@ -228,3 +231,58 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 f"{', '.join(ranges)} on can no longer be read",
                 resume=0,
             )
+
+
+class LegacyKafkaStreamReader(KafkaStreamReader):
+    """Driver. The reader on PySpark 4.0-4.1, whose Spark calls ``latestOffset()`` with
+    neither the batch's start nor a read limit.
+
+    The start of the next batch is the end of the last one Spark planned: Spark plans
+    the checkpoint's last batch again (``partitions``) before it asks a restarted query
+    for anything, and a new query starts at :meth:`initialOffset`. With that start the
+    reader plans exactly as on 4.2+, applying the read limits itself when
+    ``legacyReadLimits`` is set (the options are refused otherwise:
+    :func:`check_for_stream`).
+    """
+
+    def __init__(self, options: KafkaSourceOptions) -> None:
+        super().__init__(options)
+        self._initial: dict[str, Any] | None = None
+        self._last: dict[str, Any] | None = None  # where the batch Spark plans next starts
+
+    def initialOffset(self) -> dict[str, Any]:
+        """Driver. Asked once: Spark asks after the first ``latestOffset()`` too."""
+        if self._initial is None:
+            self._initial = super().initialOffset()
+        return self._initial
+
+    def latestOffset(self) -> dict[str, Any]:  # type: ignore[override]
+        """Driver. The end of the next batch, under the read limit the options give."""
+        start = self._last if self._last is not None else self.initialOffset()
+        offset = super().latestOffset(start, self._limit())
+        self._last = offset
+        return offset
+
+    def _limit(self) -> ReadLimit:
+        most = self.options.max_offsets_per_trigger
+        return ReadMaxRows(most) if most and self.options.legacy_read_limits else ReadAllAvailable()
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        """Driver. As on 4.2+; and the next batch starts at ``end``. A batch planned from a
+        start other than Spark's (never seen) fails here rather than read records again."""
+        following = SourceOffset.from_spark(end)
+        begin = SourceOffset.from_spark(start).begin_of_next(following)
+        behind = sorted(tp for tp, last in following.ends.items() if last < begin.get(tp, last))
+        if behind:
+            raise EosError(
+                f"eos_kafka: batch planned to end before its start for {behind} on PySpark "
+                f"{release()} (a restart that did not replan its last batch first). Restart "
+                "the query; nothing of this batch was read."
+            )
+        self._last = end
+        return super().partitions(start, end)
+
+
+def stream_reader(options: KafkaSourceOptions) -> KafkaStreamReader:
+    """Driver. The reader for the running PySpark (:mod:`eos_connectors.core.spark_api`)."""
+    return KafkaStreamReader(options) if HAS_READ_LIMITS else LegacyKafkaStreamReader(options)

@@ -153,8 +153,7 @@ def test_min_offsets_per_trigger_waits_for_more_up_to_max_trigger_delay(
     """Fewer new records than minOffsetsPerTrigger plan no batch until maxTriggerDelay has
     passed since the last batch; enough of them plan one at once; Trigger.AvailableNow
     never waits."""
-    from pyspark.sql.streaming.datasource import ReadAllAvailable
-
+    from eos_connectors.core.spark_api import ReadAllAvailable
     from eos_connectors.sources.kafka.options import parse_options
     from eos_connectors.sources.kafka.stream_reader import KafkaStreamReader
 

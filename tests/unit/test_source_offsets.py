@@ -132,7 +132,7 @@ class _CountingBroker:
 def test_the_progress_report_reuses_latest_offsets_look_up() -> None:
     """reportLatestOffset, which Spark calls right after latestOffset, asks no broker again;
     called on its own, it does."""
-    from pyspark.sql.streaming.datasource import ReadAllAvailable
+    from eos_connectors.core.spark_api import ReadAllAvailable
 
     reader = KafkaStreamReader(
         parse_options({"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t"})

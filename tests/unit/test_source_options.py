@@ -189,8 +189,30 @@ def test_a_batch_read_takes_its_bounds_and_a_stream_refuses_them() -> None:
     assert stamped.ending_timestamps == 1_700_000_000_000
     check_for_batch(stamped)
     with pytest.raises(ConfigError, match="apply to batch reads"):
-        check_for_stream(stamped)
-    check_for_stream(parse_options(BASE))
+        check_for_stream(stamped, {})
+    check_for_stream(parse_options(BASE), BASE)
+
+
+@pytest.mark.parametrize(
+    "name", ["maxOffsetsPerTrigger", "MINOFFSETSPERTRIGGER", "maxTriggerDelay"]
+)
+def test_admission_control_is_refused_before_pyspark_4_2_naming_the_option_and_release(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before 4.2 Spark hands a Python source no read limit: a bounded batch would read all,
+    and availableNow stopped after one batch. Costs ~0 s."""
+    from eos_connectors.core import spark_api
+    from eos_connectors.sources.kafka import options as source_options
+
+    given = {**BASE, name: "10" if "Delay" not in name else "5s"}
+    if spark_api.HAS_READ_LIMITS:
+        source_options.check_for_stream(parse_options(given), given)
+    monkeypatch.setattr(source_options, "HAS_READ_LIMITS", False)
+    monkeypatch.setattr(source_options, "release", lambda: "4.1.4")
+    with pytest.raises(
+        ConfigError, match=rf"(?i)'{name}' needs PySpark 4.2 or later: PySpark 4.1.4"
+    ):
+        source_options.check_for_stream(parse_options(given), given)
 
 
 def test_offsets_behind_latest_are_computed_from_a_progress_as_spark_reports_them() -> None:
