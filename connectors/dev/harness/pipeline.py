@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from eos_connectors.dev.harness import layouts
+from eos_connectors.dev.harness import drain, layouts
 from eos_connectors.dev.harness.spec import (
     WATERMARK_SECONDS,
     WINDOW_SECONDS,
@@ -78,7 +78,7 @@ def stage_frame(spark: SparkSession, spec: PipelineSpec, query: QuerySpec) -> Da
         .option("subscribe", query.topic)
         .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", str(query.max_offsets or spec.max_offsets))
-        .options(**query.source_options, **_varied(spec, query))
+        .options(**query.source_options, **_varied(spec, query), **drain.source_options(spec))
         .load()
     )
     if query.stage == "records":
@@ -186,7 +186,7 @@ def start_query(spark: SparkSession, spec: PipelineSpec, query: QuerySpec) -> St
     )
     for key, value in query.options.items():
         writer = writer.option(key, value)
-    if spec.trigger == "available-now":
+    if spec.trigger == "available-now" and not drain.drains(spec):
         writer = writer.trigger(availableNow=True)
     else:
         writer = writer.trigger(processingTime=spec.every)
@@ -221,6 +221,7 @@ class Supervisor:
         self.restarts: Counter[str] = Counter()
         self.start_failures: Counter[str] = Counter()
         self.failed_at: dict[str, int] = {}
+        self.drain = drain.Drain(spec) if drain.drains(spec) else None
 
     def run(self) -> None:
         for query in self.spec.queries:
@@ -230,6 +231,8 @@ class Supervisor:
         while self.running:
             time.sleep(0.2)
             for name, handle in list(self.running.items()):
+                if handle.isActive and self.drain and self.drain.done(self.by_name[name]):
+                    handle.stop()  # PySpark 4.0-4.1: availableNow by hand (drain.py)
                 if handle.isActive:
                     continue
                 del self.running[name]

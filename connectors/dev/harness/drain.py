@@ -1,0 +1,87 @@
+"""``availableNow`` for the harness on PySpark 4.0-4.1, which run it as a single batch.
+
+Before 4.2 Spark gives a Python source no read limit and runs ``availableNow`` as one
+batch up to the end it saw first, so a pipeline bounded by ``maxOffsetsPerTrigger``
+would stop after its first batch. There the harness runs each query with a
+``processingTime`` trigger, lets the source bound its batches (``legacyReadLimits``),
+and stops the query once its checkpoint has committed a batch that reached the end of
+its input (written whole before the pipeline starts).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from eos_connectors.core.spark_api import HAS_READ_LIMITS
+from eos_connectors.dev.harness.spec import PipelineSpec, QuerySpec
+from eos_connectors.ops.locations import location
+
+Ends = dict[tuple[str, int], int]
+
+
+def drains(spec: PipelineSpec) -> bool:
+    """Whether this run's ``availableNow`` queries are drained (PySpark 4.0-4.1)."""
+    return spec.trigger == "available-now" and not HAS_READ_LIMITS
+
+
+def source_options(spec: PipelineSpec) -> dict[str, str]:
+    """What the source needs to bound batches itself under a drained run."""
+    return {"legacyReadLimits": "true"} if drains(spec) else {}
+
+
+class Drain:
+    """The input's end per query (asked once), and whether a query's checkpoint reached it."""
+
+    def __init__(self, spec: PipelineSpec) -> None:
+        self.spec = spec
+        self._ends: dict[str, Ends] = {}
+
+    def done(self, query: QuerySpec) -> bool:
+        """True once ``query``'s last committed batch ends at or past every partition's end."""
+        reached = committed_ends(self.spec, query)
+        if reached is None:
+            return False
+        if query.name not in self._ends:
+            self._ends[query.name] = input_ends(self.spec, query)
+        return all(reached.get(tp, -1) >= end for tp, end in self._ends[query.name].items())
+
+
+def committed_ends(spec: PipelineSpec, query: QuerySpec) -> Ends | None:
+    """Where ``query``'s last committed batch ends (its ``offsets/N``'s source line)."""
+    folder = location(spec.checkpoint) / query.name
+    commits = folder / "commits"
+    batches = (
+        [int(f.name) for f in commits.iterdir() if f.name.isdigit()] if commits.exists() else []
+    )
+    if not batches:
+        return None
+    lines = (folder / "offsets" / str(max(batches))).read_text().splitlines()
+    offset: dict[str, Any] = json.loads(lines[-1])
+    return {
+        (topic, int(partition)): int(end)
+        for topic, partitions in offset.items()
+        if not topic.startswith("@")
+        for partition, end in partitions.items()
+    }
+
+
+def input_ends(spec: PipelineSpec, query: QuerySpec) -> Ends:
+    """The high watermark of each partition of ``query``'s topic: the input is written (and
+    every transaction of it ended) before the pipeline starts."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    settings = {
+        k[len("kafka.") :]: v for k, v in query.source_options.items() if k.startswith("kafka.")
+    }
+    consumer = Consumer({**settings, "bootstrap.servers": spec.bootstrap, "group.id": "eos-drain"})
+    try:
+        topic = consumer.list_topics(query.topic, timeout=30).topics[query.topic]
+        return {
+            (query.topic, p): consumer.get_watermark_offsets(
+                TopicPartition(query.topic, p), timeout=30, cached=False
+            )[1]
+            for p in topic.partitions
+        }
+    finally:
+        consumer.close()
