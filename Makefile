@@ -5,7 +5,7 @@ PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
 .PHONY: help bootstrap demo verify soak test full unit lint stack-up stack-down stack-status bench \
-	bench-connectors bench-test
+	bench-connectors bench-test spark-matrix
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -56,6 +56,9 @@ lint: bootstrap ## ruff, mypy and the layer contracts (import-linter)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+
+spark-matrix: bootstrap ## the quickstart and the whole conformance suite on every supported PySpark minor, each in a virtualenv of its own (~20 min)
+	bash scripts/spark_matrix.sh
 
 bench-test: bootstrap ## the benchmark smoke tests (each pipeline of make bench runs and counts right)
 	$(BIN)/python -m pytest -v -m bench $(PYTEST_ARGS)

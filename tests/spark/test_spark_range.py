@@ -1,0 +1,59 @@
+"""The other end of the supported PySpark range: CI runs every test on the release its
+``.venv`` holds, and this runs the conformance suite's reference cell (``running-count``:
+the Kafka, PostgreSQL and Redis sinks behind a transformWithState stage) with every fault
+point of every sink on the other end of the range, in a virtualenv that holds just that
+PySpark (connectors/dev/release_venv.py). ``make spark-matrix`` runs every cell on every
+minor.
+
+It runs beside the Spark tier's other tests (on one pytest worker). Cost: ~75 s (~20 s more
+on a machine whose pip cache lacks the release: a 430 MB wheel).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from eos_connectors.core.spark_api import release
+from eos_connectors.dev.endpoints import Endpoints
+from eos_connectors.dev.release_venv import HIGHEST, LOWEST, release_venv
+
+pytestmark = [pytest.mark.services, pytest.mark.spark]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.cost(75)
+def test_the_reference_cell_crosses_every_point_on_the_other_end_of_the_range(
+    endpoints: Endpoints, tmp_path: Path
+) -> None:
+    other = LOWEST if release() == HIGHEST else HIGHEST
+    python = release_venv(other, ROOT / ".venvs")
+    report_path = tmp_path / "report.json"
+    command = [str(python), "-m", "eos_connectors.cli", "verify", "--records", "2000"]
+    command += ["--kills", "0", "--work-dir", str(tmp_path / "verify")]
+    command += ["--report", str(report_path)]
+    run = subprocess.run(
+        command,
+        env={**os.environ, **endpoints.as_env(), "PYSPARK_PYTHON": str(python)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    report = json.loads(report_path.read_text())
+    assert report["ok"] and not report["problems"], report["problems"]
+    assert set(report["fired"]) == set(report["plan"]["schedule"]), "a fault point never fired"
+    sinks = {s["sink"] for s in report["sinks"]}
+    assert sinks == {"rc-kafka", "rc-postgres", "rc-redis-increment"}
+    versions = subprocess.run(
+        [str(python), "-c", "import pyspark; print(pyspark.__version__)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert versions.stdout.strip() == other
