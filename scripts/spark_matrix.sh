@@ -7,6 +7,7 @@
 #
 #   SPARK_RELEASES="4.0.5 4.1.4 4.2.1 4.3.0"   the releases (latest patch of each minor)
 #   MATRIX_CELLS=...                            the cells (default: all of them)
+#   MATRIX_PYTHON=python3.12                    the interpreter of the virtualenvs
 #
 # Uses the services named by EOS_KAFKA_BOOTSTRAP etc. when set, else starts the local
 # stack and stops it at the end. Writes test-results/spark-matrix.md. ~4 min a release.
@@ -34,9 +35,10 @@ printf '| PySpark | Python | task identity, update mode | quickstart | conforman
   "$cells" >"$table"
 status=0
 for release in $releases; do
-  venv=.venvs/spark-$release
+  interpreter=${MATRIX_PYTHON:-python3}
+  venv=.venvs/spark-$release-$("$interpreter" -c 'import sys; print("py%d.%d" % sys.version_info[:2])')
   began=$(date +%s)
-  [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+  [ -x "$venv/bin/python" ] || "$interpreter" -m venv "$venv"
   "$venv/bin/python" -m pip install -q "pyspark[connect]==$release" "$wheel" >"$results/spark-$release-install.log" 2>&1 \
     && "$venv/bin/python" -m pip install -q --force-reinstall --no-deps "$wheel" >>"$results/spark-$release-install.log" 2>&1
   installed=$("$venv/bin/python" -c 'import pyspark; print(pyspark.__version__)' 2>/dev/null)

@@ -303,6 +303,11 @@ def test_inspect_savepoint_fork_and_resume(
 
 
 @pytest.mark.cost(6)
+@pytest.mark.parametrize(
+    "base",
+    [pytest.param("hdfs", marks=pytest.mark.hdfs), pytest.param("local", marks=pytest.mark.soak)],
+    indirect=True,
+)  # the same reads on either storage; CI reads HDFS, make soak both
 def test_state_get_reads_a_transform_with_state_variable(
     spark: SparkSession,
     endpoints: Endpoints,

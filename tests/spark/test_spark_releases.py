@@ -26,6 +26,7 @@ from tests.kafka_util import produce_plain
 pytestmark = [pytest.mark.services, pytest.mark.spark]
 
 
+@pytest.mark.full  # every sink test of CI's release depends on it; the matrix runs it on each
 @pytest.mark.cost(15)
 def test_every_task_reads_the_batch_query_and_run_ids_the_driver_commits() -> None:
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
