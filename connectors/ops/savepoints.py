@@ -379,6 +379,14 @@ def rescale(
     running the same rescale again finishes it, as Spark advises. If anything fails,
     the savepoint is the way back.
     """
+    from eos_connectors.core.spark_api import SPARK_MINOR, release
+
+    if SPARK_MINOR < (4, 2):
+        raise CheckpointError(
+            f"eos checkpoint rescale needs PySpark 4.2 or later (Spark's streaming checkpoint "
+            f"manager); PySpark {release()} has none. Run the rescale from a PySpark 4.2+ "
+            "environment against the stopped query's checkpoint; nothing was changed."
+        )
     checkpoint = read_checkpoint(checkpoint_path)
     if partitions < 1:
         raise CheckpointError(f"--partitions {partitions}: give at least 1.")
