@@ -36,7 +36,7 @@ printf '| PySpark | Python | task identity, update mode | quickstart | conforman
 status=0
 for release in $releases; do
   interpreter=${MATRIX_PYTHON:-python3}
-  venv=.venvs/spark-$release-$("$interpreter" -c 'import sys; print("py%d.%d" % sys.version_info[:2])')
+  venv=$PWD/.venvs/spark-$release-$("$interpreter" -c 'import sys; print("py%d.%d" % sys.version_info[:2])')
   began=$(date +%s)
   [ -x "$venv/bin/python" ] || "$interpreter" -m venv "$venv"
   "$venv/bin/python" -m pip install -q "pyspark[connect]==$release" "$wheel" >"$results/spark-$release-install.log" 2>&1 \
