@@ -10,14 +10,11 @@ its input (written whole before the pipeline starts).
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 from eos_connectors.core.spark_api import HAS_READ_LIMITS
 from eos_connectors.dev.harness.spec import PipelineSpec, QuerySpec
+from eos_connectors.ops.checkpoint import batches, read_offsets
 from eos_connectors.ops.locations import location
-
-Ends = dict[tuple[str, int], int]
+from eos_connectors.sources.kafka.offsets import Offsets, from_spark
 
 
 def drains(spec: PipelineSpec) -> bool:
@@ -35,7 +32,7 @@ class Drain:
 
     def __init__(self, spec: PipelineSpec) -> None:
         self.spec = spec
-        self._ends: dict[str, Ends] = {}
+        self._ends: dict[str, Offsets] = {}
 
     def done(self, query: QuerySpec) -> bool:
         """True once ``query``'s last committed batch ends at or past every partition's end."""
@@ -47,26 +44,17 @@ class Drain:
         return all(reached.get(tp, -1) >= end for tp, end in self._ends[query.name].items())
 
 
-def committed_ends(spec: PipelineSpec, query: QuerySpec) -> Ends | None:
-    """Where ``query``'s last committed batch ends (its ``offsets/N``'s source line)."""
+def committed_ends(spec: PipelineSpec, query: QuerySpec) -> Offsets | None:
+    """Where ``query``'s last committed batch ends (its ``offsets/N``'s source offset)."""
     folder = location(spec.checkpoint) / query.name
-    commits = folder / "commits"
-    batches = (
-        [int(f.name) for f in commits.iterdir() if f.name.isdigit()] if commits.exists() else []
-    )
-    if not batches:
+    committed = batches(folder / "commits")
+    if not committed:
         return None
-    lines = (folder / "offsets" / str(max(batches))).read_text().splitlines()
-    offset: dict[str, Any] = json.loads(lines[-1])
-    return {
-        (topic, int(partition)): int(end)
-        for topic, partitions in offset.items()
-        if not topic.startswith("@")
-        for partition, end in partitions.items()
-    }
+    _, sources = read_offsets(folder, committed[-1])
+    return from_spark(sources[-1])
 
 
-def input_ends(spec: PipelineSpec, query: QuerySpec) -> Ends:
+def input_ends(spec: PipelineSpec, query: QuerySpec) -> Offsets:
     """The high watermark of each partition of ``query``'s topic: the input is written (and
     every transaction of it ended) before the pipeline starts."""
     from confluent_kafka import Consumer, TopicPartition
