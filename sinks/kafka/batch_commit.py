@@ -89,7 +89,7 @@ from eos_connectors.sinks.kafka.decisions import (
 )
 from eos_connectors.sinks.kafka.errors import KafkaSinkError
 from eos_connectors.sinks.kafka.marker import MarkerGroup
-from eos_connectors.sinks.kafka.options import KafkaSinkOptions, transactional_id
+from eos_connectors.sinks.kafka.options import KafkaSinkOptions, ids_prefix, transactional_id
 from eos_connectors.sinks.kafka.pool import MARKER_GROUPS
 from eos_connectors.sinks.kafka.records import in_order, rows
 from eos_connectors.sinks.kafka.task_keys import TaskKeys, shared_key
@@ -125,11 +125,6 @@ class PreparedTask(WriterCommitMessage):
         self.txn = txn
         self.opened_at = opened_at  # the task's clock when it began the transaction
         self.keys = keys  # a change stream's distinct keys (:mod:`.task_keys`)
-
-
-def ids_prefix(options: KafkaSinkOptions, sid: str) -> str:
-    """What the sink's transactional ids start with, before the task partition."""
-    return transactional_id(options, sid, 0)[:-1]
 
 
 def check_start(options: KafkaSinkOptions) -> None:

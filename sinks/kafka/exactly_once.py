@@ -64,9 +64,10 @@ from eos_connectors.sinks.kafka.clients import (
     is_fenced,
     produce_rows,
 )
+from eos_connectors.sinks.kafka.coordinator import TransactionClient
 from eos_connectors.sinks.kafka.errors import KafkaSinkError
 from eos_connectors.sinks.kafka.marker import MarkerGroup, moved
-from eos_connectors.sinks.kafka.options import KafkaSinkOptions, transactional_id
+from eos_connectors.sinks.kafka.options import KafkaSinkOptions, ids_prefix, transactional_id
 from eos_connectors.sinks.kafka.pool import CLIENTS, ClientPool
 from eos_connectors.sinks.kafka.records import Row, in_order, rows
 
@@ -87,13 +88,18 @@ class _FencedAtCommitError(KafkaSinkError):
 
 
 class TaskReport(WriterCommitMessage):
-    """What one task did: records written, or skipped because its batch was marked."""
+    """What one task did: records written, or skipped because its batch was marked; and
+    the sink id it wrote under (so the driver's abort can find the sink's open
+    transactions)."""
 
-    def __init__(self, batch_id: int, partition: int, records: int, skipped: bool) -> None:
+    def __init__(
+        self, batch_id: int, partition: int, records: int, skipped: bool, sink_id: str = ""
+    ) -> None:
         self.batch_id = batch_id
         self.partition = partition
         self.records = records
         self.skipped = skipped
+        self.sink_id = sink_id
 
 
 def sink_id(options: KafkaSinkOptions, query_id: str) -> str:
@@ -175,11 +181,11 @@ class KafkaExactlyOnceWriter(StreamArrowWriter):
             done, owner = marker.known or (0, "")
             if done > task.batch_id and owner == task.query_id:
                 log.info("batch %d partition %d is marked: skipping", task.batch_id, task.partition)
-                return TaskReport(task.batch_id, task.partition, 0, skipped=True), producer
+                return TaskReport(task.batch_id, task.partition, 0, True, sid), producer
             if done > task.batch_id:  # _stand refused another query's marker: never here
                 raise SinkClaimedError(sid, Lineage(owner), task.query_id)
             if rows_in.first() is None:
-                return TaskReport(task.batch_id, task.partition, 0, skipped=False), producer
+                return TaskReport(task.batch_id, task.partition, 0, False, sid), producer
             assert producer is not None
             try:
                 return self._attempt(producer, marker, task, rows_in, sid, steps), producer
@@ -219,7 +225,7 @@ class KafkaExactlyOnceWriter(StreamArrowWriter):
                 task.partition,
                 exc,
             )
-            return TaskReport(task.batch_id, task.partition, 0, skipped=True), producer
+            return TaskReport(task.batch_id, task.partition, 0, True, sid), producer
         raise exc
 
     def _stand(
@@ -286,7 +292,7 @@ class KafkaExactlyOnceWriter(StreamArrowWriter):
                 abort_quietly(producer)
             explain_timeout(exc, self.options, time.monotonic() - began)
             raise
-        return TaskReport(task.batch_id, task.partition, count, skipped=False)
+        return TaskReport(task.batch_id, task.partition, count, False, sid)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Driver: nothing to do: each task committed its own transaction."""
@@ -309,8 +315,45 @@ class KafkaExactlyOnceWriter(StreamArrowWriter):
         jobs.write_record(self.options, sink_id(self.options, job.query_id), record)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Driver: nothing to do: an unfinished task transaction is aborted by the next
-        attempt's init_transactions(), or by the broker after transaction.timeout.ms."""
+        """Driver: end the open transactions of the tasks Spark stopped waiting for (a
+        failed or cancelled batch, ``query.stop()``), so that they hold no read_committed
+        reader back until ``transaction.timeout.ms``. Every task that finished committed
+        its own transaction; an open one belongs to an unfinished attempt, whose batch
+        is replayed. Best effort: this mode is the fallback for a driver that may not
+        reach the coordinators, so a failure is logged, and the next attempt's
+        ``init_transactions()`` (or the broker's timeout) ends them instead."""
+        sids = {m.sink_id for m in messages if isinstance(m, TaskReport) and m.sink_id}
+        for sid in sids:
+            abort_open_transactions(self.options, sid, batchId)
+
+
+#: How long the driver's abort waits for the coordinators before leaving the open
+#: transactions to the next attempt (a query stop should not wait long on it).
+ABORT_TIMEOUT_S = 5.0
+
+
+def abort_open_transactions(options: KafkaSinkOptions, sid: str, batch_id: int) -> None:
+    """Driver, on abort in the task-commit mode: every open transaction of the sink's ids
+    aborted, best effort (see :meth:`KafkaExactlyOnceWriter.abort`)."""
+    try:
+        client = TransactionClient(options.kafka, timeout_s=ABORT_TIMEOUT_S)
+        try:
+            ended = client.sweep(ids_prefix(options, sid), [])
+        finally:
+            client.close()
+    except Exception as exc:  # the fallback mode's driver may not reach the coordinators
+        log.warning(
+            "batch %d of sink %s was aborted; its unfinished tasks' transactions could not "
+            "be ended from the driver (%s): the next attempt's producers end them, else the "
+            "broker after transaction.timeout.ms",
+            batch_id,
+            sid,
+            type(exc).__name__,
+        )
+        return
+    if ended:
+        names = ", ".join(t.transactional_id for t in ended)
+        log.info("batch %d aborted: ended the open transactions of %s", batch_id, names)
 
 
 class FirstRows:

@@ -265,3 +265,8 @@ def transactional_id(options: KafkaSinkOptions, sink_id: str, partition: int) ->
             f"transactionalIdPrefix and sinkId under {MAX_TRANSACTIONAL_ID} together."
         )
     return name
+
+
+def ids_prefix(options: KafkaSinkOptions, sink_id: str) -> str:
+    """What the sink's transactional ids start with, before the task partition."""
+    return transactional_id(options, sink_id, 0)[:-1]

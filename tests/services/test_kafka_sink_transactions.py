@@ -2,7 +2,7 @@
 replayed, zombie attempts fenced, pooled producers across workers. Driven without Spark
 (``KafkaExactlyOnceWriter.write_task``); the conformance cells crash it inside pipelines.
 
-Cost: ~15 s."""
+Cost: ~20 s (the abort of a stopped batch: 5 s)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from eos_connectors.sinks.kafka.errors import KafkaSinkError
 from eos_connectors.sinks.kafka.exactly_once import KafkaExactlyOnceWriter
 from eos_connectors.sinks.kafka.marker import MarkerGroup
 from eos_connectors.sinks.kafka.options import parse_options as sink_options
+from eos_connectors.sinks.kafka.options import transactional_id
 from eos_connectors.sinks.kafka.pool import ClientPool, PlainProducers
 from tests.kafka_sink_util import (
     a_task,
@@ -55,6 +56,32 @@ def test_a_task_crashed_at_each_point_then_replayed_writes_once(
     assert open_transactions(endpoints.kafka_bootstrap, topic) == set(), (
         "a transaction was left open"
     )
+
+
+def test_an_abort_ends_the_open_transaction_of_a_task_spark_stopped_waiting_for(
+    endpoints: Endpoints, writer: KafkaExactlyOnceWriter
+) -> None:
+    """Task-commit mode, a batch failed or stopped (``query.stop()``) mid-way: one task
+    committed, the other died with its records flushed and its transaction open. Spark's
+    abort, which hears only of the finished task, ends the open one from the driver at
+    once (before: it held read_committed readers back until ``transaction.timeout.ms``),
+    and the replay writes the unfinished task partition once. (Issue 54, item 8.)"""
+    options, topic = writer.options, writer.options.topic
+    assert topic is not None and options.sink_id is not None
+    done = writer.write_task(a_task(0, partition=0), iter(rows_of(0)))
+    # The unfinished task: its transaction begun, a record flushed, then no more of it.
+    unfinished = fenced_producer(options, transactional_id(options, options.sink_id, 1))
+    unfinished.begin_transaction()
+    unfinished.produce(topic, b"unfinished", b"k")
+    unfinished.flush(30)
+    assert open_transactions(endpoints.kafka_bootstrap, topic, timeout=2) != set()
+    writer.abort([done, None], 0)
+    assert open_transactions(endpoints.kafka_bootstrap, topic, timeout=5) == set()
+    replay = [writer.write_task(a_task(0, "run-2", p), iter(rows_of(0))) for p in (0, 1)]
+    assert [r.skipped for r in replay] == [True, False]
+    once_each = sorted(expected_values(range(1)) * 2)
+    read = values_read(endpoints, writer, "read_committed")
+    assert [v for v in read if not v.startswith(b"\x00")] == once_each  # not the checks'
 
 
 def test_a_zombie_attempt_cannot_commit(
