@@ -175,10 +175,10 @@ def test_an_undecided_batch_is_aborted_or_rewritten_in_full_by_its_replay(
     visible, and the open transaction of the task partition it no longer has is aborted
     by the commit's sweep, not left to the transaction timeout. A batch too old for its
     transaction timeout is refused before its decision and written by the replay."""
-    from eos_connectors.sinks.kafka.batch_commit import ids_prefix
     from eos_connectors.sinks.kafka.coordinator import TransactionClient
     from eos_connectors.sinks.kafka.decisions import read_pointer
     from eos_connectors.sinks.kafka.errors import KafkaSinkError
+    from eos_connectors.sinks.kafka.options import ids_prefix
 
     sink_id = writer.options.sink_id
     assert sink_id is not None

@@ -21,9 +21,8 @@ from pyspark.sql import functions as F
 
 from eos_connectors.core.topics import create_topic, read_to_end
 from eos_connectors.dev.endpoints import Endpoints
-from eos_connectors.sinks.kafka.batch_commit import ids_prefix
 from eos_connectors.sinks.kafka.coordinator import TransactionClient
-from eos_connectors.sinks.kafka.options import parse_options
+from eos_connectors.sinks.kafka.options import ids_prefix, parse_options
 from tests.kafka_util import produce_plain
 from tests.source_util import stream_of
 

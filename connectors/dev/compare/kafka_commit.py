@@ -33,10 +33,10 @@ import pyarrow as pa
 from eos_connectors.core.context import TaskIdentity
 from eos_connectors.core.kafka_config import plaintext
 from eos_connectors.core.topics import create_topic
-from eos_connectors.sinks.kafka.batch_commit import BatchCommitWriter, PreparedTask, ids_prefix
+from eos_connectors.sinks.kafka.batch_commit import BatchCommitWriter, PreparedTask
 from eos_connectors.sinks.kafka.coordinator import TransactionClient
 from eos_connectors.sinks.kafka.decisions import Decision, write_decision
-from eos_connectors.sinks.kafka.options import parse_options
+from eos_connectors.sinks.kafka.options import ids_prefix, parse_options
 
 ROWS = 100
 TASKS = (4, 32, 200)
