@@ -50,8 +50,10 @@ if [ -z "${EOS_KAFKA_BOOTSTRAP:-}" ]; then
     start_stack "$default_root" --spark-workers 2 --hdfs
   fi
 fi
-"$bin/python" -m eos_connectors.dev.prefetch >"$results/prefetch.log" 2>&1 &
+"$bin/python" -m eos_connectors.dev.prefetch early >"$results/prefetch.log" 2>&1 &
 prefetch_pid=$!
+"$bin/python" -m eos_connectors.dev.prefetch late >"$results/prefetch-late.log" 2>&1 &
+prefetch_late_pid=$!
 
 began=$(date +%s)
 status=0
@@ -92,6 +94,7 @@ start_late() {
 }
 
 late_up() {
+  wait "$prefetch_late_pid" || { echo "test.sh: prefetch failed:"; cat "$results/prefetch-late.log"; }
   [ -n "$late_pid" ] || return 0
   if ! wait "$late_pid"; then
     echo "test.sh: the Spark cluster and HDFS did not start:"; cat "$results/stack-up.log"; exit 1
@@ -102,6 +105,7 @@ late_up() {
 
 if [ "$#" != 0 ]; then
   services_up
+  wait "$prefetch_late_pid" || { echo "test.sh: prefetch failed:"; cat "$results/prefetch-late.log"; }
   "$bin/python" -m pytest -v --junitxml="$results/junit.xml" "$@" || status=$?
   exit "$status"
 fi

@@ -6,34 +6,51 @@ from Maven Central), each cached per user.
 
 Each is fetched the first time a test needs it anyway; ``make test`` runs this while
 ruff and mypy run, so a fresh machine's downloads and builds overlap the lint instead
-of adding to the tests' time. ``python -m eos_connectors.dev.prefetch``: exit 0 when
-everything is in place, 1 naming what failed (the tests then fail on it clearly).
+of adding to the tests' time. ``python -m eos_connectors.dev.prefetch [early|late]``:
+exit 0 when everything is in place, 1 naming what failed (the tests then fail on it
+clearly).
+
+Two parts, because the first tests wait for the first: *early* is what the services
+and Spark tiers need (Kafka's jars and tools, Spark's class archive); *late* is what
+only the system tier needs (Hadoop's jars for HDFS, Toxiproxy), run at the lowest CPU
+priority so that it does not slow the early part. On a fresh 2-core machine the class
+archive, built beside mypy, Maven and Toxiproxy's Go build, came last, 216 s in, and
+held the first tests until then.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 
-def _steps() -> dict[str, Callable[[], Path | None]]:
+def _steps(part: str) -> dict[str, Callable[[], Path | None]]:
     from eos_connectors.dev.stack import hdfs, kafka, kafka_tools, toxiproxy
     from eos_connectors.dev.warm_up import ensure_class_archive
 
-    return {
-        "Kafka's jars and tools": lambda: (kafka.ensure_jars(), kafka_tools.tools_jars())[1],
-        "Hadoop's jars": hdfs.ensure_jars,
-        "Toxiproxy": toxiproxy.ensure_binary,
-        "Spark's class archive": ensure_class_archive,
-    }
+    if part == "early":
+        return {
+            "Kafka's jars and tools": lambda: (kafka.ensure_jars(), kafka_tools.tools_jars())[1],
+            "Spark's class archive": ensure_class_archive,
+        }
+    return {"Hadoop's jars": hdfs.ensure_jars, "Toxiproxy": toxiproxy.ensure_binary}
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
+    parts = argv or ["early", "late"]
+    unknown = [p for p in parts if p not in ("early", "late")]
+    if unknown:
+        print(f"prefetch: unknown part(s) {unknown}: say early, late or both", file=sys.stderr)
+        return 2
+    if parts == ["late"]:
+        os.nice(19)  # after the early part and the tests, never before them
+    steps = {name: step for part in parts for name, step in _steps(part).items()}
     failed = []
     with ThreadPoolExecutor(max_workers=4) as pool:
-        futures = {name: pool.submit(step) for name, step in _steps().items()}
+        futures = {name: pool.submit(step) for name, step in steps.items()}
     for name, future in futures.items():
         error = future.exception()
         if error is not None or future.result() is None:
@@ -44,4 +61,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(sys.argv[1:]))
