@@ -12,7 +12,6 @@ pipeline is warm before the harness hands it a real one.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from eos_connectors.core.errors import EosError
 from eos_connectors.dev.harness.pipeline import running_count_processor
+from eos_connectors.ops.cache import building
 from eos_connectors.ops.session import (
     BASE_CONF,
     QUIET_CDS,
@@ -43,7 +43,7 @@ def ensure_class_archive(timeout: float = 300.0) -> Path | None:
     if archive.exists() or os.environ.get("EOS_SPARK_CLASS_ARCHIVE") == "0":
         return archive if archive.exists() else None
     archive.parent.mkdir(parents=True, exist_ok=True)
-    with _locked(archive.with_suffix(".lock")):
+    with building(archive.with_suffix(".lock")):
         if archive.exists():
             return archive
         with tempfile.TemporaryDirectory(dir=archive.parent) as work:
@@ -62,16 +62,6 @@ def ensure_class_archive(timeout: float = 300.0) -> Path | None:
                 return None
             partial.replace(archive)
     return archive
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with open(path, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _archive_workload(out: Path) -> None:

@@ -27,7 +27,7 @@ from eos_connectors.dev.stack.process import (
     terminate,
     wait_until,
 )
-from eos_connectors.ops.cache import cache_root
+from eos_connectors.ops.cache import building, cache_root
 
 TOXIPROXY_MODULE = "github.com/Shopify/toxiproxy/v2/cmd/server"
 TOXIPROXY_VERSION = "v2.5.0"
@@ -40,6 +40,13 @@ def ensure_binary() -> Path:
     binary = where / "toxiproxy-server"
     if binary.exists():
         return binary
+    with building(where.with_name(f"{where.name}.lock")):  # two builds shared one GOPATH
+        if not binary.exists():
+            _build(where, binary)
+    return binary
+
+
+def _build(where: Path, binary: Path) -> None:
     standard = Path("/usr/local/go/bin/go")  # where Go's own installer puts it
     go = str(standard) if not shutil.which("go") and standard.exists() else None
     go = go or require_binary("go", GO_HINT)
@@ -61,7 +68,6 @@ def ensure_binary() -> Path:
     )
     (build / "bin" / "server").rename(binary)
     shutil.rmtree(build, ignore_errors=True)
-    return binary
 
 
 @dataclass(frozen=True)
