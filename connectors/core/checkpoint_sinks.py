@@ -119,7 +119,7 @@ def record_at_start(options: Mapping[str, str], entry: Callable[[str], SinkEntry
     checkpoint named by the ``checkpointLocation`` option, when there is one to write. A
     failure is logged, never raised: recording is for the tools, and a query must not
     fail over it (resuming it from a savepoint is then refused: fork instead)."""
-    location = next((v for k, v in options.items() if k.lower() == "checkpointlocation"), None)
+    location = checkpoint_location(options)
     files = checkpoint_files(location)
     if files is None:
         if location:
@@ -133,6 +133,25 @@ def record_at_start(options: Mapping[str, str], entry: Callable[[str], SinkEntry
         record(files, entry(str(json.loads(metadata)["id"])))
     except (OSError, ValueError, KeyError, EosError) as exc:
         log.warning("could not record the sink in checkpoint %s: %s", location, exc)
+
+
+def checkpoint_location(options: Mapping[str, str]) -> str | None:
+    """The ``checkpointLocation`` option Spark hands the sink (any case), if set."""
+    return next((v for k, v in options.items() if k.lower() == "checkpointlocation"), None)
+
+
+def checkpoint_query_id(location: str | None) -> str | None:
+    """Driver: the query id in the checkpoint's ``metadata`` file; None when there is no
+    checkpoint this module can read, no metadata yet, or it cannot be read (logged)."""
+    files = checkpoint_files(location)
+    if files is None:
+        return None
+    try:
+        metadata = files.read("metadata")
+        return None if metadata is None else str(json.loads(metadata)["id"])
+    except (OSError, ValueError, KeyError, EosError) as exc:
+        log.warning("could not read the query id in checkpoint %s: %s", location, exc)
+        return None
 
 
 def postgres_endpoint(dsn: str) -> str:

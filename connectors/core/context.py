@@ -39,11 +39,15 @@ class TaskIdentity:
     task_attempt_id: int
 
     @property
+    def run(self) -> str:
+        """The first 12 hex digits of the run id, as unit names carry them."""
+        return self.run_id.replace("-", "")[:12]
+
+    @property
     def attempt(self) -> str:
         """``<task attempt id>-<first 12 hex digits of the run id>-<query tag>``: unique per
         attempt, and telling which query made it."""
-        run = self.run_id.replace("-", "")[:12]
-        return f"{self.task_attempt_id}-{run}-{query_tag(self.query_id)}"
+        return f"{self.task_attempt_id}-{self.run}-{query_tag(self.query_id)}"
 
     @classmethod
     def current(cls) -> TaskIdentity:

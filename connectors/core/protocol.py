@@ -143,6 +143,18 @@ class UnitMissingError(ProtocolError):
         )
 
 
+class BatchAbortedError(ProtocolError):
+    """A task prepared after the driver aborted its batch's run: its unit was rolled back."""
+
+    def __init__(self, unit: UnitId) -> None:
+        super().__init__(
+            f"Batch {unit.batch_id} of sink {unit.sink_id!r} was aborted by the driver (a "
+            "failed batch, or a query stopped mid-batch) before this task prepared: its unit "
+            f"{unit} was rolled back and nothing of it is visible. Nothing to do: the next "
+            "start replays the batch."
+        )
+
+
 @dataclass(frozen=True, order=True)
 class UnitId:
     """One task attempt's prepared writes: ``eos|<sink>|<batch>|<partition>|<attempt>``.
@@ -204,6 +216,9 @@ class PreparedUnit(WriterCommitMessage):
     rows: int
     skipped_decided: bool = False
     query_name: str | None = None
+    #: The run that made it (12 hex digits, as in unit names): tells the driver's abort
+    #: which run to record as aborted even when the task wrote nothing.
+    run: str = ""
 
     @property
     def skipped(self) -> bool:
@@ -305,6 +320,18 @@ class UnitStore(ABC):
     def prune_decisions(self, sink_id: str, below_batch: int) -> None:  # noqa: B027
         """Driver: forget decisions (and commit records) of batches Spark can no longer replay."""
 
+    def record_abort(self, sink_id: str, batch_id: int, run: str) -> None:  # noqa: B027
+        """Driver, on abort, before it looks for the batch's units: record durably that run
+        ``run`` of batch ``batch_id`` was aborted (optional). With it, a task of that run
+        still going after the abort rolls back what it prepares (:meth:`aborted`); without
+        it, such a unit stays in doubt until the next start's recovery or ``eos sinks
+        settle``. Pruned with the decisions."""
+
+    def aborted(self, sink_id: str, batch_id: int, run: str) -> bool:
+        """Task, after its prepare: whether :meth:`record_abort` recorded run ``run`` of
+        batch ``batch_id`` (optional; False when the store records no aborts)."""
+        return False
+
     def forget_key_claims(self, sink_id: str, up_to_batch: int) -> None:  # noqa: B027
         """Driver, once a batch is committed or aborted: drop what its tasks claimed to keep
         one key in one task (optional; the PostgreSQL and Redis sinks claim keys)."""
@@ -333,6 +360,9 @@ class TwoPhaseCommitWriter(StreamArrowWriter, UnitStore):
 
     #: Decisions of batches older than this many batches are pruned.
     keep_decisions = 100
+    #: The query's ``checkpointLocation`` option, when the format hands it to the writer
+    #: (driver only: :meth:`unreported_sink`).
+    checkpoint_location: str | None = None
 
     # -- prepare: in every task --------------------------------------------------
 
@@ -366,18 +396,27 @@ class TwoPhaseCommitWriter(StreamArrowWriter, UnitStore):
         if released is False:
             log.info("batch %d of sink %s is decided: writing nothing", task.batch_id, sink_id)
             return PreparedUnit(
-                sink_id, task.query_id, task.batch_id, None, 0, True, task.query_name
+                sink_id, task.query_id, task.batch_id, None, 0, True, task.query_name, task.run
             )
         if isinstance(released, UnitId):
             log.info("reporting %s, prepared whole by another attempt of this task", released)
             return PreparedUnit(
-                sink_id, task.query_id, task.batch_id, released, 0, False, task.query_name
+                sink_id,
+                task.query_id,
+                task.batch_id,
+                released,
+                0,
+                False,
+                task.query_name,
+                task.run,
             )
         steps.add("owner and batch checks", steps.began)
         faults.point("before-prepare", task.batch_id, role="worker", query=task.query_name)
         unit = UnitId(sink_id, task.batch_id, task.partition, task.attempt)
         pulled = steps.pulled("waiting for rows", rows)
         count = self.prepare(unit, _mid_prepare_point(pulled, task))
+        if count:
+            self._unless_aborted(unit)
         steps.record()
         faults.point("after-prepare", task.batch_id, role="worker", query=task.query_name)
         return PreparedUnit(
@@ -388,7 +427,20 @@ class TwoPhaseCommitWriter(StreamArrowWriter, UnitStore):
             count,
             False,
             task.query_name,
+            task.run,
         )
+
+    def _unless_aborted(self, unit: UnitId) -> None:
+        """Task, after the prepare: a unit of a run whose batch the driver aborted meanwhile
+        is rolled back here, and the task fails (:class:`BatchAbortedError`).
+
+        The driver records the abort, then looks for the batch's units; the task
+        prepares, then looks for the record. Whichever comes second sees the other's
+        write, so a unit prepared after the abort is rolled back by one of them (or
+        both: a rollback of a unit gone is fine), and none is left in doubt."""
+        if self.aborted(unit.sink_id, unit.batch_id, unit.run):
+            self.rollback_undecided(unit.sink_id, unit.batch_id, [unit])
+            raise BatchAbortedError(unit)
 
     def check_owner(self, sink_id: str, query_id: str) -> None:
         """Task or driver: SinkClaimedError when another query owns the sink id."""
@@ -458,16 +510,30 @@ class TwoPhaseCommitWriter(StreamArrowWriter, UnitStore):
         finished tasks reported, and, found by their names in the store, those of tasks
         Spark stopped waiting for (a cancelled batch, ``query.stop()``: Spark hands
         ``abort`` only the finished tasks' messages), so they hold no lock until the
-        next start."""
+        next start. The abort of the run is recorded first, so a task of it that prepares
+        later rolls its unit back itself (:meth:`_unless_aborted`)."""
         prepared = _prepared_units(messages, batchId)
-        sink_id = _sink_of(prepared)
+        sink_id = _sink_of(prepared) or self.unreported_sink()
         if sink_id is None:
             return
+        runs = {m.unit.run if m.unit is not None else m.run for m in prepared}
+        for run in sorted(r for r in runs if r):  # first: see _unless_aborted
+            self.record_abort(sink_id, batchId, run)
         reported = {m.unit for m in prepared if m.unit is not None}
         unreported = {u for u in self.units_in_doubt(sink_id) if u.batch_id == batchId}
         if reported or unreported:
             self.rollback_undecided(sink_id, batchId, sorted(reported | unreported))
         self.forget_key_claims(sink_id, batchId)
+
+    def unreported_sink(self) -> str | None:
+        """Driver, in an abort no task reported to (a query stopped before any task of its
+        batch finished): the sink id, from the query id in the checkpoint's metadata
+        (:attr:`checkpoint_location`); None when it cannot be told, and the next start's
+        recovery settles what the batch's tasks prepared."""
+        from eos_connectors.core.checkpoint_sinks import checkpoint_query_id
+
+        query_id = checkpoint_query_id(self.checkpoint_location)
+        return None if query_id is None else self.sink_id(query_id)
 
     # -- recover -------------------------------------------------------------------
 

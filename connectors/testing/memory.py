@@ -30,13 +30,15 @@ from eos_connectors.core.protocol import (
 
 @dataclass
 class MemoryServer:
-    """What a store keeps: staged units, decisions, the record of committed units, data."""
+    """What a store keeps: staged units, decisions, the record of committed units, data,
+    aborted runs."""
 
     staged: dict[UnitId, list[tuple[str, int]]] = field(default_factory=dict)
     decisions: dict[tuple[str, int], Decision] = field(default_factory=dict)
     committed: set[UnitId] = field(default_factory=set)
     owners: dict[str, Lineage] = field(default_factory=dict)
     data: Counter[str] = field(default_factory=Counter)
+    aborted: set[tuple[str, int, str]] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -137,3 +139,11 @@ class MemorySink(TwoPhaseCommitWriter):
     def units_in_doubt(self, sink_id: str) -> list[UnitId]:
         with self.server.lock:
             return sorted(u for u in self.server.staged if u.sink_id == sink_id)
+
+    def record_abort(self, sink_id: str, batch_id: int, run: str) -> None:
+        with self.server.lock:
+            self.server.aborted.add((sink_id, batch_id, run))
+
+    def aborted(self, sink_id: str, batch_id: int, run: str) -> bool:
+        with self.server.lock:
+            return (sink_id, batch_id, run) in self.server.aborted

@@ -89,7 +89,12 @@ from eos_connectors.sinks.kafka.decisions import (
 )
 from eos_connectors.sinks.kafka.errors import KafkaSinkError
 from eos_connectors.sinks.kafka.marker import MarkerGroup
-from eos_connectors.sinks.kafka.options import KafkaSinkOptions, ids_prefix, transactional_id
+from eos_connectors.sinks.kafka.options import (
+    KafkaSinkOptions,
+    ids_prefix,
+    transactional_id,
+    unreported_sink_id,
+)
 from eos_connectors.sinks.kafka.pool import MARKER_GROUPS
 from eos_connectors.sinks.kafka.records import in_order, rows
 from eos_connectors.sinks.kafka.task_keys import TaskKeys, shared_key
@@ -138,8 +143,10 @@ class BatchCommitWriter(StreamArrowWriter):
     """Exactly once without deterministic replay: nothing of a batch is visible before
     the driver decides it, and all of it after (see the module's docstring)."""
 
-    def __init__(self, options: KafkaSinkOptions) -> None:
+    def __init__(self, options: KafkaSinkOptions, checkpoint: str | None = None) -> None:
         self.options = options
+        #: The query's checkpointLocation option (driver: an abort no task reported to).
+        self.checkpoint = checkpoint
 
     # -- task ----------------------------------------------------------------------------
 
@@ -410,9 +417,9 @@ class BatchCommitWriter(StreamArrowWriter):
         """Driver: an undecided batch's open transactions aborted (every one of the sink's
         ids, those of tasks that never reported too); a decided batch is never touched."""
         reports = [m for m in messages if isinstance(m, PreparedTask)]
-        if not reports:
+        sid = reports[0].sink_id if reports else unreported_sink_id(self.options, self.checkpoint)
+        if sid is None:
             return
-        sid = reports[0].sink_id
         decided = read_pointer(self.options, sid)
         if decided is not None and decided[0] > batchId:
             return  # decided: never abort; the replay's commit finishes it

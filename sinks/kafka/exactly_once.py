@@ -67,7 +67,12 @@ from eos_connectors.sinks.kafka.clients import (
 from eos_connectors.sinks.kafka.coordinator import TransactionClient
 from eos_connectors.sinks.kafka.errors import KafkaSinkError
 from eos_connectors.sinks.kafka.marker import MarkerGroup, moved
-from eos_connectors.sinks.kafka.options import KafkaSinkOptions, ids_prefix, transactional_id
+from eos_connectors.sinks.kafka.options import (
+    KafkaSinkOptions,
+    ids_prefix,
+    transactional_id,
+    unreported_sink_id,
+)
 from eos_connectors.sinks.kafka.pool import CLIENTS, ClientPool
 from eos_connectors.sinks.kafka.records import Row, in_order, rows
 
@@ -116,8 +121,10 @@ class KafkaExactlyOnceWriter(StreamArrowWriter):
     split into tasks, and deterministic stages).
     """
 
-    def __init__(self, options: KafkaSinkOptions) -> None:
+    def __init__(self, options: KafkaSinkOptions, checkpoint: str | None = None) -> None:
         self.options = options
+        #: The query's checkpointLocation option (driver: an abort no task reported to).
+        self.checkpoint = checkpoint
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskReport:
         """Task: Spark's entry point; see :meth:`write_task`."""
@@ -323,6 +330,9 @@ class KafkaExactlyOnceWriter(StreamArrowWriter):
         reach the coordinators, so a failure is logged, and the next attempt's
         ``init_transactions()`` (or the broker's timeout) ends them instead."""
         sids = {m.sink_id for m in messages if isinstance(m, TaskReport) and m.sink_id}
+        if not sids:
+            unreported = unreported_sink_id(self.options, self.checkpoint)
+            sids = {unreported} if unreported else set()
         for sid in sids:
             abort_open_transactions(self.options, sid, batchId)
 

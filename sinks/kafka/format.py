@@ -10,6 +10,7 @@ from pyspark.sql.types import StructType
 
 from eos_connectors.core import batch_job
 from eos_connectors.core.changes import check_schema as check_changes
+from eos_connectors.core.checkpoint_sinks import checkpoint_location
 from eos_connectors.core.startup import once_per_driver, start_key
 
 if TYPE_CHECKING:
@@ -63,12 +64,12 @@ class KafkaSinkFormat(batch_job.SinkFormat):
                 lambda: check_start(options),
             )
             log.info("eos_kafka: commitMode=batch (the driver commits each batch's transactions)")
-            return BatchCommitWriter(options)
+            return BatchCommitWriter(options, checkpoint_location(self.options))
         if options.exactly_once:
             log.warning(
                 "eos_kafka: commitMode=task, the fallback: each task commits its own "
                 "transaction, visible before the batch completes; exactly once needs "
                 "deterministic replay (docs/kafka-sink.md)"
             )
-            return KafkaExactlyOnceWriter(options)
+            return KafkaExactlyOnceWriter(options, checkpoint_location(self.options))
         return KafkaAtLeastOnceWriter(options)

@@ -9,7 +9,11 @@ from eos_connectors.core.protocol import Lineage, TwoPhaseCommitWriter, UnitId
 from eos_connectors.core.sinks_admin import ResetGuard, SinkAdmin, SinkRecord, UnitInDoubt, refuse
 from eos_connectors.sinks.postgres import key_claims
 from eos_connectors.sinks.postgres.connection import Connection, connect
-from eos_connectors.sinks.postgres.exactly_once import PostgresExactlyOnceWriter, sink_lock_key
+from eos_connectors.sinks.postgres.exactly_once import (
+    PostgresExactlyOnceWriter,
+    create_aborted_runs,
+    sink_lock_key,
+)
 from eos_connectors.sinks.postgres.options import PostgresSinkOptions
 
 
@@ -103,12 +107,13 @@ class PostgresSinkAdmin(SinkAdmin):
             now = [r for r in self.records() if r.sink_id == sink_id]
             if now:
                 refuse(self.store, sink_id, guard.problems(now[0]))
-            for table in ("sinks", "decisions", "committed_units"):
+            schema = self.options.bookkeeping_schema
+            create_aborted_runs(self.conn, schema)  # a schema made by 0.2 lacks it
+            for table in ("sinks", "decisions", "committed_units", "aborted_runs"):
                 self.conn.execute(
                     sql.SQL("DELETE FROM {} WHERE sink_id = %s").format(self._table(table)),
                     (sink_id,),
                 )
-            schema = self.options.bookkeeping_schema
             key_claims.create_table(self.conn, schema)  # a schema made by 0.2 lacks it
             key_claims.forget(self.conn, schema, sink_id, 2**63 - 1)
 

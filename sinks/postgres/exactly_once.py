@@ -65,9 +65,11 @@ class PostgresExactlyOnceWriter(TwoPhaseCommitWriter):
         options: PostgresSinkOptions,
         columns: tuple[str, ...],
         control_types: ControlTypes = (),
+        checkpoint: str | None = None,
     ) -> None:
         self.options = options
         self.rows = TaskRows(options, columns, control_types)
+        self.checkpoint_location = checkpoint
         self._conn: Connection | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -274,8 +276,25 @@ class PostgresExactlyOnceWriter(TwoPhaseCommitWriter):
     def forget_key_claims(self, sink_id: str, up_to_batch: int) -> None:
         key_claims.forget_later(self.options, sink_id, up_to_batch)
 
+    def record_abort(self, sink_id: str, batch_id: int, run: str) -> None:
+        self.conn.execute(
+            sql.SQL(
+                "INSERT INTO {} (sink_id, batch_id, run) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING"
+            ).format(self._table("aborted_runs")),
+            (sink_id, batch_id, run),
+        )
+
+    def aborted(self, sink_id: str, batch_id: int, run: str) -> bool:
+        row = self.conn.execute(
+            sql.SQL("SELECT 1 FROM {} WHERE sink_id = %s AND batch_id = %s AND run = %s").format(
+                self._table("aborted_runs")
+            ),
+            (sink_id, batch_id, run),
+        ).fetchone()
+        return row is not None
+
     def prune_decisions(self, sink_id: str, below_batch: int) -> None:
-        for table in ("decisions", "committed_units"):
+        for table in ("decisions", "committed_units", "aborted_runs"):
             self.conn.execute(
                 sql.SQL("DELETE FROM {} WHERE sink_id = %s AND batch_id < %s").format(
                     self._table(table)
@@ -303,6 +322,20 @@ class PostgresExactlyOnceWriter(TwoPhaseCommitWriter):
             (unit.sink_id, unit.batch_id, str(unit)),
         ).fetchone()
         return row is not None
+
+
+def create_aborted_runs(conn: Connection, bookkeeping_schema: str) -> None:
+    """The runs of batches the driver aborted (``UnitStore.record_abort``): a task of one
+    that prepares after the abort rolls its unit back. Its own statement, so that a
+    schema made by an older version gains it at the next start or reset."""
+    conn.execute(
+        sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {} ("
+            " sink_id text NOT NULL, batch_id bigint NOT NULL, run text NOT NULL,"
+            " aborted_at timestamptz NOT NULL DEFAULT now(),"
+            " PRIMARY KEY (sink_id, batch_id, run))"
+        ).format(sql.Identifier(bookkeeping_schema, "aborted_runs"))
+    )
 
 
 def sink_lock_key(sink_id: str) -> int:

@@ -10,7 +10,12 @@ from pyspark.sql.types import StructType
 
 from eos_connectors.core import batch_job
 from eos_connectors.core.changes import check_schema as check_changes
-from eos_connectors.core.checkpoint_sinks import SinkEntry, postgres_endpoint, record_at_start
+from eos_connectors.core.checkpoint_sinks import (
+    SinkEntry,
+    checkpoint_location,
+    postgres_endpoint,
+    record_at_start,
+)
 from eos_connectors.core.errors import ConfigError
 from eos_connectors.core.sinks_admin import ORPHAN_AGE_SECONDS, SinkRecord
 from eos_connectors.core.sinks_admin import warn_about_orphans as shared_warning
@@ -19,7 +24,10 @@ from eos_connectors.sinks.postgres import key_claims
 from eos_connectors.sinks.postgres import schema as pg_schema
 from eos_connectors.sinks.postgres.at_least_once import PostgresAtLeastOnceWriter
 from eos_connectors.sinks.postgres.connection import Connection, connect
-from eos_connectors.sinks.postgres.exactly_once import PostgresExactlyOnceWriter
+from eos_connectors.sinks.postgres.exactly_once import (
+    PostgresExactlyOnceWriter,
+    create_aborted_runs,
+)
 from eos_connectors.sinks.postgres.options import PostgresSinkOptions, parse_options
 
 log = logging.getLogger(__name__)
@@ -71,7 +79,8 @@ class PostgresDataSource(batch_job.SinkFormat):
             if f.name in options.changes.control_columns
         )
         if options.exactly_once:
-            return PostgresExactlyOnceWriter(options, columns, control)
+            location = checkpoint_location(self.options)
+            return PostgresExactlyOnceWriter(options, columns, control, location)
         return PostgresAtLeastOnceWriter(options, columns, control)
 
 
@@ -153,6 +162,7 @@ def ensure_bookkeeping(conn: Connection, bookkeeping_schema: str) -> None:
         ).format(sql.Identifier(bookkeeping_schema, "sinks"))
     )
     key_claims.create_table(conn, bookkeeping_schema)
+    create_aborted_runs(conn, bookkeeping_schema)
 
 
 def ensure_table(conn: Connection, options: PostgresSinkOptions, schema: StructType) -> None:

@@ -73,6 +73,11 @@ class SinkKeys:
         """Hash: unit name -> batch, written by the script that applies the unit."""
         return f"{self.base}:applied"
 
+    @property
+    def aborted(self) -> str:
+        """Hash: ``<batch>:<run>`` -> "1" for each run of a batch the driver aborted."""
+        return f"{self.base}:aborted"
+
 
 def script_args(spec: values.Layout, ttl: int | None) -> list[str]:
     """The leading ARGV both scripts take: mode, number kind, ttl, fields."""
@@ -92,8 +97,11 @@ class RedisExactlyOnceWriter(TwoPhaseCommitWriter):
     #: recovery rolls back those the decision does not name.
     siblings = Siblings.LEAVE
 
-    def __init__(self, options: RedisSinkOptions, spec: values.Layout) -> None:
+    def __init__(
+        self, options: RedisSinkOptions, spec: values.Layout, checkpoint: str | None = None
+    ) -> None:
         self.options = options
+        self.checkpoint_location = checkpoint
         self.spec = spec
         self._client: redis.Redis | None = None
 
@@ -249,11 +257,21 @@ class RedisExactlyOnceWriter(TwoPhaseCommitWriter):
     def forget_key_claims(self, sink_id: str, up_to_batch: int) -> None:
         self.client.delete(self.keys(sink_id).claims(up_to_batch))
 
+    def record_abort(self, sink_id: str, batch_id: int, run: str) -> None:
+        self.client.hset(self.keys(sink_id).aborted, f"{batch_id}:{run}", "1")
+
+    def aborted(self, sink_id: str, batch_id: int, run: str) -> bool:
+        return bool(self.client.hexists(self.keys(sink_id).aborted, f"{batch_id}:{run}"))
+
     def prune_decisions(self, sink_id: str, below_batch: int) -> None:
         keys = self.keys(sink_id)
         old = [b for b in self.client.hkeys(keys.decisions) if int(b) < below_batch]
         if old:
             self.client.hdel(keys.decisions, *old)
+        aborted = self.client.hkeys(keys.aborted)
+        old_aborts = [a for a in aborted if int(as_text(a).partition(":")[0]) < below_batch]
+        if old_aborts:
+            self.client.hdel(keys.aborted, *old_aborts)
         applied = self.client.hgetall(keys.applied)
         old_units = [u for u, b in applied.items() if int(b) < below_batch]
         if old_units:

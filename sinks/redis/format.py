@@ -10,7 +10,12 @@ import redis
 from pyspark.sql.types import StructType
 
 from eos_connectors.core import batch_job
-from eos_connectors.core.checkpoint_sinks import SinkEntry, record_at_start, redis_endpoint
+from eos_connectors.core.checkpoint_sinks import (
+    SinkEntry,
+    checkpoint_location,
+    record_at_start,
+    redis_endpoint,
+)
 from eos_connectors.core.errors import ConfigError
 from eos_connectors.core.sinks_admin import ORPHAN_AGE_SECONDS, SinkRecord
 from eos_connectors.core.sinks_admin import warn_about_orphans as shared_warning
@@ -59,7 +64,7 @@ class RedisDataSource(batch_job.SinkFormat):
             lambda: start_checks(options, self.options),
         )
         if options.exactly_once:
-            return RedisExactlyOnceWriter(options, spec)
+            return RedisExactlyOnceWriter(options, spec, checkpoint_location(self.options))
         return RedisAtLeastOnceWriter(options, spec)
 
 
