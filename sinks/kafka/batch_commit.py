@@ -34,9 +34,10 @@ transaction:
    see the batch decided and write nothing, and the commit sends the recorded
    ``EndTxn(commit)`` again (a repeat is harmless).
 
-``abort`` (Spark's, when the batch's write fails) ends the reported transactions of an
-undecided batch; one left open by a task that died is ended by the next attempt's
-fencing or by the broker's ``transaction.timeout.ms``.
+``abort`` (Spark's, when the batch's write fails or the query is stopped mid-batch)
+ends every open transaction of the sink's ids while the batch is undecided, those of
+tasks that never reported too (the sink id found through the query id in the
+checkpoint when no task reported); a decided batch is never touched.
 
 Before a new decision the driver refuses a batch whose oldest transaction is too close
 to ``kafka.transaction.timeout.ms`` (:func:`decision_margin`): it aborts them and fails,
