@@ -172,7 +172,14 @@ class Stack:
 
     def up(self, kafka_brokers: int | None = None) -> Endpoints:
         """Start every service that is not running; idempotent. ``kafka_brokers``: 1, or
-        3 or more for a replicated Kafka (None: as the stack last ran)."""
+        3 or more for a replicated Kafka (None: as the stack last ran).
+
+        A stack already up answers without waiting for the lock, which another process
+        may hold for minutes while it starts HDFS or Spark beside the running services
+        (scripts/test.sh does, as the first tests begin: one of them waited 51 s)."""
+        if kafka_brokers is None and self.is_up():
+            with suppress(StackError):  # something went down meanwhile: start it
+                return self._endpoints_locked()
         with self._locked():
             if kafka_brokers is not None:
                 self._choose_brokers(kafka_brokers)
