@@ -52,6 +52,8 @@ if [ -z "${EOS_KAFKA_BOOTSTRAP:-}" ]; then
 fi
 "$bin/python" -m eos_connectors.dev.prefetch early >"$results/prefetch.log" 2>&1 &
 prefetch_pid=$!
+"$bin/python" -m eos_connectors.dev.prefetch proxy >"$results/prefetch-proxy.log" 2>&1 &
+prefetch_proxy_pid=$!
 "$bin/python" -m eos_connectors.dev.prefetch late >"$results/prefetch-late.log" 2>&1 &
 prefetch_late_pid=$!
 
@@ -95,8 +97,13 @@ start_late() {
   export EOS_HDFS_STACK_DIR=$default_root
 }
 
-late_up() {
+prefetched_rest() {  # what the system tier needs: Toxiproxy, Hadoop's jars
+  wait "$prefetch_proxy_pid" || { echo "test.sh: prefetch failed:"; cat "$results/prefetch-proxy.log"; }
   wait "$prefetch_late_pid" || { echo "test.sh: prefetch failed:"; cat "$results/prefetch-late.log"; }
+}
+
+late_up() {
+  prefetched_rest
   [ -n "$late_pid" ] || return 0
   if ! wait "$late_pid"; then
     echo "test.sh: the Spark cluster and HDFS did not start:"; cat "$results/stack-up.log"; exit 1
@@ -107,7 +114,7 @@ late_up() {
 
 if [ "$#" != 0 ]; then
   services_up
-  wait "$prefetch_late_pid" || { echo "test.sh: prefetch failed:"; cat "$results/prefetch-late.log"; }
+  prefetched_rest
   "$bin/python" -m pytest -v --junitxml="$results/junit.xml" "$@" || status=$?
   exit "$status"
 fi

@@ -6,16 +6,18 @@ from Maven Central), each cached per user.
 
 Each is fetched the first time a test needs it anyway; ``make test`` runs this while
 ruff and mypy run, so a fresh machine's downloads and builds overlap the lint instead
-of adding to the tests' time. ``python -m eos_connectors.dev.prefetch [early|late]``:
+of adding to the tests' time. ``python -m eos_connectors.dev.prefetch [early|proxy|late]``:
 exit 0 when everything is in place, 1 naming what failed (the tests then fail on it
 clearly).
 
-Two parts, because the first tests wait for the first: *early* is what the services
-and Spark tiers need (Kafka's jars and tools, Spark's class archive); *late* is what
-only the system tier needs (Hadoop's jars for HDFS, Toxiproxy), run at the lowest CPU
-priority so that it does not slow the early part. On a fresh 2-core machine the class
-archive, built beside mypy, Maven and Toxiproxy's Go build, came last, 216 s in, and
-held the first tests until then.
+Three parts, because the first tests wait for the first: *early* is what every test
+of the services and Spark tiers needs (Kafka's jars and tools, Spark's class archive);
+*proxy* (Toxiproxy, built with Go) is what a few of them need, built beside the early
+part and waited for by those tests only (they take its build lock); *late* is what only
+the system tier needs (Hadoop's jars for HDFS), at the lowest CPU priority. On a fresh
+2-core machine the class archive, built beside mypy, Maven and Toxiproxy's Go build,
+came last, 216 s in, and held the first tests until then; Toxiproxy built at the
+lowest priority instead was not ready when a services test needed it (it waited 75 s).
 """
 
 from __future__ import annotations
@@ -36,14 +38,19 @@ def _steps(part: str) -> dict[str, Callable[[], Path | None]]:
             "Kafka's jars and tools": lambda: (kafka.ensure_jars(), kafka_tools.tools_jars())[1],
             "Spark's class archive": ensure_class_archive,
         }
-    return {"Hadoop's jars": hdfs.ensure_jars, "Toxiproxy": toxiproxy.ensure_binary}
+    if part == "proxy":
+        return {"Toxiproxy": toxiproxy.ensure_binary}
+    return {"Hadoop's jars": hdfs.ensure_jars}
+
+
+PARTS = ("early", "proxy", "late")
 
 
 def main(argv: list[str]) -> int:
-    parts = argv or ["early", "late"]
-    unknown = [p for p in parts if p not in ("early", "late")]
+    parts = argv or list(PARTS)
+    unknown = [p for p in parts if p not in PARTS]
     if unknown:
-        print(f"prefetch: unknown part(s) {unknown}: say early, late or both", file=sys.stderr)
+        print(f"prefetch: unknown part(s) {unknown}: say {', '.join(PARTS)}", file=sys.stderr)
         return 2
     if parts == ["late"]:
         os.nice(19)  # after the early part and the tests, never before them
