@@ -154,6 +154,13 @@ def checkpoint_query_id(location: str | None) -> str | None:
         return None
 
 
+def sink_of_checkpoint(location: str | None, sink_id: Callable[[str], str]) -> str | None:
+    """Driver, in an abort no task reported to: ``sink_id`` of the query id in the
+    checkpoint's metadata; None when it cannot be read."""
+    query_id = checkpoint_query_id(location)
+    return None if query_id is None else sink_id(query_id)
+
+
 def postgres_endpoint(dsn: str) -> str:
     """``host:port/database`` of a libpq DSN or URL (no user, no password)."""
     from psycopg.conninfo import conninfo_to_dict

@@ -395,21 +395,10 @@ class TwoPhaseCommitWriter(StreamArrowWriter, UnitStore):
         released = not self._already_done(sink_id, task) and self._release_others(sink_id, task)
         if released is False:
             log.info("batch %d of sink %s is decided: writing nothing", task.batch_id, sink_id)
-            return PreparedUnit(
-                sink_id, task.query_id, task.batch_id, None, 0, True, task.query_name, task.run
-            )
+            return _report(task, sink_id, None, 0, skipped_decided=True)
         if isinstance(released, UnitId):
             log.info("reporting %s, prepared whole by another attempt of this task", released)
-            return PreparedUnit(
-                sink_id,
-                task.query_id,
-                task.batch_id,
-                released,
-                0,
-                False,
-                task.query_name,
-                task.run,
-            )
+            return _report(task, sink_id, released, 0)
         steps.add("owner and batch checks", steps.began)
         faults.point("before-prepare", task.batch_id, role="worker", query=task.query_name)
         unit = UnitId(sink_id, task.batch_id, task.partition, task.attempt)
@@ -419,16 +408,7 @@ class TwoPhaseCommitWriter(StreamArrowWriter, UnitStore):
             self._unless_aborted(unit)
         steps.record()
         faults.point("after-prepare", task.batch_id, role="worker", query=task.query_name)
-        return PreparedUnit(
-            sink_id,
-            task.query_id,
-            task.batch_id,
-            unit if count else None,
-            count,
-            False,
-            task.query_name,
-            task.run,
-        )
+        return _report(task, sink_id, unit if count else None, count)
 
     def _unless_aborted(self, unit: UnitId) -> None:
         """Task, after the prepare: a unit of a run whose batch the driver aborted meanwhile
@@ -516,8 +496,7 @@ class TwoPhaseCommitWriter(StreamArrowWriter, UnitStore):
         sink_id = _sink_of(prepared) or self.unreported_sink()
         if sink_id is None:
             return
-        runs = {m.unit.run if m.unit is not None else m.run for m in prepared}
-        for run in sorted(r for r in runs if r):  # first: see _unless_aborted
+        for run in sorted({m.run for m in prepared if m.run}):  # first: see _unless_aborted
             self.record_abort(sink_id, batchId, run)
         reported = {m.unit for m in prepared if m.unit is not None}
         unreported = {u for u in self.units_in_doubt(sink_id) if u.batch_id == batchId}
@@ -530,10 +509,9 @@ class TwoPhaseCommitWriter(StreamArrowWriter, UnitStore):
         batch finished): the sink id, from the query id in the checkpoint's metadata
         (:attr:`checkpoint_location`); None when it cannot be told, and the next start's
         recovery settles what the batch's tasks prepared."""
-        from eos_connectors.core.checkpoint_sinks import checkpoint_query_id
+        from eos_connectors.core.checkpoint_sinks import sink_of_checkpoint
 
-        query_id = checkpoint_query_id(self.checkpoint_location)
-        return None if query_id is None else self.sink_id(query_id)
+        return sink_of_checkpoint(self.checkpoint_location, self.sink_id)
 
     # -- recover -------------------------------------------------------------------
 
@@ -707,6 +685,26 @@ def _prepared_units(
             raise ProtocolError(f"Unexpected commit message for batch {batch_id}: {message!r}")
         prepared.append(message)
     return prepared
+
+
+def _report(
+    task: TaskIdentity,
+    sink_id: str,
+    unit: UnitId | None,
+    rows: int,
+    skipped_decided: bool = False,
+) -> PreparedUnit:
+    """Task: the commit message of ``task``'s attempt."""
+    return PreparedUnit(
+        sink_id,
+        task.query_id,
+        task.batch_id,
+        unit,
+        rows,
+        skipped_decided,
+        task.query_name,
+        task.run,
+    )
 
 
 def _sink_of(prepared: list[PreparedUnit]) -> str | None:

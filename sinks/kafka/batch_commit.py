@@ -67,6 +67,7 @@ from eos_connectors.core import faults, timing
 from eos_connectors.core.ahead import RowsAhead
 from eos_connectors.core.batch_job import TXN_VERSION, BatchJob, JobPlan
 from eos_connectors.core.changes import KeyAcrossTasksError
+from eos_connectors.core.checkpoint_sinks import sink_of_checkpoint
 from eos_connectors.core.context import TaskIdentity
 from eos_connectors.core.errors import ConfigError
 from eos_connectors.core.protocol import Lineage, SinkClaimedError
@@ -94,7 +95,6 @@ from eos_connectors.sinks.kafka.options import (
     KafkaSinkOptions,
     ids_prefix,
     transactional_id,
-    unreported_sink_id,
 )
 from eos_connectors.sinks.kafka.pool import MARKER_GROUPS
 from eos_connectors.sinks.kafka.records import in_order, rows
@@ -147,7 +147,7 @@ class BatchCommitWriter(StreamArrowWriter):
     def __init__(self, options: KafkaSinkOptions, checkpoint: str | None = None) -> None:
         self.options = options
         #: The query's checkpointLocation option (driver: an abort no task reported to).
-        self.checkpoint = checkpoint
+        self.checkpoint_location = checkpoint
 
     # -- task ----------------------------------------------------------------------------
 
@@ -418,7 +418,12 @@ class BatchCommitWriter(StreamArrowWriter):
         """Driver: an undecided batch's open transactions aborted (every one of the sink's
         ids, those of tasks that never reported too); a decided batch is never touched."""
         reports = [m for m in messages if isinstance(m, PreparedTask)]
-        sid = reports[0].sink_id if reports else unreported_sink_id(self.options, self.checkpoint)
+        sid = (
+            reports[0].sink_id
+            if reports
+            else self.options.sink_id
+            or sink_of_checkpoint(self.checkpoint_location, self.options.sink_id_for)
+        )
         if sid is None:
             return
         decided = read_pointer(self.options, sid)

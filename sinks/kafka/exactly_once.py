@@ -49,6 +49,7 @@ from pyspark.sql.datasource import WriterCommitMessage
 from eos_connectors.core import faults, timing
 from eos_connectors.core.ahead import RowsAhead
 from eos_connectors.core.batch_job import BatchJob, JobPlan
+from eos_connectors.core.checkpoint_sinks import sink_of_checkpoint
 from eos_connectors.core.context import TaskIdentity
 from eos_connectors.core.protocol import Lineage, SinkClaimedError
 from eos_connectors.core.spark_api import StreamArrowWriter
@@ -71,7 +72,6 @@ from eos_connectors.sinks.kafka.options import (
     KafkaSinkOptions,
     ids_prefix,
     transactional_id,
-    unreported_sink_id,
 )
 from eos_connectors.sinks.kafka.pool import CLIENTS, ClientPool
 from eos_connectors.sinks.kafka.records import Row, in_order, rows
@@ -124,7 +124,7 @@ class KafkaExactlyOnceWriter(StreamArrowWriter):
     def __init__(self, options: KafkaSinkOptions, checkpoint: str | None = None) -> None:
         self.options = options
         #: The query's checkpointLocation option (driver: an abort no task reported to).
-        self.checkpoint = checkpoint
+        self.checkpoint_location = checkpoint
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskReport:
         """Task: Spark's entry point; see :meth:`write_task`."""
@@ -331,7 +331,9 @@ class KafkaExactlyOnceWriter(StreamArrowWriter):
         ``init_transactions()`` (or the broker's timeout) ends them instead."""
         sids = {m.sink_id for m in messages if isinstance(m, TaskReport) and m.sink_id}
         if not sids:
-            unreported = unreported_sink_id(self.options, self.checkpoint)
+            unreported = self.options.sink_id or sink_of_checkpoint(
+                self.checkpoint_location, self.options.sink_id_for
+            )
             sids = {unreported} if unreported else set()
         for sid in sids:
             abort_open_transactions(self.options, sid, batchId)

@@ -270,15 +270,3 @@ def transactional_id(options: KafkaSinkOptions, sink_id: str, partition: int) ->
 def ids_prefix(options: KafkaSinkOptions, sink_id: str) -> str:
     """What the sink's transactional ids start with, before the task partition."""
     return transactional_id(options, sink_id, 0)[:-1]
-
-
-def unreported_sink_id(options: KafkaSinkOptions, checkpoint: str | None) -> str | None:
-    """Driver, in an abort no task reported to (a query stopped before any task of its
-    batch finished): the ``sinkId`` option, else the id derived from the query id in the
-    checkpoint's metadata; None when neither can be told."""
-    from eos_connectors.core.checkpoint_sinks import checkpoint_query_id
-
-    if options.sink_id:
-        return options.sink_id
-    query_id = checkpoint_query_id(checkpoint)
-    return None if query_id is None else options.sink_id_for(query_id)
