@@ -283,7 +283,7 @@ def check_batch_commit(config: KafkaConfig, transactional_id: str, timeout_s: fl
             f"commit ({type(exc).__name__}); let it reach the brokers or use {FALLBACK_HINT}."
         ) from None
     try:
-        client.describe([transactional_id])
+        _describe_when_ready(client, transactional_id, time.monotonic() + timeout_s)
     except errors.TransactionalIdNotFoundError:
         pass  # a sink's first start: the id was never used
     except errors.KafkaError as exc:
@@ -294,6 +294,25 @@ def check_batch_commit(config: KafkaConfig, transactional_id: str, timeout_s: fl
         ) from None
     finally:
         client.close()
+
+
+def _describe_when_ready(client: TransactionClient, transactional_id: str, deadline: float) -> None:
+    """Describe ``transactional_id``, asking again while its coordinator answers that it is
+    not ready (a broker that has just started loads the transaction log first:
+    COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS) until ``deadline``."""
+    import kafka.errors as errors
+
+    delay = 0.1
+    while True:
+        try:
+            client.describe([transactional_id])
+            return
+        except errors.KafkaError as exc:
+            if not exc.retriable or time.monotonic() + delay > deadline:
+                raise
+            log.info("transaction coordinator not ready (%s); asking again", type(exc).__name__)
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
 
 
 def _number(text: str) -> bool:
