@@ -223,13 +223,16 @@ def keytool(where: Path, password: str, *args: str, store_type: str = "PKCS12") 
 
 def java_command(where: Path, heap: str, classpath: str) -> list[str]:
     """``java`` with the broker's jars, logging as ``where/log4j2.yaml`` says (written
-    here); the main class and its arguments follow."""
+    here); the main class and its arguments follow. A broker compiles fully (C2),
+    whatever ``JDK_JAVA_OPTIONS`` says: scripts/test.sh sets C1 alone for the tests'
+    JVMs, but a broker serves every test of a run and earns C2's compiling back."""
     (where / "log4j2.yaml").write_text(_LOG4J2)
     return [
         require_binary("java", INSTALL_HINT),
         f"-Xmx{heap}",
         "-Xms256m",
         "-XX:+UseG1GC",
+        "-XX:TieredStopAtLevel=4",
         "-Djava.awt.headless=true",
         f"-Dlog4j2.configurationFile={where / 'log4j2.yaml'}",
         "-cp",
