@@ -20,8 +20,9 @@ Every Kafka query but the records cell's runs in the Kafka sink's default
 ``commitMode=batch`` and crosses the points of a two-phase sink, the driver's too, each
 twice; the records cell runs in the fallback ``commitMode=task`` (issue 53).
 
-Cost: ~270 s in CI (three runs of ~60, ~55 and ~150 s; the broken sinks' run of their own took 91 s before they joined it; the
-crossing layouts and their every point added ~5 s, the batch-commit cell ~15 s).
+Cost: ~270 s in CI (three runs of ~60, ~55 and ~150 s; the broken sinks' run of their own
+took 91 s before they joined it; the crossing layouts and their every point added ~5 s,
+the batch-commit cell ~15 s).
 """
 
 from __future__ import annotations
