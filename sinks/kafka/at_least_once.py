@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-import pyarrow as pa
 from pyspark.sql.datasource import WriterCommitMessage
 
 from eos_connectors.core import timing
@@ -15,7 +15,9 @@ from eos_connectors.sinks.kafka.clients import CALL_TIMEOUT, produce_rows
 from eos_connectors.sinks.kafka.errors import KafkaSinkError
 from eos_connectors.sinks.kafka.options import KafkaSinkOptions
 from eos_connectors.sinks.kafka.pool import PLAIN_PRODUCERS, PlainProducers
-from eos_connectors.sinks.kafka.records import in_order, rows
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 class KafkaAtLeastOnceWriter(StreamArrowWriter):
@@ -38,6 +40,8 @@ class KafkaAtLeastOnceWriter(StreamArrowWriter):
     ) -> WriterCommitMessage:
         """Task: 1. the worker's producer; 2. produce the rows; 3. flush, and fail on any
         record not delivered; 4. give the producer back (after an error it is dropped)."""
+        from eos_connectors.sinks.kafka.records import in_order, rows  # pyarrow: tasks only
+
         pool = pool or PLAIN_PRODUCERS
         steps = timing.TaskSteps("sink write", current_batch(), rest="produce")
         producer, delivery = pool.take(self.options)

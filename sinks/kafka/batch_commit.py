@@ -58,8 +58,8 @@ import logging
 import time
 from collections.abc import Iterator
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
-import pyarrow as pa
 from confluent_kafka import KafkaError, Producer
 from pyspark.sql.datasource import WriterCommitMessage
 
@@ -97,9 +97,10 @@ from eos_connectors.sinks.kafka.options import (
     transactional_id,
 )
 from eos_connectors.sinks.kafka.pool import MARKER_GROUPS
-from eos_connectors.sinks.kafka.records import in_order, rows
-from eos_connectors.sinks.kafka.task_keys import TaskKeys, shared_key
 from eos_connectors.sinks.kafka.txn_identity import Identity
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 log = logging.getLogger(__name__)
 
@@ -240,6 +241,9 @@ class BatchCommitWriter(StreamArrowWriter):
         opened_at = time.time()
         call(producer.begin_transaction, "begin_transaction")
         faults.point("before-prepare", task.batch_id, role="worker", query=task.query_name)
+        from eos_connectors.sinks.kafka.records import in_order, rows  # pyarrow: tasks only
+        from eos_connectors.sinks.kafka.task_keys import TaskKeys
+
         changes = self.options.changes
         noted = TaskKeys() if changes.applies_changes else None
         ordered = in_order(_chain(first, batches), changes)
@@ -380,6 +384,8 @@ class BatchCommitWriter(StreamArrowWriter):
         and the fix (:mod:`.task_keys`)."""
         if not self.options.changes.applies_changes:
             return
+        from eos_connectors.sinks.kafka.task_keys import shared_key  # pyarrow: change streams
+
         found = shared_key([(r.partition, r.keys) for r in reports if r.keys is not None])
         if found is None:
             return

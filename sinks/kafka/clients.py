@@ -8,7 +8,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
@@ -21,7 +21,9 @@ from eos_connectors.sinks.kafka.errors import (
     error_of,
 )
 from eos_connectors.sinks.kafka.options import KafkaSinkOptions
-from eos_connectors.sinks.kafka.records import Row
+
+if TYPE_CHECKING:
+    from eos_connectors.sinks.kafka.records import Row
 
 log = logging.getLogger(__name__)
 

@@ -41,8 +41,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-import pyarrow as pa
 from confluent_kafka import Producer
 from pyspark.sql.datasource import WriterCommitMessage
 
@@ -74,7 +74,11 @@ from eos_connectors.sinks.kafka.options import (
     transactional_id,
 )
 from eos_connectors.sinks.kafka.pool import CLIENTS, ClientPool
-from eos_connectors.sinks.kafka.records import Row, in_order, rows
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from eos_connectors.sinks.kafka.records import Row
 
 log = logging.getLogger(__name__)
 
@@ -290,6 +294,8 @@ class KafkaExactlyOnceWriter(StreamArrowWriter):
             steps.add("begin and marker", since)
             log_marker(producer, marker, task)
             faults.point("before-prepare", task.batch_id, role="worker", query=task.query_name)
+            from eos_connectors.sinks.kafka.records import in_order, rows  # pyarrow: tasks only
+
             changes = self.options.changes
             batches = rows(in_order(rows_in.all(), changes), self.options.topic, changes)
             count = finish(producer, task, batches, sid, steps)

@@ -45,7 +45,7 @@ class KafkaSinkFormat(batch_job.SinkFormat):
     ) -> KafkaExactlyOnceWriter | KafkaAtLeastOnceWriter | BatchCommitWriter:
         from eos_connectors.sinks.kafka import KafkaAtLeastOnceWriter, KafkaExactlyOnceWriter
         from eos_connectors.sinks.kafka.checks import start_checks
-        from eos_connectors.sinks.kafka.records import check_schema
+        from eos_connectors.sinks.kafka.columns import check_schema
 
         options = self.sink_config
         check_schema(schema, has_topic_option=options.topic is not None)

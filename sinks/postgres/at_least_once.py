@@ -4,14 +4,17 @@ task commits its own transaction, and a replayed batch writes again."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-import pyarrow as pa
 from pyspark.sql.datasource import WriterCommitMessage
 
 from eos_connectors.core.spark_api import StreamArrowWriter
 from eos_connectors.sinks.postgres.connection import allowing, give_back, take
 from eos_connectors.sinks.postgres.options import PostgresSinkOptions
 from eos_connectors.sinks.postgres.rows import ControlTypes, TaskRows
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 class PostgresAtLeastOnceWriter(StreamArrowWriter):

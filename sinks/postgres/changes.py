@@ -13,15 +13,19 @@ import hashlib
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import psycopg
-import pyarrow as pa
 from psycopg import sql
 
-from eos_connectors.core.changes import PLACE_COLUMNS, ChangeRules
+from eos_connectors.core.change_rows import PLACE_COLUMNS
+from eos_connectors.core.changes import ChangeRules
 from eos_connectors.core.errors import BadRecordError
 from eos_connectors.sinks.postgres.copy import conflict_action, copy_batches
 from eos_connectors.sinks.postgres.schema import table_ident
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 log = logging.getLogger(__name__)
 

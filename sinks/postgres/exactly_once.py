@@ -8,10 +8,9 @@ import contextlib
 import hashlib
 import logging
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
-import pyarrow as pa
 from psycopg import sql
 from pyspark.sql.datasource import WriterCommitMessage
 
@@ -28,7 +27,6 @@ from eos_connectors.core.protocol import (
     UnitMissingError,
 )
 from eos_connectors.sinks.postgres import key_claims
-from eos_connectors.sinks.postgres.changes import BeforeApply
 from eos_connectors.sinks.postgres.connection import (
     Connection,
     allowing,
@@ -38,6 +36,11 @@ from eos_connectors.sinks.postgres.connection import (
 )
 from eos_connectors.sinks.postgres.options import PostgresSinkOptions
 from eos_connectors.sinks.postgres.rows import ControlTypes, TaskRows
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from eos_connectors.sinks.postgres.changes import BeforeApply
 
 log = logging.getLogger(__name__)
 

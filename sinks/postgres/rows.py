@@ -4,14 +4,17 @@ stream), inside the caller's transaction: shared by both delivery guarantees (ta
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
-import pyarrow as pa
 from psycopg import sql
 
-from eos_connectors.sinks.postgres import changes, copy
 from eos_connectors.sinks.postgres.options import PostgresSinkOptions
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from eos_connectors.sinks.postgres import changes
 
 LOCK_TIMEOUT = "60s"
 
@@ -38,6 +41,8 @@ class TaskRows:
         before_apply: changes.BeforeApply | None = None,
     ) -> int:
         """Task: the rows into the table; ``before_apply`` sees a keyed mode's stage."""
+        from eos_connectors.sinks.postgres import changes, copy  # pyarrow: tasks only
+
         cur.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(LOCK_TIMEOUT)))
         timeout = sql.Literal(f"{self.options.statement_timeout_ms}ms")
         cur.execute(sql.SQL("SET LOCAL statement_timeout = {}").format(timeout))
@@ -57,6 +62,8 @@ class TaskRows:
         )
 
     def _target(self) -> changes.Target:
+        from eos_connectors.sinks.postgres import changes
+
         return changes.Target(
             table=self.options.table,
             stage_schema=self.options.bookkeeping_schema,

@@ -14,9 +14,10 @@ from eos_connectors.core.sinks_admin import (
     UnitInDoubt,
     refuse,
 )
-from eos_connectors.sinks.redis import scripts, values
+from eos_connectors.sinks.redis import scripts
 from eos_connectors.sinks.redis.connection import as_text, connect
 from eos_connectors.sinks.redis.exactly_once import RedisExactlyOnceWriter, SinkKeys
+from eos_connectors.sinks.redis.layout import Layout, load_writes
 from eos_connectors.sinks.redis.options import RedisSinkOptions
 
 
@@ -82,7 +83,7 @@ class RedisSinkAdmin(SinkAdmin):
                 f"Sink {record.sink_id!r} has decisions but no record of how it writes (an "
                 "older version of the sink made it): restart its query once to settle it."
             )
-        spec, ttl = values.load_writes(as_text(writes)) if writes else (_NO_WRITES, None)
+        spec, ttl = load_writes(as_text(writes)) if writes else (_NO_WRITES, None)
         prefix = self.options.bookkeeping_prefix
         options = RedisSinkOptions(
             self.options.url, "-", ("-",), "", spec.mode, ttl, record.sink_id, prefix, True
@@ -121,4 +122,4 @@ class RedisSinkAdmin(SinkAdmin):
 
 
 #: A sink that never decided a batch only rolls back: how it writes does not matter.
-_NO_WRITES = values.Layout("-", "", ("-",), (), "upsert", None)
+_NO_WRITES = Layout("-", "", ("-",), (), "upsert", None)

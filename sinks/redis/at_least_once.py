@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-import pyarrow as pa
 from pyspark.sql.datasource import WriterCommitMessage
 
 from eos_connectors.core.spark_api import StreamArrowWriter
-from eos_connectors.sinks.redis import scripts, values
+from eos_connectors.sinks.redis import layout, scripts
 from eos_connectors.sinks.redis.connection import pooled
 from eos_connectors.sinks.redis.exactly_once import ENTRIES_PER_COMMAND, log_absent, script_args
 from eos_connectors.sinks.redis.options import RedisSinkOptions
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 log = logging.getLogger(__name__)
 
@@ -25,12 +28,14 @@ class RedisAtLeastOnceWriter(StreamArrowWriter):
     increment mode. For benchmarks and for data that tolerates it.
     """
 
-    def __init__(self, options: RedisSinkOptions, spec: values.Layout) -> None:
+    def __init__(self, options: RedisSinkOptions, spec: layout.Layout) -> None:
         self.options = options
         self.spec = spec
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        flat, _ = values.entries(self.spec, iterator)
+        from eos_connectors.sinks.redis.values import entries  # pyarrow: tasks only
+
+        flat, _ = entries(self.spec, iterator)
         client = pooled(self.options)
         apply = client.register_script(scripts.APPLY_ENTRIES)
         head = script_args(self.spec, self.options.ttl_seconds)

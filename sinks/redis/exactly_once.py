@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 import redis
 
 from eos_connectors.core.changes import KeyAcrossTasksError
@@ -24,9 +23,12 @@ from eos_connectors.core.protocol import (
     UnitMissingError,
 )
 from eos_connectors.core.secrets import redact
-from eos_connectors.sinks.redis import scripts, values
+from eos_connectors.sinks.redis import layout, scripts
 from eos_connectors.sinks.redis.connection import as_text, pooled
 from eos_connectors.sinks.redis.options import RedisSinkOptions
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +81,7 @@ class SinkKeys:
         return f"{self.base}:aborted"
 
 
-def script_args(spec: values.Layout, ttl: int | None) -> list[str]:
+def script_args(spec: layout.Layout, ttl: int | None) -> list[str]:
     """The leading ARGV both scripts take: mode, number kind, ttl, fields."""
     return [spec.script_mode, spec.number or "", str(ttl or 0), str(len(spec.fields)), *spec.fields]
 
@@ -98,7 +100,7 @@ class RedisExactlyOnceWriter(TwoPhaseCommitWriter):
     siblings = Siblings.LEAVE
 
     def __init__(
-        self, options: RedisSinkOptions, spec: values.Layout, checkpoint: str | None = None
+        self, options: RedisSinkOptions, spec: layout.Layout, checkpoint: str | None = None
     ) -> None:
         self.options = options
         self.checkpoint_location = checkpoint
@@ -133,7 +135,7 @@ class RedisExactlyOnceWriter(TwoPhaseCommitWriter):
     def claim(self, sink_id: str, lineage: Lineage) -> Lineage:
         script = self.client.register_script(scripts.CLAIM)
         target = self.options.key_prefix + "*"
-        writes = values.dump_writes(self.spec, self.options.ttl_seconds)
+        writes = layout.dump_writes(self.spec, self.options.ttl_seconds)
         query, origin = script(
             keys=[self.keys(sink_id).owner],
             args=[lineage.query_id, lineage.origin, target, writes],
@@ -146,7 +148,9 @@ class RedisExactlyOnceWriter(TwoPhaseCommitWriter):
 
     def prepare(self, unit: UnitId, rows: Iterator[pa.RecordBatch]) -> int:
         """Task: register the unit, then push its entries to its stage list."""
-        flat, count = values.entries(self.spec, rows)
+        from eos_connectors.sinks.redis.values import entries  # pyarrow: tasks only
+
+        flat, count = entries(self.spec, rows)
         if not flat:
             return 0
         keys = self.keys(unit.sink_id)

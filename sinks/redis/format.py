@@ -20,10 +20,10 @@ from eos_connectors.core.errors import ConfigError
 from eos_connectors.core.sinks_admin import ORPHAN_AGE_SECONDS, SinkRecord
 from eos_connectors.core.sinks_admin import warn_about_orphans as shared_warning
 from eos_connectors.core.startup import once_per_driver, start_key
-from eos_connectors.sinks.redis import values
 from eos_connectors.sinks.redis.at_least_once import RedisAtLeastOnceWriter
 from eos_connectors.sinks.redis.connection import connect
 from eos_connectors.sinks.redis.exactly_once import RedisExactlyOnceWriter
+from eos_connectors.sinks.redis.layout import layout
 from eos_connectors.sinks.redis.options import RedisSinkOptions, parse_options
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ class RedisDataSource(batch_job.SinkFormat):
         self, schema: StructType, overwrite: bool
     ) -> RedisExactlyOnceWriter | RedisAtLeastOnceWriter:
         options = self.sink_config
-        spec = values.layout(options, schema)
+        spec = layout(options, schema)
         if overwrite and options.mode == "increment":
             raise ConfigError(
                 "outputMode 'complete' sends the whole result every batch: in mode=increment "

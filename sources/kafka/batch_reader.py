@@ -13,15 +13,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
-import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from eos_connectors.core.errors import ConfigError
 from eos_connectors.sources.kafka.broker import BrokerView
-from eos_connectors.sources.kafka.fetch import read_partition
 from eos_connectors.sources.kafka.offsets import pack_ranges, plan_ranges
 from eos_connectors.sources.kafka.options import KafkaSourceOptions, check_for_batch
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 log = logging.getLogger(__name__)
 
@@ -59,4 +61,6 @@ class KafkaBatchReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Task: the partition's records (:func:`read_partition`)."""
+        from eos_connectors.sources.kafka.fetch import read_partition  # pyarrow: tasks only
+
         return read_partition(self.options, partition)

@@ -21,10 +21,11 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from eos_connectors.core import faults, timing
 from eos_connectors.core.context import current_batch
-from eos_connectors.core.errors import DataLossError, ServiceUnavailableError
+from eos_connectors.core.errors import ServiceUnavailableError
 from eos_connectors.core.kafka_config import logged
 from eos_connectors.core.kafka_errors import BROKER_GONE, QUIET_IDLE_CLOSE, leader_moving
 from eos_connectors.core.secrets import settings_digest
+from eos_connectors.sources.kafka.data_loss import report_data_loss
 from eos_connectors.sources.kafka.offsets import KafkaRange, KafkaRanges
 from eos_connectors.sources.kafka.options import KafkaSourceOptions
 
@@ -262,17 +263,6 @@ def _learn_partitions(consumer: Consumer, topic: str, deadline: float) -> None:
         consumer.list_topics(topic, timeout=max(0.1, min(5.0, deadline - time.monotonic())))
     except KafkaException as exc:
         log.info("eos_kafka: %s: metadata not answered (%s); asking again", topic, exc)
-
-
-def report_data_loss(options: KafkaSourceOptions, what: str, resume: int) -> int:
-    """Driver or task. Fail naming ``what`` (failOnDataLoss), or warn and go on at ``resume``."""
-    if options.fail_on_data_loss:
-        raise DataLossError(
-            f"{what}. Records may have been lost (retention, or the topic was recreated). "
-            "Set failOnDataLoss=false to skip them with a warning instead."
-        )
-    log.warning("eos_kafka: %s; skipping them (failOnDataLoss=false).", what)
-    return resume
 
 
 def _consume(

@@ -11,9 +11,8 @@ import logging
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
 from eos_connectors.core.errors import EosError
@@ -26,7 +25,7 @@ from eos_connectors.core.spark_api import (
     release,
 )
 from eos_connectors.sources.kafka.broker import BrokerView
-from eos_connectors.sources.kafka.fetch import read_partition, report_data_loss
+from eos_connectors.sources.kafka.data_loss import report_data_loss
 from eos_connectors.sources.kafka.offsets import (
     PLANNER,
     Offsets,
@@ -40,6 +39,9 @@ from eos_connectors.sources.kafka.offsets import (
     to_spark,
 )
 from eos_connectors.sources.kafka.options import KafkaSourceOptions
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 log = logging.getLogger(__name__)
 
@@ -153,6 +155,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Task: the partition's records (:func:`read_partition`)."""
+        from eos_connectors.sources.kafka.fetch import read_partition  # pyarrow: tasks only
+
         return read_partition(self.options, partition)
 
     def commit(self, end: dict[str, Any]) -> None:

@@ -7,13 +7,8 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
 
-from eos_connectors.core.changes import (
-    ChangeRules,
-    check_schema,
-    delete_mask,
-    parse_changes,
-    unordered_change,
-)
+from eos_connectors.core.change_rows import delete_mask, unordered_change
+from eos_connectors.core.changes import ChangeRules, check_schema, parse_changes
 from eos_connectors.core.errors import BadRecordError, ConfigError
 from eos_connectors.sinks.kafka.options import parse_options as kafka_options
 from eos_connectors.sinks.kafka.records import rows

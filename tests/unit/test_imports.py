@@ -1,5 +1,6 @@
 """What importing one connector costs: Spark's Python planner processes and task
-workers import one sink or the source, never the others' client libraries."""
+workers import one sink or the source, never the others' client libraries, and the
+driver-side processes no pyarrow. Cost: ~15 s (a Python process per module)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,36 @@ def _imported_after(module: str, names: tuple[str, ...]) -> list[str]:
 @pytest.mark.parametrize("module", sorted(OTHER_CLIENTS))
 def test_a_connector_imports_no_other_connectors_client(module: str) -> None:
     assert _imported_after(module, OTHER_CLIENTS[module]) == []
+
+
+#: What Spark's driver-side Python processes load: the data sources (``create_data_source``,
+#: ``lookup_data_sources``), the writers and readers they unpickle to plan, start a write
+#: and commit it (``write_into_data_source``, ``python_streaming_sink_runner``,
+#: ``commit_data_source_write``, ``python_streaming_source_runner``). Spark forks those
+#: from its own daemon, not the package's preloading one, so each pays for its imports:
+#: pyarrow and numpy were ~50 MB of a planner worker's unshared memory, and a streaming
+#: pipeline runs six to eight such processes (issue 55: 410 of the ~735 MB PSS of a
+#: pipeline's Python processes besides the driver).
+DRIVER_SIDE = (
+    "eos_connectors.registry",
+    "eos_connectors.sinks.kafka.batch_commit",
+    "eos_connectors.sinks.kafka.exactly_once",
+    "eos_connectors.sinks.kafka.at_least_once",
+    "eos_connectors.sinks.postgres.exactly_once",
+    "eos_connectors.sinks.postgres.at_least_once",
+    "eos_connectors.sinks.redis.exactly_once",
+    "eos_connectors.sinks.redis.at_least_once",
+    "eos_connectors.sinks.redis.admin",
+    "eos_connectors.sources.kafka.stream_reader",
+    "eos_connectors.sources.kafka.batch_reader",
+)
+
+
+@pytest.mark.parametrize("module", DRIVER_SIDE)
+def test_what_sparks_driver_side_processes_load_imports_no_pyarrow(module: str) -> None:
+    """Task work (Arrow batches) imports pyarrow where it runs; the task workers' daemon
+    preloads it (eos_connectors.worker_daemon), shared by every worker it forks."""
+    assert _imported_after(module, ("pyarrow", "numpy", "pandas")) == []
 
 
 def test_the_sinks_package_still_names_the_postgres_source() -> None:

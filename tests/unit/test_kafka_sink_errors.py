@@ -108,7 +108,7 @@ def test_a_timestamp_column_of_another_type_is_refused_at_start() -> None:
     from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
     from eos_connectors.core.errors import ConfigError
-    from eos_connectors.sinks.kafka.records import check_schema
+    from eos_connectors.sinks.kafka.columns import check_schema
 
     schema = StructType([StructField("value", BinaryType()), StructField("timestamp", LongType())])
     with pytest.raises(ConfigError, match="Column 'timestamp' must be timestamp"):
