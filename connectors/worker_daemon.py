@@ -27,6 +27,15 @@ PRELOAD = (
     "pyarrow",
     "pyarrow.compute",
     "confluent_kafka",
+    # The Arrow side of each connector: the writers and readers import these in write()
+    # and read() only (Spark's driver-side processes load the writers without pyarrow),
+    # so they are named here to be in every worker before its first task.
+    "eos_connectors.sources.kafka.fetch",
+    "eos_connectors.sinks.kafka.records",
+    "eos_connectors.sinks.kafka.task_keys",
+    "eos_connectors.sinks.postgres.copy",
+    "eos_connectors.sinks.postgres.changes",
+    "eos_connectors.sinks.redis.values",
     "eos_connectors.sources.kafka.stream_reader",
     "eos_connectors.sinks.kafka.exactly_once",
     "eos_connectors.sinks.kafka.batch_commit",
