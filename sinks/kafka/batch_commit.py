@@ -67,7 +67,6 @@ from eos_connectors.core import faults, timing
 from eos_connectors.core.ahead import RowsAhead
 from eos_connectors.core.batch_job import TXN_VERSION, BatchJob, JobPlan
 from eos_connectors.core.changes import KeyAcrossTasksError
-from eos_connectors.core.checkpoint_sinks import sink_of_checkpoint
 from eos_connectors.core.context import TaskIdentity
 from eos_connectors.core.errors import ConfigError
 from eos_connectors.core.protocol import Lineage, SinkClaimedError
@@ -424,12 +423,10 @@ class BatchCommitWriter(StreamArrowWriter):
         """Driver: an undecided batch's open transactions aborted (every one of the sink's
         ids, those of tasks that never reported too); a decided batch is never touched."""
         reports = [m for m in messages if isinstance(m, PreparedTask)]
-        sid = (
-            reports[0].sink_id
-            if reports
-            else self.options.sink_id
-            or sink_of_checkpoint(self.checkpoint_location, self.options.sink_id_for)
-        )
+        if reports:
+            sid: str | None = reports[0].sink_id
+        else:
+            sid = self.options.unreported_sink_id(self.checkpoint_location)
         if sid is None:
             return
         decided = read_pointer(self.options, sid)

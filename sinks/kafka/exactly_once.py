@@ -49,7 +49,6 @@ from pyspark.sql.datasource import WriterCommitMessage
 from eos_connectors.core import faults, timing
 from eos_connectors.core.ahead import RowsAhead
 from eos_connectors.core.batch_job import BatchJob, JobPlan
-from eos_connectors.core.checkpoint_sinks import sink_of_checkpoint
 from eos_connectors.core.context import TaskIdentity
 from eos_connectors.core.protocol import Lineage, SinkClaimedError
 from eos_connectors.core.spark_api import StreamArrowWriter
@@ -337,9 +336,7 @@ class KafkaExactlyOnceWriter(StreamArrowWriter):
         ``init_transactions()`` (or the broker's timeout) ends them instead."""
         sids = {m.sink_id for m in messages if isinstance(m, TaskReport) and m.sink_id}
         if not sids:
-            unreported = self.options.sink_id or sink_of_checkpoint(
-                self.checkpoint_location, self.options.sink_id_for
-            )
+            unreported = self.options.unreported_sink_id(self.checkpoint_location)
             sids = {unreported} if unreported else set()
         for sid in sids:
             abort_open_transactions(self.options, sid, batchId)

@@ -173,6 +173,13 @@ class KafkaSinkOptions:
         target = self.topic or self.progress_topic or ""
         return self.sink_id or derive_sink_id("k", query_id, target)
 
+    def unreported_sink_id(self, checkpoint: str | None) -> str | None:
+        """Driver, in an abort no task reported to: the ``sinkId`` option, else the id of
+        the query id in the ``checkpoint``'s metadata; None when neither can be told."""
+        from eos_connectors.core.checkpoint_sinks import sink_of_checkpoint
+
+        return self.sink_id or sink_of_checkpoint(checkpoint, self.sink_id_for)
+
     @property
     def marker_topic(self) -> str:
         """The topic whose partition 0 holds the sink's progress marker offsets."""

@@ -27,9 +27,6 @@ from eos_connectors.core.changes import check_schema as check_changes
 from eos_connectors.core.errors import ConfigError
 from eos_connectors.sinks.redis.options import RedisSinkOptions
 
-_KEY = "__eos_key"
-WRITE, DELETE = "u", "d"
-
 
 @dataclass(frozen=True)
 class Layout:

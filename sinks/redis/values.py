@@ -21,17 +21,10 @@ import pyarrow.compute as pc
 
 from eos_connectors.core.change_rows import delete_mask, place, unordered_change
 from eos_connectors.core.errors import BadRecordError
-from eos_connectors.sinks.redis.layout import (  # re-exported: tests and tools use them here
-    _KEY,
-    DELETE,
-    WRITE,
-    Layout,
-    dump_writes,
-    layout,
-    load_writes,
-)
+from eos_connectors.sinks.redis.layout import Layout
 
-__all__ = ["DELETE", "WRITE", "Layout", "dump_writes", "entries", "layout", "load_writes"]
+_KEY = "__eos_key"
+WRITE, DELETE = "u", "d"
 
 
 def entries(spec: Layout, batches: Iterator[pa.RecordBatch]) -> tuple[list[bytes | str], int]:

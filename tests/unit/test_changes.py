@@ -13,8 +13,9 @@ from eos_connectors.core.errors import BadRecordError, ConfigError
 from eos_connectors.sinks.kafka.options import parse_options as kafka_options
 from eos_connectors.sinks.kafka.records import rows
 from eos_connectors.sinks.postgres.options import parse_options as postgres_options
+from eos_connectors.sinks.redis.layout import layout
 from eos_connectors.sinks.redis.options import parse_options as redis_options
-from eos_connectors.sinks.redis.values import entries, layout
+from eos_connectors.sinks.redis.values import entries
 
 SCHEMA = StructType(
     [

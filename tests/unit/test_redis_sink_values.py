@@ -13,8 +13,9 @@ from pyspark.sql.types import (
 )
 
 from eos_connectors.core.errors import BadRecordError, ConfigError
+from eos_connectors.sinks.redis.layout import Layout, layout
 from eos_connectors.sinks.redis.options import parse_options
-from eos_connectors.sinks.redis.values import Layout, entries, layout
+from eos_connectors.sinks.redis.values import entries
 
 URL = "redis://:s3cret@127.0.0.1:6379/0"
 SCHEMA = StructType(
