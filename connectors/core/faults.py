@@ -11,7 +11,7 @@
   one pipeline of several queries crosses each query's points in a planned order
   (``after-prepare@3:kafka`` fires in the ``kafka`` query's batch 3 only);
 * ``=action`` says what happens there: ``kill`` (the default), a scope to kill
-  (``process``, ``group``, ``executor``), ``pause`` or ``hold``.
+  (``process``, ``group``, ``executor``), ``pause``, ``hold`` or ``restart``.
 
 ``kill`` sends SIGKILL, the way a crash would (no cleanup, no exception handler, no
 ``finally`` runs), to what ``EOS_FAULT_SCOPE`` names, or the entry's own scope:
@@ -32,6 +32,13 @@ batch is committed.
 harness crashes a service (a step fault: the transaction coordinator between a Kafka
 task's produce and its commit, PostgreSQL between the decision and its COMMIT
 PREPAREDs), so that step meets the fault exactly.
+
+``restart`` holds the task the same way while the pipeline that runs its query
+(connectors/dev/harness/pipeline.py) stops that query and starts it again from its
+checkpoint, in the same Spark session, as an operator restarting one query would: the
+batch fails after the point and is replayed by the new start (Spark kills the held
+process with its cancelled task; the pipeline creates the ``.resume`` file once the
+query has stopped).
 
 ``EOS_FAULT_ROLE=driver|worker`` limits every entry to one kind of process.
 ``EOS_FAULT_MARKER=dir`` makes each entry fire once: a file named like the entry
@@ -68,8 +75,8 @@ POINTS = (
     "after-commit",
 )
 SCOPES = ("process", "group", "executor")
-ACTIONS = ("kill", *SCOPES, "pause", "hold")
-WAITING = ("pause", "hold")  # actions that wait for the harness's .resume file
+ACTIONS = ("kill", *SCOPES, "pause", "hold", "restart")
+WAITING = ("pause", "hold", "restart")  # actions that wait for a .resume file
 PAUSE_LIMIT = 600.0  # a zombie nobody resumes gives up after ten minutes
 
 
@@ -164,7 +171,7 @@ def point(
         ):
             if entry.action == "pause":
                 _pause(entry)
-            elif entry.action == "hold":
+            elif entry.action in WAITING:  # hold, restart
                 _wait_for_resume(entry)
             else:
                 _kill(entry.scope)

@@ -103,23 +103,28 @@ def test_a_paused_point_returns_once_resumed(
     assert (tmp_path / "before-prepare@1=pause.resumed").exists()
 
 
+@pytest.mark.parametrize("action", ["hold", "restart"])
 def test_a_held_point_kills_nothing_and_goes_on_once_resumed(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, crashes: list[str]
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, crashes: list[str], action: str
 ) -> None:
+    """``hold`` waits for the harness, ``restart`` for the pipeline that stops its query
+    (connectors/dev/harness/pipeline.py): neither kills anything itself."""
     import threading
 
     monkeypatch.setattr("os.kill", lambda pid, sig: pytest.fail("a hold killed something"))
-    monkeypatch.setenv("EOS_FAULT_POINT", "after-decision@2:pg=hold")
+    entry = f"after-decision@2:pg={action}"
+    monkeypatch.setenv("EOS_FAULT_POINT", entry)
     monkeypatch.setenv("EOS_FAULT_MARKER", str(tmp_path))
     held = threading.Thread(target=faults.point, args=("after-decision", 2, "driver", "pg"))
     held.start()
     held.join(0.5)
     assert held.is_alive(), "the held step went on before the harness resumed it"
-    assert json.loads((tmp_path / "after-decision@2:pg=hold").read_text())["role"] == "driver"
-    (tmp_path / "after-decision@2:pg=hold.resume").touch()
+    assert json.loads((tmp_path / entry).read_text())["role"] == "driver"
+    assert faults.Entry.parse(entry).action == action
+    (tmp_path / f"{entry}.resume").touch()
     held.join(5)
     assert not held.is_alive() and crashes == []
-    assert (tmp_path / "after-decision@2:pg=hold.resumed").exists()
+    assert (tmp_path / f"{entry}.resumed").exists()
 
 
 def test_simulate_raises_in_process_once() -> None:

@@ -13,8 +13,10 @@ A *cell* is one kind of stateful pipeline crossed with every sink that fits it:
   fallback mode, ``commitMode=task`` (each task commits its own transaction), no
   shuffle, so the source's split of a batch into tasks is the sink's task partitions,
   and ``minPartitions`` changes on every start of the query: a batch replayed after
-  a crash between two tasks' commits must be split as it first was (the split is in
-  its offset), or a task partition's marker speaks of other records;
+  it failed between two tasks' commits must be split as it first was (the split is in
+  its offset), or a task partition's marker speaks of other records. Its after-commit
+  point restarts the query alone (``restart``: an operator stops it, changes the option
+  and starts it again), not the whole pipeline, which costs a run of every query;
 * ``batch-commit`` (f): the same records cell in the Kafka sink's default mode,
   ``commitMode=batch`` (tasks leave their transactions open, the driver commits them),
   each input record's ``partition:offset`` checked to be there once and no transaction
@@ -211,7 +213,7 @@ class Target:
         if self.cluster and point == "before-prepare":
             return "pause"
         if self.sink == TASK_COMMIT and point == "after-commit":
-            return "group"  # the query restarts, with another minPartitions
+            return "restart"  # the query alone restarts, with another minPartitions
         return "executor" if self.cluster and self.in_task(point) else "process"
 
     @property

@@ -5,6 +5,8 @@ query of the spec in one Spark session and waits until all are done (availableNo
 or one fails. With ``restart_failed`` > 0 it restarts a query that failed, from
 its checkpoint, in the same session, as an operator or an orchestrator would;
 a query that fails again without committing a batch in between ends the process.
+A task held at a fault point of action ``restart`` has its query stopped and started
+again the same way (connectors/core/faults.py).
 Each failure and restart is printed as an ``EOS-EVENT`` line, so the harness can
 tell a planned fault from a failure of its own.
 
@@ -26,6 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from eos_connectors.core import faults
 from eos_connectors.dev.harness import drain, layouts
 from eos_connectors.dev.harness.spec import (
     WATERMARK_SECONDS,
@@ -230,6 +233,7 @@ class Supervisor:
                 print_event("ready", query=query.name)
         while self.running:
             time.sleep(0.2)
+            self._restart_requested()
             for name, handle in list(self.running.items()):
                 if handle.isActive and self.drain and self.drain.done(self.by_name[name]):
                     handle.stop()  # PySpark 4.0-4.1: availableNow by hand (drain.py)
@@ -279,6 +283,25 @@ class Supervisor:
         self.failed_at[query.name] = progress
         self.restarts[query.name] += 1
         self._restart(query)
+
+    def _restart_requested(self) -> None:
+        """Each query a task holds at a ``restart`` fault point: stop it (its batch fails
+        after the point), let the held process go (Spark has killed it with its task, as a
+        rule), and start the query again from its checkpoint, with the next
+        ``minPartitions`` of its cycle if it has one."""
+        marker = os.environ.get("EOS_FAULT_MARKER")
+        if not marker:
+            return
+        for entry, where in faults.fired(Path(marker)).items():
+            resume = Path(marker) / f"{entry}.resume"
+            name = str(where.get("query"))
+            if faults.Entry.parse(entry).action != "restart" or resume.exists():
+                continue
+            if name in self.running:
+                print_event("query-stopping", query=name, entry=entry)
+                self.running.pop(name).stop()
+                resume.touch()
+                self._restart(self.by_name[name])
 
     def _refused(self, query: QuerySpec, error: str) -> None:
         """The sink refused a batch whose key reached two tasks: report what it holds
