@@ -38,7 +38,7 @@ from eos_connectors.core.protocol import Lineage, SinkClaimedError
 from eos_connectors.sinks.kafka.clients import CALL_LIMIT, LIBRDKAFKA_LOG, bounded
 from eos_connectors.sinks.kafka.errors import FENCED_CODES, error_of
 from eos_connectors.sinks.kafka.marker import marker_consumer
-from eos_connectors.sinks.kafka.marker_log import Marker, decode, encode, read_settled
+from eos_connectors.sinks.kafka.marker_log import Marker, decode, encode, read_for
 from eos_connectors.sinks.kafka.options import KafkaSinkOptions
 
 log = logging.getLogger(__name__)
@@ -104,7 +104,9 @@ def _claim_in_log(options: KafkaSinkOptions, sink_id: str) -> str:
     name = claim_name(options, sink_id)
     mine = _own_keys(options, sink_id)
     latest: dict[bytes, bytes | None] = {}
-    records = read_settled(options, f"the claim on sink {sink_id!r}")
+    records = read_for(
+        options, lambda key: mine.fullmatch(key) is not None, f"the claim on sink {sink_id!r}"
+    )
     for record in records:
         if record.key is not None and mine.fullmatch(record.key):
             latest[record.key] = record.value or None

@@ -10,7 +10,7 @@ from confluent_kafka import Consumer, TopicPartition
 from eos_connectors.core.kafka_config import logged
 from eos_connectors.sinks.kafka.clients import CALL_TIMEOUT, call
 from eos_connectors.sinks.kafka.errors import KafkaSinkError
-from eos_connectors.sinks.kafka.marker_log import Marker, decode, encode, read_settled
+from eos_connectors.sinks.kafka.marker_log import Marker, decode, encode, read_for
 from eos_connectors.sinks.kafka.options import CONNECT_AT_ONCE, KafkaSinkOptions
 
 
@@ -73,13 +73,13 @@ class MarkerGroup:
         return int(marked.offset), marked.metadata or ""
 
     def read_log(self) -> tuple[int, str]:
-        """The task partition's last marker in the marker log (read_committed, up to the high
-        watermark once every transaction open now has ended: other tasks' transactions
-        write the log too, and one still open must not hide a marker committed after it
-        began): (0, "") when it never wrote one."""
+        """The task partition's last marker in the marker log (read_committed; other tasks'
+        transactions write the log too, and one still open must not hide a marker committed
+        after it began: :func:`~.marker_log.read_for`): (0, "") when it never wrote
+        one."""
         options = self.options
-        records = read_settled(options, f"the marker of {self.group}")
         key = self.group.encode()
+        records = read_for(options, lambda found: found == key, f"the marker of {self.group}")
         mine = [r for r in records if r.key == key]
         if not mine or not mine[-1].value:  # none, or a tombstone of `eos sinks reset`
             return 0, ""

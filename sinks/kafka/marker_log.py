@@ -8,10 +8,11 @@ the topic) is never taken for one: :func:`decode` returns None for it.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 from eos_connectors.core.errors import EosError, keeping_code
-from eos_connectors.core.topics import Record, read_to_end
+from eos_connectors.core.topics import Record, end_offsets, read_to_end
 from eos_connectors.sinks.kafka.errors import KafkaSinkError
 
 if TYPE_CHECKING:
@@ -53,6 +54,48 @@ def read_settled(options: KafkaSinkOptions, what: str) -> list[Record]:
             options.marker_log,
             timeout=READ_TIMEOUT,
             settled=True,
+        )
+    except EosError as exc:
+        raise keeping_code(
+            KafkaSinkError(
+                f"Reading the marker log {options.marker_log!r} for {what} failed: {exc}. Nothing "
+                "was written; the task fails so Spark retries it."
+            ),
+            exc,
+        ) from None
+
+
+def read_for(options: KafkaSinkOptions, keys: Callable[[bytes], bool], what: str) -> list[Record]:
+    """Task: the marker log's records, enough to find the last record of each key that
+    ``keys`` accepts, waiting for open transactions only when one could hide such a
+    record.
+
+    A transaction open on the log hides every record after its first (the last stable
+    offset), committed or not. A task partition's marker is written only by its own
+    transactional id, which the task has fenced before it reads (none of that id's
+    transactions is open), a sink's claim only by a task that claims it, and either by
+    ``eos sinks reset``. So when no record past the last stable offset (read
+    uncommitted: the open and the aborted ones too) has a wanted key, the committed
+    records before it hold the last ones, at once; otherwise the log is read settled
+    (:func:`read_settled`). A first batch no longer waits behind another task
+    partition's attempt, or another sink's, that died with its transaction open: that
+    transaction ends only when Spark retries the dead task, and with every task slot
+    held by first batches waiting for it, the retry never ran until their reads timed
+    out (60 s)."""
+    config = options.client_config()
+    try:
+        stable = end_offsets(config, options.marker_log, "read_committed")
+        high = end_offsets(config, options.marker_log, "read_uncommitted")
+        tail = {p: (stable.get(p, end), end) for p, end in high.items()}
+        hidden = read_to_end(config, options.marker_log, "read_uncommitted", tail, READ_TIMEOUT)
+        if any(r.key is not None and keys(r.key) for r in hidden):
+            return read_settled(options, what)
+        return read_to_end(
+            config,
+            options.marker_log,
+            "read_committed",
+            {p: (0, end) for p, end in stable.items()},
+            READ_TIMEOUT,
         )
     except EosError as exc:
         raise keeping_code(

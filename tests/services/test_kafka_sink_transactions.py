@@ -58,6 +58,43 @@ def test_a_task_crashed_at_each_point_then_replayed_writes_once(
     )
 
 
+def test_a_first_batch_goes_on_beside_another_task_partitions_open_transaction(
+    endpoints: Endpoints, writer: KafkaExactlyOnceWriter
+) -> None:
+    """Task-commit mode: task partition 0 wrote batch 0 (its task claimed the sink), then
+    its attempt at batch 1 died after its flush, its transaction open on the marker log
+    until Spark's retry fences it. Task partition 1's first batch (a partition a retune
+    added: no marker in its group, so it reads the marker log) goes on at once instead of
+    waiting for that transaction: with every task slot held by such reads, the retry
+    never ran (the conformance run's records cell stalled 40 s in CI, until the reads
+    timed out and the tasks failed). The retry then writes partition 0's batch 1 once.
+    Cost: ~2 s."""
+    import time
+
+    options, topic = writer.options, writer.options.topic
+    assert topic is not None and options.sink_id is not None
+    writer.write_task(a_task(0, partition=0), iter(rows_of(0)))
+    # The dead attempt as a killed process leaves it: its marker record and a row
+    # flushed in its transaction, nothing ended (librdkafka aborts nothing on exit).
+    dead = transactional_id(options, options.sink_id, 0)
+    attempt = fenced_producer(options, dead)
+    attempt.begin_transaction()
+    attempt.produce(options.marker_log, b"{}", dead.encode(), partition=0)
+    attempt.produce(topic, b"unfinished", b"k")
+    attempt.flush(30)
+    assert open_transactions(endpoints.kafka_bootstrap, options.marker_log, timeout=2)
+    began = time.monotonic()
+    first = writer.write_task(a_task(1, partition=1), iter(rows_of(1)))
+    assert not first.skipped
+    assert time.monotonic() - began < 15, "the first batch waited for the open transaction"
+    retry = writer.write_task(a_task(1, run="run-2", partition=0), iter(rows_of(1)))
+    assert not retry.skipped
+    once = sorted(expected_values(range(1)) + expected_values(range(1, 2)) * 2)
+    read = values_read(endpoints, writer, "read_committed")
+    assert [v for v in read if not v.startswith(b"\x00")] == once  # not the checks'
+    assert open_transactions(endpoints.kafka_bootstrap, topic) == set()
+
+
 def test_an_abort_ends_the_open_transaction_of_a_task_spark_stopped_waiting_for(
     endpoints: Endpoints, writer: KafkaExactlyOnceWriter
 ) -> None:
