@@ -23,7 +23,10 @@ transaction:
    split or expressions.
 3. **Driver, the commits.** ``EndTxn(commit)`` for each named transaction
    (:mod:`.coordinator`); records of the batch become visible within the round trips to
-   their coordinators. A commit answered "fenced" is checked by the transaction's marker:
+   their coordinators. Then a sweep aborts the sink's open transactions that no decision
+   names (a zombie's, a dead attempt's); a broker that does not answer the listing (a
+   coordinator that just died) fails nothing: the next commit sweeps again. A commit
+   answered "fenced" is checked by the transaction's marker:
    marked means committed before (a repeat); unmarked means the coordinator aborted a
    decided transaction (its timeout, or an attempt that initialised the id between the
    task's look at the pointer and the decision): the driver amends the decision to ask
@@ -344,8 +347,18 @@ class BatchCommitWriter(StreamArrowWriter):
         began = time.perf_counter()
         with kept_client(self.options.kafka) as client:
             self._end_decided(client, decision, name, sid)
-            stray = client.sweep(ids_prefix(self.options, sid), list(decision.txns.values()))
-        if stray:
+            # Best effort: the batch is committed; a broker that cannot be asked now (a
+            # coordinator that just died) fails nothing, and the next commit sweeps again.
+            keep = list(decision.txns.values())
+            stray = client.sweep_if_reachable(ids_prefix(self.options, sid), keep)
+        if stray is None:
+            log.warning(
+                "batch %d of sink %s is committed; its sweep of open transactions no "
+                "decision names waits for the next batch (a broker did not answer)",
+                batchId,
+                sid,
+            )
+        elif stray:
             log.info(
                 "batch %d: aborted %d open transactions no decision names", batchId, len(stray)
             )

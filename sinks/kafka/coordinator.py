@@ -168,6 +168,20 @@ class TransactionClient:
                 log.info("open transaction %s ended meanwhile: %s", txn.transactional_id, exc)
         return stray
 
+    def sweep_if_reachable(
+        self, prefix: str, keep: Sequence[OpenTransaction]
+    ) -> list[OpenTransaction] | None:
+        """:meth:`sweep`, or None when a broker could not be asked (dead, restarting, cut
+        off: ListTransactions goes to every broker): nothing is aborted then, and the
+        next sweep tries again."""
+        import kafka.errors as errors
+
+        try:
+            return self.sweep(prefix, keep)
+        except errors.KafkaError as exc:
+            log.warning("open transactions of %s* not swept: %s", prefix, type(exc).__name__)
+            return None
+
     def end(self, transactions: Sequence[OpenTransaction], commit: bool) -> None:
         """Commit (or abort) each of ``transactions``; the first refusal is raised."""
         refused = self.refusals(transactions, commit)

@@ -215,6 +215,49 @@ def test_an_undecided_batch_is_aborted_or_rewritten_in_full_by_its_replay(
         client.close()
 
 
+def test_a_sweep_no_broker_answers_fails_no_batch_and_the_next_commit_sweeps(
+    endpoints: Endpoints,
+    writer: BatchCommitWriter,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The sweep after a batch's commits asks every broker for its open transactions; a
+    broker that does not answer (tests/system/test_distributed.py: the coordinator
+    killed between the decision and the commits, which failed the query) leaves the
+    batch committed, says so, and the next batch's commit sweeps the stray (a task
+    partition the replay no longer had), which held read_committed readers back until
+    then. ListTransactions is made to fail here; the commits, the stray and its abort
+    are the real broker's."""
+    import kafka.errors
+
+    from eos_connectors.sinks.kafka.coordinator import TransactionClient
+    from eos_connectors.sinks.kafka.options import ids_prefix
+
+    sink_id = writer.options.sink_id
+    assert sink_id is not None
+    prefix = ids_prefix(writer.options, sink_id)
+    _prepare(writer, 0)  # an attempt the driver never heard of: a stray of task partition 1
+    replay = _prepare(writer, 0, run="run-2", tasks=1)
+
+    def unreachable(*_: object, **__: object) -> None:
+        raise kafka.errors.KafkaConnectionError("socket disconnected")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(TransactionClient, "open_transactions", unreachable)
+        with caplog.at_level("WARNING", logger="eos_connectors"):
+            writer.commit(list(replay), 0)
+    assert "sweep of open transactions no decision names waits" in caplog.text
+    client = TransactionClient(writer.options.kafka)
+    try:
+        assert [t.transactional_id for t in client.open_transactions(prefix)] == [f"{prefix}1"]
+        writer.commit(list(_prepare(writer, 1, tasks=1)), 1)
+        assert client.open_transactions(prefix) == [], "the next commit swept the stray"
+    finally:
+        client.close()
+    expected = sorted(_expected(range(1), tasks=1) + _expected(range(1, 2), tasks=1))
+    assert _visible(endpoints, writer) == expected
+
+
 def test_a_batch_commit_defaults_its_transaction_timeout_to_the_brokers_maximum(
     endpoints: Endpoints, writer: BatchCommitWriter
 ) -> None:
