@@ -2,20 +2,19 @@
 # `make test`: lint, then the CI tier of the tests against real services.
 #
 # The services start (and what the tests fetch or build once is prepared) while ruff,
-# mypy and the layer contracts run, and the unit tier beside them, so a fresh machine's
+# mypy and the layer contracts run, and then the unit tier, so a fresh machine's
 # downloads and start-ups overlap them. The services are the local stack (Kafka,
 # PostgreSQL, Redis; then a 2-worker Spark cluster and HDFS, see start_late) and a
 # second Kafka, PostgreSQL and Redis for the second pytest worker, unless
 # EOS_KAFKA_BOOTSTRAP names services already; what this script started, it stops.
 #
-# Without arguments: the unit tier (and examples/) beside the lint, then the services
-# and Spark tiers on two pytest workers (pytest-xdist; they wait on brokers and timeouts
-# about half the time, and each worker has services of its own: tests/conftest.py), then
-# the system tier, one test at a time (its whole-pipeline runs keep both cores busy,
-# and one of them restarts a service). With arguments, one pytest run gets them. Each
-# run leaves its JUnit XML and a table of its slowest tests in test-results/ (and the
-# system tier's harness runs, each whole-pipeline run's end and seconds, in
-# harness-runs.md).
+# Without arguments: the unit tier (and examples/), then the services and Spark tiers on
+# two pytest workers (pytest-xdist; they wait on brokers and timeouts about half the
+# time, and each worker has services of its own: tests/conftest.py), then the system
+# tier, one test at a time (its whole-pipeline runs keep both cores busy, and one of
+# them restarts a service). With arguments, one pytest run gets them. Each run leaves
+# its JUnit XML and a table of its slowest tests in test-results/ (and the system tier's
+# harness runs, each whole-pipeline run's end and seconds, in harness-runs.md).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=.venv/bin
@@ -70,24 +69,10 @@ began=$(date +%s)
 status=0
 # The lint and the unit tier at a lower CPU priority than the services' start and the
 # early prefetch, which the next tests wait for (nice costs nothing once those are up).
-# Without arguments the unit tier (and examples/) runs beside the lint, its output kept
-# for after it: mypy and pytest use one core each, and one after the other they took
-# 72 s + 44 s while the services were up after ~60 s.
-unit_pid=""
-if [ "$#" = 0 ]; then
-  {
-    "$bin/python" -m pytest --collect-only -q tests examples | grep '^expected cost' || true
-    nice -n 5 "$bin/python" -m pytest -q --junitxml="$results/junit-unit.xml" tests/unit examples
-  } >"$results/unit.log" 2>&1 &
-  unit_pid=$!
-fi
 nice -n 5 "$bin/ruff" check . && nice -n 5 "$bin/ruff" format --check . \
   && nice -n 5 "$bin/mypy" && nice -n 5 "$bin/lint-imports" || status=$?
 echo "test.sh: lint took $(( $(date +%s) - began )) s"
-if [ "$status" != 0 ]; then
-  [ -z "$unit_pid" ] || { pkill -P "$unit_pid" || true; kill "$unit_pid" 2>/dev/null || true; }
-  exit "$status"
-fi
+[ "$status" = 0 ] || exit "$status"
 
 services_up() {
   wait "$prefetch_pid" || { echo "test.sh: prefetch failed:"; cat "$results/prefetch.log"; }
@@ -142,9 +127,9 @@ if [ "$#" != 0 ]; then
   exit "$status"
 fi
 
-wait "$unit_pid" || status=$?
-cat "$results/unit.log"
-echo "test.sh: the unit tier ended after $(( $(date +%s) - began )) s"
+"$bin/python" -m pytest --collect-only -q tests examples | grep '^expected cost' || true
+nice -n 5 "$bin/python" -m pytest -q --junitxml="$results/junit-unit.xml" tests/unit examples \
+  || status=$?
 services_up
 start_late
 workers=2
