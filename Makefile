@@ -57,7 +57,7 @@ lint: bootstrap ## ruff, mypy and the layer contracts (import-linter)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-spark-matrix: bootstrap ## the quickstart and the whole conformance suite on every supported PySpark minor, each in a virtualenv of its own (~20 min)
+spark-matrix: bootstrap ## the quickstart, eos state get and the whole conformance suite on every supported PySpark minor, each in a virtualenv of its own (~20 min)
 	bash scripts/spark_matrix.sh
 
 bench-test: bootstrap ## the benchmark smoke tests (each pipeline of make bench runs and counts right)

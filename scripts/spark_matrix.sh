@@ -2,8 +2,10 @@
 # `make spark-matrix`: every supported PySpark minor, each in a virtualenv of its own
 # (.venvs/spark-<release>) with the wheel built from this checkout: the README's
 # quickstart (examples/quickstart.py, run twice: the second run counts only the new
-# words), the task identity the sinks need (eos_connectors.dev.release_check) and the
-# whole conformance suite (every cell, each fault point crossed), exact.
+# words), the task identity the sinks need (eos_connectors.dev.release_check), `eos
+# state get` on a transformWithState query's checkpoint (tests/spark/test_savepoints.py,
+# its local variant) and the whole conformance suite (every cell, each fault point
+# crossed), exact.
 #
 #   SPARK_RELEASES="4.0.5 4.1.4 4.2.1 4.3.0"   the releases (latest patch of each minor)
 #   MATRIX_CELLS=...                            the cells (default: all of them)
@@ -31,7 +33,7 @@ fi
 trap '[ -n "$started" ] && "$bin/eos" stack down >/dev/null 2>&1' EXIT
 
 table="$results/spark-matrix.md"
-printf '| PySpark | Python | task identity, update mode | quickstart | conformance (%s) | seconds |\n|---|---|---|---|---|--:|\n' \
+printf '| PySpark | Python | task identity, update mode | quickstart | state get | conformance (%s) | seconds |\n|---|---|---|---|---|---|--:|\n' \
   "$cells" >"$table"
 status=0
 for release in $releases; do
@@ -39,7 +41,8 @@ for release in $releases; do
   venv=$PWD/.venvs/spark-$release-$("$interpreter" -c 'import sys; print("py%d.%d" % sys.version_info[:2])')
   began=$(date +%s)
   [ -x "$venv/bin/python" ] || "$interpreter" -m venv "$venv"
-  "$venv/bin/python" -m pip install -q "pyspark[connect]==$release" "$wheel" >"$results/spark-$release-install.log" 2>&1 \
+  "$venv/bin/python" -m pip install -q "pyspark[connect]==$release" "$wheel" pytest pytest-timeout \
+    pyyaml >"$results/spark-$release-install.log" 2>&1 \
     && "$venv/bin/python" -m pip install -q --force-reinstall --no-deps "$wheel" >>"$results/spark-$release-install.log" 2>&1
   installed=$("$venv/bin/python" -c 'import pyspark; print(pyspark.__version__)' 2>/dev/null)
   python=$("$venv/bin/python" -c 'import platform; print(platform.python_version())')
@@ -65,15 +68,22 @@ for release in $releases; do
   if (cd "$work" && "$venv/bin/python" -m eos_connectors.dev.release_check) >"$results/spark-$release-identity.log" 2>&1; then
     identity=ok
   fi
+  state=failed  # the repository's test, against the wheel installed in the virtualenv
+  if PYTHONPATH=$PWD "$venv/bin/python" -m pytest -q -p no:cacheprovider -m soak \
+    -k 'state_get and local' tests/spark/test_savepoints.py >"$results/spark-$release-state.log" 2>&1; then
+    state=exact
+  fi
   conformance=failed
   if "$venv/bin/eos" verify --cells "$cells" --coverage pairs --work-dir "$work/verify" \
     --report "$results/spark-$release-verify.json" >"$results/spark-$release-verify.log" 2>&1; then
     conformance=exact
   fi
   rm -rf "$work"
-  printf '| %s | %s | %s | %s | %s | %d |\n' "${installed:-not installed}" "$python" "$identity" "$quick" "$conformance" \
+  printf '| %s | %s | %s | %s | %s | %s | %d |\n' "${installed:-not installed}" "$python" "$identity" "$quick" \
+    "$state" "$conformance" \
     $(( $(date +%s) - began )) >>"$table"
-  [ "$identity" = ok ] && [ "$quick" = exact ] && [ "$conformance" = exact ] || status=1
+  [ "$identity" = ok ] && [ "$quick" = exact ] && [ "$state" = exact ] && [ "$conformance" = exact ] \
+    || status=1
 done
 cat "$table"
 exit "$status"
