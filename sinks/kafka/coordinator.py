@@ -110,10 +110,19 @@ def check_client(admin: Any) -> None:
         )
 
 
+#: Seconds the driver asks a coordinator again while it cannot be reached or is not
+#: ready: long enough for a coordinator to move after its broker died (the controller
+#: fences the broker after its session timeout, 9 s by default, and the transaction
+#: log's new leader loads it). The commits and the start check wait as long: the check
+#: runs again in each new driver-side process Spark starts for a running query, and at
+#: 15 s it failed the query in a broker's death (the cluster run, in CI).
+COORDINATOR_WAIT_S = 30.0
+
+
 class TransactionClient:
     """Driver: one connection set to the cluster, kept for the query's commits."""
 
-    def __init__(self, config: KafkaConfig, timeout_s: float = 30.0) -> None:
+    def __init__(self, config: KafkaConfig, timeout_s: float = COORDINATOR_WAIT_S) -> None:
         from kafka.admin import KafkaAdminClient
 
         self.where = bootstrap(config)
@@ -283,10 +292,13 @@ def kept_client(config: KafkaConfig) -> AbstractContextManager[TransactionClient
     return _KEPT.lent(settings_digest(config), lambda: TransactionClient(config))
 
 
-def check_batch_commit(config: KafkaConfig, transactional_id: str, timeout_s: float = 15.0) -> None:
+def check_batch_commit(
+    config: KafkaConfig, transactional_id: str, timeout_s: float = COORDINATOR_WAIT_S
+) -> None:
     """Driver, at start: the driver reaches the transaction coordinators and may describe
     the sink's transactional ids; else the query fails naming the fallback mode. Never
-    falls back on its own."""
+    falls back on its own. A refusal fails at once; a coordinator that cannot be reached
+    or is loading is asked again for ``timeout_s``."""
     import kafka.errors as errors
 
     try:
@@ -313,7 +325,8 @@ def check_batch_commit(config: KafkaConfig, transactional_id: str, timeout_s: fl
 def _describe_when_ready(client: TransactionClient, transactional_id: str, deadline: float) -> None:
     """Describe ``transactional_id``, asking again while its coordinator answers that it is
     not ready (a broker that has just started loads the transaction log first:
-    COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS) until ``deadline``."""
+    COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS) or cannot be reached (its
+    broker died and it has not moved yet), until ``deadline``."""
     import kafka.errors as errors
 
     delay = 0.1

@@ -65,3 +65,18 @@ def test_a_refusal_fails_at_once_and_a_new_id_passes(monkeypatch: pytest.MonkeyP
     assert scripted.asked == 1
     _script(monkeypatch, errors.TransactionalIdNotFoundError())
     check_batch_commit({"bootstrap.servers": "127.0.0.1:9092"}, "eos-s-0", timeout_s=5)
+
+
+def test_a_coordinator_whose_broker_died_is_asked_again_as_long_as_a_commit_waits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A broker's death (the cluster run: the check runs again in each new driver-side
+    process of a running query): the check waits for the coordinator to move as long as
+    the commits do, not 15 s, which failed the query there."""
+    import inspect
+
+    scripted = _script(monkeypatch, errors.KafkaConnectionError(), errors.NodeNotReadyError(), None)
+    check_batch_commit({"bootstrap.servers": "127.0.0.1:9092"}, "eos-s-0", timeout_s=5)
+    assert scripted.asked == 3
+    waits = inspect.signature(check_batch_commit).parameters["timeout_s"].default
+    assert waits == coordinator.COORDINATOR_WAIT_S >= 30
