@@ -188,7 +188,8 @@ class TransactionClient:
         try:
             return self.sweep(prefix, keep)
         except errors.KafkaError as exc:
-            log.warning("open transactions of %s* not swept: %s", prefix, type(exc).__name__)
+            # the caller says what it means for its batch (a warning); here only the cause
+            log.info("open transactions of %s* not swept: %s", prefix, type(exc).__name__)
             return None
 
     def end(self, transactions: Sequence[OpenTransaction], commit: bool) -> None:

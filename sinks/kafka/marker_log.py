@@ -56,13 +56,7 @@ def read_settled(options: KafkaSinkOptions, what: str) -> list[Record]:
             settled=True,
         )
     except EosError as exc:
-        raise keeping_code(
-            KafkaSinkError(
-                f"Reading the marker log {options.marker_log!r} for {what} failed: {exc}. Nothing "
-                "was written; the task fails so Spark retries it."
-            ),
-            exc,
-        ) from None
+        raise _failed(options, what, exc) from None
 
 
 def read_for(options: KafkaSinkOptions, keys: Callable[[bytes], bool], what: str) -> list[Record]:
@@ -88,20 +82,22 @@ def read_for(options: KafkaSinkOptions, keys: Callable[[bytes], bool], what: str
         high = end_offsets(config, options.marker_log, "read_uncommitted")
         tail = {p: (stable.get(p, end), end) for p, end in high.items()}
         hidden = read_to_end(config, options.marker_log, "read_uncommitted", tail, READ_TIMEOUT)
-        if any(r.key is not None and keys(r.key) for r in hidden):
-            return read_settled(options, what)
-        return read_to_end(
-            config,
-            options.marker_log,
-            "read_committed",
-            {p: (0, end) for p, end in stable.items()},
-            READ_TIMEOUT,
-        )
+        if not any(r.key is not None and keys(r.key) for r in hidden):
+            committed = {p: (0, end) for p, end in stable.items()}
+            return read_to_end(
+                config, options.marker_log, "read_committed", committed, READ_TIMEOUT
+            )
     except EosError as exc:
-        raise keeping_code(
-            KafkaSinkError(
-                f"Reading the marker log {options.marker_log!r} for {what} failed: {exc}. Nothing "
-                "was written; the task fails so Spark retries it."
-            ),
-            exc,
-        ) from None
+        raise _failed(options, what, exc) from None
+    return read_settled(options, what)  # outside the try: its errors are wrapped already
+
+
+def _failed(options: KafkaSinkOptions, what: str, exc: EosError) -> KafkaSinkError:
+    """A broker error while reading the marker log for ``what``, keeping its code."""
+    return keeping_code(
+        KafkaSinkError(
+            f"Reading the marker log {options.marker_log!r} for {what} failed: {exc}. Nothing "
+            "was written; the task fails so Spark retries it."
+        ),
+        exc,
+    )
