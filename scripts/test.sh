@@ -22,10 +22,12 @@ bin=.venv/bin
 # Spark cluster, Kafka's tools) compile with C1 alone: they run small batches for
 # seconds to minutes, where C2's compiling costs more CPU than it wins back, and the CI
 # machine's two cores are busy the whole run. Four Spark test files took 130
-# core-seconds instead of 184 (-29%), 115 s instead of 132. The brokers, which serve
-# every test, keep C2 (connectors/dev/stack/kafka.py). The launcher says "Picked up
+# core-seconds instead of 184 (-29%), 115 s instead of 132. The brokers too
+# (EOS_KAFKA_JIT, connectors/dev/stack/kafka.py): one broker's share of the services tier
+# fell from 48 to 27 core-seconds, its start from 11 to 6. The launcher says "Picked up
 # JDK_JAVA_OPTIONS" on each JVM's stderr. Not for `make bench`: its JVMs run as users'.
 export JDK_JAVA_OPTIONS="${JDK_JAVA_OPTIONS:-} -XX:TieredStopAtLevel=1"
+export EOS_KAFKA_JIT=c1
 results=test-results
 mkdir -p "$results"
 
