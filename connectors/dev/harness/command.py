@@ -56,8 +56,8 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
         choices=["every", "pairs"],
         default="every",
         help="every: each query crosses every point of its sink; pairs: the points of each "
-        "built-in sink are spread over its queries, each (sink, point) pair crossed twice "
-        "(fewer batches: CI's budget); custom sinks cross every point either way",
+        "built-in sink are spread over its queries, each (sink, point) pair crossed at least "
+        "once (fewer batches: CI's budget); custom sinks cross every point either way",
     )
     parser.add_argument("--kills", type=int, default=1, help="SIGKILLs at random moments")
     parser.add_argument(
