@@ -4,15 +4,15 @@
 # The services start (and what the tests fetch or build once is prepared) while ruff,
 # mypy and the layer contracts run, and then the unit tier, so a fresh machine's
 # downloads and start-ups overlap them. The services are the local stack (Kafka,
-# PostgreSQL, Redis; then a 2-worker Spark cluster and HDFS, see cluster_lane) and a
+# PostgreSQL, Redis; then a 2-worker Spark cluster and HDFS, see start_late) and a
 # second Kafka, PostgreSQL and Redis for the second pytest worker, unless
 # EOS_KAFKA_BOOTSTRAP names services already; what this script started, it stops.
 #
 # Without arguments: the unit tier (and examples/), then the services and Spark tiers on
 # two pytest workers (pytest-xdist; they wait on brokers and timeouts about half the
-# time, and each worker has services of its own: tests/conftest.py) with the cluster
-# lane beside them (cluster_lane), then the rest of the system tier, one test at a time
-# (its whole-pipeline runs keep both cores busy, and one of them restarts a service). With arguments, one pytest run gets them. Each run leaves
+# time, and each worker has services of its own: tests/conftest.py), then the system
+# tier, one test at a time (its whole-pipeline runs keep both cores busy, and one of
+# them restarts a service). With arguments, one pytest run gets them. Each run leaves
 # its JUnit XML and a table of its slowest tests in test-results/ (and the system tier's
 # harness runs, each whole-pipeline run's end and seconds, in harness-runs.md).
 set -uo pipefail
@@ -53,7 +53,7 @@ trap stop_ours EXIT
 
 : >"$results/stack-up.log"
 if [ -z "${EOS_KAFKA_BOOTSTRAP:-}" ]; then
-  if [ "$#" = 0 ]; then  # the Spark cluster and HDFS follow once these are up: cluster_lane
+  if [ "$#" = 0 ]; then  # the Spark cluster and HDFS follow once these are up: start_late
     start_stack "$default_root"
     start_stack "$second_root"
   else
@@ -97,27 +97,29 @@ export_hdfs() {
 # tests need, start once Kafka, PostgreSQL and Redis are up, beside the first tests
 # rather than beside the lint and the unit tier (whose end they delayed by ~10 s). An
 # HDFS test that comes first waits for them: EOS_HDFS_STACK_DIR names the stack that
-# starts them (tests/conftest.py's hdfs_url takes its lock). Then the system tier's
-# tests that need them, or the 3-broker Kafka, run in this lane: the cluster run
-# (test_distributed.py) and the controller's death (test_kafka_cluster.py).
-cluster_tests=(tests/system/test_distributed.py tests/system/test_kafka_cluster.py)
-cluster_lane() {
-  if [ -z "${EOS_KAFKA_BOOTSTRAP:-}" ]; then
-    if ! EOS_STACK_DIR=$default_root "$bin/eos" stack up --spark-workers 2 --hdfs \
-      >>"$results/stack-up.log" 2>&1; then
-      echo "test.sh: the Spark cluster and HDFS did not start:"; cat "$results/stack-up.log"
-      return 1
-    fi
-    echo "test.sh: the Spark cluster and HDFS up after $(( $(date +%s) - began )) s"
-    export_hdfs
-  fi
-  "$bin/python" -m pytest -v --basetemp="$(mktemp -d)/cluster-lane" \
-    --junitxml="$results/junit-cluster.xml" "${cluster_tests[@]}"
+# starts them (tests/conftest.py's hdfs_url takes its lock).
+late_pid=""
+start_late() {
+  [ -z "${EOS_KAFKA_BOOTSTRAP:-}" ] || return 0
+  EOS_STACK_DIR=$default_root "$bin/eos" stack up --spark-workers 2 --hdfs \
+    >>"$results/stack-up.log" 2>&1 &
+  late_pid=$!
+  export EOS_HDFS_STACK_DIR=$default_root
 }
 
 prefetched_rest() {  # what the system tier needs: Toxiproxy, Hadoop's jars
   wait "$prefetch_proxy_pid" || { echo "test.sh: prefetch failed:"; cat "$results/prefetch-proxy.log"; }
   wait "$prefetch_late_pid" || { echo "test.sh: prefetch failed:"; cat "$results/prefetch-late.log"; }
+}
+
+late_up() {
+  prefetched_rest
+  [ -n "$late_pid" ] || return 0
+  if ! wait "$late_pid"; then
+    echo "test.sh: the Spark cluster and HDFS did not start:"; cat "$results/stack-up.log"; exit 1
+  fi
+  echo "test.sh: the Spark cluster and HDFS up after $(( $(date +%s) - began )) s"
+  export_hdfs
 }
 
 if [ "$#" != 0 ]; then
@@ -131,15 +133,7 @@ fi
 nice -n 5 "$bin/python" -m pytest -q --junitxml="$results/junit-unit.xml" tests/unit examples \
   || status=$?
 services_up
-prefetched_rest
-# The cluster lane runs beside the services and Spark tiers: their two pytest workers
-# leave about a quarter of the two cores idle (they wait on brokers and timeouts), and
-# these tests need nothing of theirs: the Spark cluster and HDFS it starts, a stack of
-# their own with a 3-broker Kafka, PostgreSQL and Redis (tests/system/conftest.py), so
-# no freeze or restart of the workers' services reaches them.
-if [ -z "${EOS_KAFKA_BOOTSTRAP:-}" ]; then export EOS_HDFS_STACK_DIR=$default_root; fi
-cluster_lane >"$results/cluster-lane.log" 2>&1 &
-lane_pid=$!
+start_late
 workers=2
 if [ -n "${EOS_KAFKA_BOOTSTRAP:-}" ]; then workers=0; fi  # services of one's own: not shared
 "$bin/python" -m pytest -v -n "$workers" --junitxml="$results/junit-services.xml" \
@@ -151,10 +145,7 @@ for root in "${our_roots[@]}"; do
     EOS_STACK_DIR=$root "$bin/eos" stack down >>"$results/stack-up.log" 2>&1 || true
   fi
 done
-wait "$lane_pid" || status=1
-echo "test.sh: the cluster lane ended after $(( $(date +%s) - began )) s:"
-cat "$results/cluster-lane.log"
-"$bin/python" -m pytest -v --junitxml="$results/junit-system.xml" tests/system \
-  "${cluster_tests[@]/#/--ignore=}" || status=$?
+late_up
+"$bin/python" -m pytest -v --junitxml="$results/junit-system.xml" tests/system || status=$?
 echo "test.sh: tests took $(( $(date +%s) - began )) s after lint began"
 exit "$status"
