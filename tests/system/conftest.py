@@ -12,16 +12,18 @@ from pathlib import Path
 import pytest
 
 from eos_connectors.dev.stack import Stack
+from eos_connectors.dev.stack.kafka import JIT_SETTING
 from eos_connectors.dev.stack.kafka_cluster import KafkaCluster
 from tests.pipeline_util import ROOT, env
 
+#: What ``eos_on`` keeps of the session's ``EOS_*`` settings: its HDFS's WebHDFS (the sinks
+#: record themselves in checkpoints there) and how the brokers compile (scripts/test.sh).
+KEPT = ("EOS_WEBHDFS_URL", JIT_SETTING)
+
 
 def eos_on(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """``eos`` on the stack under ``root``, with no endpoints from the session's stack (its
-    HDFS's WebHDFS stays: the sinks record themselves in checkpoints there)."""
-    environment = {
-        k: v for k, v in env().items() if not k.startswith("EOS_") or k == "EOS_WEBHDFS_URL"
-    }
+    """``eos`` on the stack under ``root``, with no endpoints from the session's stack."""
+    environment = {k: v for k, v in env().items() if not k.startswith("EOS_") or k in KEPT}
     environment["EOS_STACK_DIR"] = str(root)
     command = [sys.executable, "-m", "eos_connectors.cli", *args]
     return subprocess.run(
