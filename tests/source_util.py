@@ -12,18 +12,48 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
+from eos_connectors.core.spark_api import HAS_READ_LIMITS
 from eos_connectors.core.topics import Record
 from eos_connectors.dev.endpoints import Endpoints
 from eos_connectors.sources.kafka.offsets import SourceOffset
 
+#: The source's options that need Spark's read limits (PySpark 4.2+), else legacyReadLimits.
+READ_LIMITS = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay")
+
 
 def stream_of(spark: SparkSession, endpoints: Endpoints, **options: str) -> DataFrame:
+    """An eos_kafka stream; with a read limit on PySpark 4.0-4.1 the source applies it
+    itself (``legacyReadLimits``: run it with :func:`run_bounded`)."""
     reader = spark.readStream.format("eos_kafka").option(
         "kafka.bootstrap.servers", endpoints.kafka_bootstrap
     )
+    if not HAS_READ_LIMITS and any(k in options for k in READ_LIMITS):
+        options = {**options, "legacyReadLimits": "true"}
     for key, value in options.items():
         reader = reader.option(key, value)
     return reader.load()
+
+
+def run_bounded(
+    df: DataFrame, checkpoint: Path, records: int
+) -> tuple[list[Any], list[dict[str, Any]]]:
+    """A stream whose batches a read limit bounds, run until its ``records`` are read: an
+    ``availableNow`` run on PySpark 4.2+; on 4.0-4.1, which run ``availableNow`` as one
+    batch, a ``processingTime`` trigger stopped once they are all in the memory table."""
+    if HAS_READ_LIMITS:
+        return run_available_now(df, checkpoint)
+    name = f"q_{uuid.uuid4().hex[:8]}"
+    query = start_memory(df, name, checkpoint, every="200 milliseconds")
+    try:
+        wait_for(
+            lambda: df.sparkSession.table(name).count() >= records,
+            f"{records} records read",
+            lambda: query.exception(),
+            timeout=300,
+        )
+    finally:
+        query.stop()
+    return df.sparkSession.table(name).collect(), progress_of(query)
 
 
 def run_available_now(df: DataFrame, checkpoint: Path) -> tuple[list[Any], list[dict[str, Any]]]:
@@ -38,7 +68,13 @@ def run_available_now(df: DataFrame, checkpoint: Path) -> tuple[list[Any], list[
     query.awaitTermination(300)
     assert not query.isActive, "availableNow query did not finish"
     rows = df.sparkSession.table(name).collect()
-    return rows, list(query.recentProgress)
+    return rows, progress_of(query)
+
+
+def progress_of(query: StreamingQuery) -> list[dict[str, Any]]:
+    """The query's recent progress as Spark wrote it (JSON): PySpark 4.0's progress objects
+    give a source's offsets as Python reprs, not JSON."""
+    return [json.loads(p.json) if hasattr(p, "json") else dict(p) for p in query.recentProgress]
 
 
 def run_from_checkpoint(df: DataFrame, checkpoint: Path) -> list[Any]:
@@ -56,13 +92,15 @@ def run_from_checkpoint(df: DataFrame, checkpoint: Path) -> list[Any]:
     return rows
 
 
-def start_memory(df: DataFrame, name: str, checkpoint: Path) -> StreamingQuery:
-    """A running query into the memory table ``name``, triggered every 500 ms."""
+def start_memory(
+    df: DataFrame, name: str, checkpoint: Path, every: str = "500 milliseconds"
+) -> StreamingQuery:
+    """A running query into the memory table ``name``, triggered ``every`` so often."""
     return (
         df.writeStream.format("memory")
         .queryName(name)
         .option("checkpointLocation", str(checkpoint))
-        .trigger(processingTime="500 milliseconds")
+        .trigger(processingTime=every)
         .start()
     )
 

@@ -13,6 +13,7 @@ a metrics system to export.
 
 from __future__ import annotations
 
+import ast
 import json
 import logging
 from collections.abc import Callable, Mapping
@@ -54,7 +55,18 @@ def _get(source: Any, name: str) -> Any:
 
 
 def _json(value: Any) -> Any:
-    return json.loads(value) if isinstance(value, str) else value
+    """An offset as the progress gives it: JSON, a parsed dict, or (PySpark 4.0's progress
+    objects, whose ``endOffset`` is ``str()`` of the parsed JSON) a Python literal."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        pass
+    try:
+        return ast.literal_eval(value)  # literals only: a repr of str/int dicts, never code
+    except (SyntaxError, MemoryError, RecursionError) as error:
+        raise ValueError(f"not an offset: {value[:80]!r}") from error
 
 
 def _log(query: str, metrics: Metrics) -> None:

@@ -229,6 +229,15 @@ def test_offsets_behind_latest_are_computed_from_a_progress_as_spark_reports_the
     }
     assert offsets_behind_latest({"endOffset": "12", "latestOffset": None}) is None  # rate
     assert offsets_behind_latest({"endOffset": None}) is None
+    # PySpark 4.0's progress objects (the listener's too) give str() of the parsed offsets.
+    as_4_0 = {k: str(json.loads(v) if isinstance(v, str) else v) for k, v in source.items()}
+    assert "'t'" in as_4_0["endOffset"]
+    assert offsets_behind_latest(as_4_0) == offsets_behind_latest(source)
+    assert (
+        offsets_behind_latest({"endOffset": "{'t': __import__('os')}", "latestOffset": "{}"})
+        is None
+    )
+    assert offsets_behind_latest({"endOffset": "{'t': ", "latestOffset": "{}"}) is None
 
 
 def test_what_sparks_source_ignores_is_warned_about(caplog: pytest.LogCaptureFixture) -> None:
