@@ -64,6 +64,7 @@ BASE_CONF: dict[str, str] = {
     # runner answers Spark, over Unix domain sockets instead of loopback TCP: with the
     # workers' garbage collection cut (eos_connectors.worker_daemon.freeze), a local[2] job
     # of four Python data source write tasks went from 133 to 59 ms (median of 25).
+    # PySpark 4.1+; 4.0 ignores the setting (TCP on loopback).
     "spark.python.unix.domain.socket.enabled": "true",
     # Workers fork with pyarrow, pandas, confluent-kafka and the connectors imported.
     "spark.python.daemon.module": "eos_connectors.worker_daemon",
