@@ -206,7 +206,10 @@ OPTIONS = opt.OptionTable(
             "publishOffsetsToGroup",
             opt.required_text,
             "commit the end offsets of each completed batch to this consumer group, so "
-            "standard Kafka tools show lag; never read back. Not in Spark's own source",
+            "standard Kafka tools show lag; never read back. Not in Spark's own source. On "
+            "PySpark 4.0-4.1 Spark tells a source that a batch completed only when it plans "
+            "the next, so each batch is published at the next trigger, and an "
+            "`availableNow` run (one batch there) publishes nothing",
             applies=_STREAM,
         ),
         opt.Option(
