@@ -47,18 +47,23 @@ def run(
     min_partitions: str | None = None,
     max_offsets: str = "100000",
 ) -> None:
-    """The query, run to the end of its input (``availableNow``) in ``spark``: a process of
-    its own for a crash test, the test session's Spark for a query that is not crashed."""
+    """The query, run to the end of its input (``availableNow``; a drained ``processingTime``
+    trigger on PySpark 4.0-4.1: tests.sink_util.to_the_end) in ``spark``: a process of its
+    own for a crash test, the test session's Spark for a query that is not crashed; a
+    failed query raises."""
+    from tests.sink_util import BOUNDED, to_the_end
+
     reader = (
         spark.readStream.format("eos_kafka")
         .option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", topic)
         .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", max_offsets)
+        .options(**BOUNDED)
     )
     if min_partitions:
         reader = reader.option("minPartitions", min_partitions)
-    query = (
+    writer = (
         reader.load()
         .select("key", "value")
         .writeStream.format("eos_kafka")
@@ -66,10 +71,10 @@ def run(
         .option("topic", out_topic)
         .option("sinkId", sink_id)
         .option("checkpointLocation", checkpoint)
-        .trigger(availableNow=True)
-        .start()
     )
-    query.awaitTermination()
+    error = to_the_end(writer, checkpoint, bootstrap, topic).exception()
+    if error is not None:
+        raise error
 
 
 if __name__ == "__main__":
