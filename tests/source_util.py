@@ -12,12 +12,12 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
-from eos_connectors.core.spark_api import HAS_READ_LIMITS
 from eos_connectors.core.topics import Record
 from eos_connectors.dev.endpoints import Endpoints
 from eos_connectors.sources.kafka.offsets import SourceOffset
+from tests.sink_util import BOUNDED, to_the_end
 
-#: The source's options that need Spark's read limits (PySpark 4.2+), else legacyReadLimits.
+#: The source's options that need Spark's read limits (PySpark 4.2+), else :data:`BOUNDED`.
 READ_LIMITS = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay")
 
 
@@ -27,32 +27,28 @@ def stream_of(spark: SparkSession, endpoints: Endpoints, **options: str) -> Data
     reader = spark.readStream.format("eos_kafka").option(
         "kafka.bootstrap.servers", endpoints.kafka_bootstrap
     )
-    if not HAS_READ_LIMITS and any(k in options for k in READ_LIMITS):
-        options = {**options, "legacyReadLimits": "true"}
+    if any(k in options for k in READ_LIMITS):
+        options = {**options, **BOUNDED}
     for key, value in options.items():
         reader = reader.option(key, value)
     return reader.load()
 
 
 def run_bounded(
-    df: DataFrame, checkpoint: Path, records: int
+    df: DataFrame, checkpoint: Path, bootstrap: str, topic: str
 ) -> tuple[list[Any], list[dict[str, Any]]]:
-    """A stream whose batches a read limit bounds, run until its ``records`` are read: an
-    ``availableNow`` run on PySpark 4.2+; on 4.0-4.1, which run ``availableNow`` as one
-    batch, a ``processingTime`` trigger stopped once they are all in the memory table."""
-    if HAS_READ_LIMITS:
-        return run_available_now(df, checkpoint)
+    """A stream whose batches a read limit bounds, into a memory table, run to the end of
+    ``topic`` (:func:`tests.sink_util.to_the_end`); its rows and progress."""
     name = f"q_{uuid.uuid4().hex[:8]}"
-    query = start_memory(df, name, checkpoint, every="200 milliseconds")
-    try:
-        wait_for(
-            lambda: df.sparkSession.table(name).count() >= records,
-            f"{records} records read",
-            lambda: query.exception(),
-            timeout=300,
-        )
-    finally:
-        query.stop()
+    writer = (
+        df.writeStream.format("memory")
+        .queryName(name)
+        .option("checkpointLocation", str(checkpoint))
+    )
+    query = to_the_end(writer, str(checkpoint), bootstrap, topic)
+    error = query.exception()
+    if error is not None:
+        raise error
     return df.sparkSession.table(name).collect(), progress_of(query)
 
 
@@ -74,7 +70,7 @@ def run_available_now(df: DataFrame, checkpoint: Path) -> tuple[list[Any], list[
 def progress_of(query: StreamingQuery) -> list[dict[str, Any]]:
     """The query's recent progress as Spark wrote it (JSON): PySpark 4.0's progress objects
     give a source's offsets as Python reprs, not JSON."""
-    return [json.loads(p.json) if hasattr(p, "json") else dict(p) for p in query.recentProgress]
+    return [json.loads(p.json) for p in query.recentProgress]
 
 
 def run_from_checkpoint(df: DataFrame, checkpoint: Path) -> list[Any]:

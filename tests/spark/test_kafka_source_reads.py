@@ -86,7 +86,7 @@ def test_read_limit_bounds_every_batch(
     df = stream_of(
         spark, endpoints, subscribe=topic, startingOffsets="earliest", maxOffsetsPerTrigger="150"
     )
-    rows, progress = run_bounded(df, tmp_path / "ck", 1000)
+    rows, progress = run_bounded(df, tmp_path / "ck", endpoints.kafka_bootstrap, topic)
     assert len(rows) == 1000
     batches = [p["numInputRows"] for p in progress if p["numInputRows"]]
     assert max(batches) <= 150
@@ -210,7 +210,7 @@ def test_offsets_behind_latest_as_sparks_source_reports_them(
             startingOffsets="earliest",
             maxOffsetsPerTrigger="300",
         )
-        rows, progress = run_bounded(df, tmp_path / "ck", 1000)
+        rows, progress = run_bounded(df, tmp_path / "ck", endpoints.kafka_bootstrap, topic)
         found = [offsets_behind_latest(p["sources"][0]) for p in progress]
         every = [m for m in found if m is not None]
         wait_for(lambda: len(reported) >= len(every), "a report of every batch")
