@@ -18,13 +18,13 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 from confluent_kafka.cimpl import NewTopic
 
 from eos_connectors.core.errors import ServiceUnavailableError
 from eos_connectors.core.kafka_config import KafkaConfig, bootstrap, connection, logged
-from eos_connectors.core.kafka_errors import leader_moving
+from eos_connectors.core.kafka_errors import error_code, leader_moving
 
 TIMEOUT = 30.0
 
@@ -67,29 +67,57 @@ def end_offsets(
     kafka: KafkaConfig, topic: str, isolation: str = "read_committed"
 ) -> dict[int, int]:
     """Partition -> end offset now: the last stable offset under read_committed, else the
-    high watermark. A leader that is moving (a broker of a replicated cluster restarted)
-    is asked again with a new client, whose metadata is fresh, for up to ``TIMEOUT``."""
+    high watermark. A leader that is moving or does not answer (a broker of a replicated
+    cluster killed, frozen or restarting) is asked again with a new client, whose metadata
+    is fresh, for up to ``TIMEOUT``: each ask gets ``ASK_TIMEOUT``, because librdkafka
+    keeps waiting on the leader its metadata named when the ask began, dead or not (a
+    task's read of the sink's marker log once waited the whole 30 s on a killed broker,
+    then failed with a bare ``TimeoutError``)."""
     deadline = time.monotonic() + TIMEOUT
     while True:
         try:
             return _end_offsets(kafka, topic, isolation)
-        except KafkaException as exc:
-            if not leader_moving(exc) or time.monotonic() > deadline:
+        except (KafkaException, TimeoutError) as exc:
+            if not _ask_again(exc):
                 raise
+            if time.monotonic() > deadline:
+                raise ServiceUnavailableError(
+                    f"Kafka at {bootstrap(kafka)} gave no end offsets of topic {topic!r} "
+                    f"within {TIMEOUT:.0f} s (asked again with a new client every "
+                    f"{ASK_TIMEOUT:.0f} s at most): {_why(exc)}. Check that the leaders of "
+                    "its partitions are up and reachable."
+                ) from None
         time.sleep(0.5)
+
+
+#: Seconds one ask for a topic's end offsets may take before it is made again.
+ASK_TIMEOUT = 10.0
+
+
+def _ask_again(exc: BaseException) -> bool:
+    """Whether an ask for end offsets failed in a way that a new ask may not: no answer in
+    time, or a leader moving."""
+    code = error_code(exc)
+    return isinstance(exc, TimeoutError) or code == KafkaError._TIMED_OUT or leader_moving(exc)
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, KafkaException) and exc.args:
+        return str(exc.args[0].str())
+    return "no answer in time"
 
 
 def _end_offsets(kafka: KafkaConfig, topic: str, isolation: str) -> dict[int, int]:
     admin = AdminClient(logged(connection(kafka)))
-    metadata = admin.list_topics(topic, timeout=TIMEOUT).topics[topic]
+    metadata = admin.list_topics(topic, timeout=ASK_TIMEOUT).topics[topic]
     level = (
         IsolationLevel.READ_COMMITTED
         if isolation == "read_committed"
         else IsolationLevel.READ_UNCOMMITTED
     )
     request = {TopicPartition(topic, p): OffsetSpec.latest() for p in metadata.partitions}
-    futures = admin.list_offsets(request, isolation_level=level, request_timeout=TIMEOUT)
-    return {tp.partition: int(f.result(timeout=TIMEOUT).offset) for tp, f in futures.items()}
+    futures = admin.list_offsets(request, isolation_level=level, request_timeout=ASK_TIMEOUT)
+    return {tp.partition: int(f.result(timeout=ASK_TIMEOUT).offset) for tp, f in futures.items()}
 
 
 READ_POLL_SECONDS = 0.05

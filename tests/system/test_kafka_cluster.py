@@ -3,6 +3,8 @@ min.insync.replicas 2; tests/system/conftest.py) with one broker SIGKILLed at a 
 
 - the source's driver asks again when the broker its metadata names controller dies
   (CI: ~15 s);
+- the sinks' look at their marker log's end offsets asks again when the partition's
+  leader dies (CI: ~15 s);
 - an eos_kafka -> eos_kafka query while the leader of an input partition, the transaction
   coordinator of a sink task partition's transactional id and the leader of an output
   partition are killed in turn: no task may fail, and the output holds each input record
@@ -24,7 +26,7 @@ import pytest
 from confluent_kafka import Producer
 
 from eos_connectors.core.kafka_config import plaintext
-from eos_connectors.core.topics import create_topic, read_to_end
+from eos_connectors.core.topics import ASK_TIMEOUT, TIMEOUT, create_topic, end_offsets, read_to_end
 from eos_connectors.dev.stack.kafka_cluster import KafkaCluster
 from eos_connectors.sources.kafka.broker import BrokerView
 from eos_connectors.sources.kafka.options import parse_options
@@ -122,3 +124,29 @@ def test_the_source_asks_again_when_the_broker_named_controller_dies(
         assert max(described - began, time.monotonic() - described) < 24
     finally:
         cluster.start(controller)
+
+
+@pytest.mark.cost(16)
+def test_end_offsets_ask_again_when_the_leader_dies(cluster: KafkaCluster, unique: str) -> None:
+    """The sinks read their marker log's end offsets in every task's first look
+    (``core.topics.end_offsets``). With the partition's leader killed, librdkafka waits on
+    it until the ask times out: each ask is bounded and made again with fresh metadata
+    until the controller has moved the leadership (a task once waited 30 s on the dead
+    broker, then failed with a bare ``TimeoutError``; the cluster run's Kafka query with
+    it, once its attempts ran out). ~15 s: the kill, the fencing (~9 s), the restart."""
+    topic = f"ends-{unique}"
+    create_topic(plaintext(cluster.bootstrap), topic, 1)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    for i in range(10):
+        producer.produce(topic, value=str(i).encode())
+    assert producer.flush(30) == 0
+    del producer
+    leader = cluster.leader(topic, 0)
+    cluster.kill(leader)
+    try:
+        began = time.monotonic()
+        assert end_offsets(plaintext(cluster.bootstrap), topic) == {0: 10}
+        assert time.monotonic() - began < TIMEOUT + ASK_TIMEOUT
+        assert cluster.leader(topic, 0) != leader
+    finally:
+        cluster.start(leader)
