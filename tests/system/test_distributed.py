@@ -46,6 +46,7 @@ import pytest
 
 from eos_connectors.core.faults import Entry
 from eos_connectors.dev.harness.network import DRIVER_ADDRESS
+from eos_connectors.dev.harness.pipeline import parse_event
 from eos_connectors.dev.stack.kafka_cluster import TRANSACTION_VERSION, KafkaCluster
 from eos_connectors.dev.stack.kafka_tools import transaction_version
 from eos_connectors.ops.locations import location
@@ -83,7 +84,7 @@ def test_a_cluster_with_zombies_lost_executors_dead_brokers_and_cut_networks_los
     # coordinator's between the decision and the commits (its commit's sweep of open
     # transactions once failed the query there), not the brokers' connections reset.
     failures = {q: n for r in report["runs"] for q, n in r["query_failures"].items()}
-    assert "rc-kafka" not in failures, failures
+    assert "rc-kafka" not in failures, (failures, _query_failed(work, "rc-kafka"))
     assert report["plan"]["checkpoints"].startswith(hdfs_url), report["plan"]["checkpoints"]
 
     schedule = report["plan"]["schedule"]
@@ -109,6 +110,15 @@ def test_a_cluster_with_zombies_lost_executors_dead_brokers_and_cut_networks_los
     ):
         assert fault in outages, (fault, outages)
     _check_the_driver_alone_was_cut_off(work, logs)
+
+
+def _query_failed(work: Path, query: str) -> list[str]:
+    """Each ``query-failed`` event of ``query`` in the runs' logs: what the query died of."""
+    lines = (line for p in sorted(work.glob("run-*.log")) for line in p.read_text().splitlines())
+    events = (parse_event(line) for line in lines)
+    return [
+        str(e) for e in events if e and e.get("event") == "query-failed" and e.get("query") == query
+    ]
 
 
 def _check_the_zombies_woke_after_their_batch(report: dict[str, Any], work: Path) -> None:
