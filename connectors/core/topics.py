@@ -72,11 +72,16 @@ def end_offsets(
     is fresh, for up to ``TIMEOUT``: each ask gets ``ASK_TIMEOUT``, because librdkafka
     keeps waiting on the leader its metadata named when the ask began, dead or not (a
     task's read of the sink's marker log once waited the whole 30 s on a killed broker,
-    then failed with a bare ``TimeoutError``)."""
+    then failed with a bare ``TimeoutError``). A partition answered with no offset (-1001,
+    its leader just died) is asked again too: read as an end, it would hide records."""
     deadline = time.monotonic() + TIMEOUT
     while True:
         try:
-            return _end_offsets(kafka, topic, isolation)
+            ends = _end_offsets(kafka, topic, isolation)
+            if all(end >= 0 for end in ends.values()):
+                return ends
+            # a partition whose leader died answers -1001 (no offset), with no error
+            raise TimeoutError(f"no end offset for partitions {_unknown(ends)}")
         except (KafkaException, TimeoutError) as exc:
             if not _ask_again(exc):
                 raise
@@ -101,10 +106,14 @@ def _ask_again(exc: BaseException) -> bool:
     return isinstance(exc, TimeoutError) or code == KafkaError._TIMED_OUT or leader_moving(exc)
 
 
+def _unknown(ends: dict[int, int]) -> list[int]:
+    return sorted(p for p, end in ends.items() if end < 0)
+
+
 def _why(exc: BaseException) -> str:
     if isinstance(exc, KafkaException) and exc.args:
         return str(exc.args[0].str())
-    return "no answer in time"
+    return str(exc) or "no answer in time"
 
 
 def _end_offsets(kafka: KafkaConfig, topic: str, isolation: str) -> dict[int, int]:
