@@ -32,7 +32,7 @@ TIERS = ("unit", "services", "spark", "system")
 DEFAULT_COST = {"unit": 0.05, "services": 0.5, "spark": 1.5, "system": 30.0, "": 0.5}
 #: What the tests' own time (their costs, summed as if one ran after another) may come
 #: to in CI. ``make test`` runs the services and Spark tiers on two workers and the
-#: system tier in two lanes (scripts/test.sh), so 15 minutes for all of ``.ci/run``,
+#: rest one test at a time (scripts/test.sh), so 15 minutes for all of ``.ci/run``,
 #: less installing, linting and starting the services, holds more than that.
 PYTEST_BUDGET_SECONDS = 840
 RESULTS = ROOT / "test-results"

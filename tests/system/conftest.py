@@ -21,24 +21,6 @@ from tests.pipeline_util import ROOT, env
 KEPT = ("EOS_WEBHDFS_URL", JIT_SETTING)
 
 
-#: The system tier runs in two lanes in CI (scripts/test.sh: two pytest-xdist workers,
-#: ``--dist loadgroup``, each with services of its own): the conformance run alone, and
-#: every other test one after another in the second lane (the replicated Kafka's tests
-#: must share their worker's 3-broker stack). One test at a time, the tier kept 1.1-1.5
-#: of the 2 cores busy in its lighter tests (a batch job's processes, the Connect
-#: server, a broker's fencing) and ~1.8 in the two heavy runs.
-LANES = {"test_conformance.py": "conformance"}
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Each test of this folder joins its lane (``LANES``, else "rest")."""
-    here = Path(__file__).parent
-    for item in items:
-        path = Path(str(item.path))
-        if path.parent == here:
-            item.add_marker(pytest.mark.xdist_group(LANES.get(path.name, "rest")))
-
-
 def eos_on(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """``eos`` on the stack under ``root``, with no endpoints from the session's stack."""
     environment = {k: v for k, v in env().items() if not k.startswith("EOS_") or k in KEPT}
