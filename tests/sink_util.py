@@ -33,13 +33,13 @@ def to_the_end(
     """``writer``'s query run to the end of ``topic`` (written before it starts), ended:
     ``availableNow`` on PySpark 4.2+; on 4.0-4.1, which run ``availableNow`` as one batch,
     a ``processingTime`` trigger stopped once a committed batch reached the topic's end
-    (the source bounding its batches: :data:`BOUNDED`). Check ``query.exception()``."""
+    (the source bounding its batches: :data:`BOUNDED`). A failed query raises its error."""
     if HAS_READ_LIMITS:
         query = writer.trigger(availableNow=True).start()
         if not query.awaitTermination(RUN_SECONDS):
             query.stop()
             raise AssertionError(f"the query did not finish in {RUN_SECONDS} s")
-        return query
+        return _ended(query)
     ends = {(topic, p): end for p, end in end_offsets(plaintext(bootstrap), topic).items()}
     folder = location(checkpoint)
     query = writer.trigger(processingTime="200 milliseconds").start()
@@ -51,6 +51,13 @@ def to_the_end(
             time.sleep(0.25)
     finally:
         query.stop()
+    return _ended(query)
+
+
+def _ended(query: StreamingQuery) -> StreamingQuery:
+    error = query.exception()
+    if error is not None:
+        raise error
     return query
 
 

@@ -78,20 +78,21 @@ def end_offsets(
     while True:
         try:
             ends = _end_offsets(kafka, topic, isolation)
-            if all(end >= 0 for end in ends.values()):
-                return ends
-            # a partition whose leader died answers -1001 (no offset), with no error
-            raise TimeoutError(f"no end offset for partitions {_unknown(ends)}")
         except (KafkaException, TimeoutError) as exc:
             if not _ask_again(exc):
                 raise
-            if time.monotonic() > deadline:
-                raise ServiceUnavailableError(
-                    f"Kafka at {bootstrap(kafka)} gave no end offsets of topic {topic!r} "
-                    f"within {TIMEOUT:.0f} s (asked again with a new client every "
-                    f"{ASK_TIMEOUT:.0f} s at most): {_why(exc)}. Check that the leaders of "
-                    "its partitions are up and reachable."
-                ) from None
+            why = _why(exc)
+        else:
+            unknown = sorted(p for p, end in ends.items() if end < 0)
+            if not unknown:
+                return ends
+            why = f"no end offset for partitions {unknown}"  # -1001: the leader just died
+        if time.monotonic() > deadline:
+            raise ServiceUnavailableError(
+                f"Kafka at {bootstrap(kafka)} gave no end offsets of topic {topic!r} within "
+                f"{TIMEOUT:.0f} s (asked again with a new client every {ASK_TIMEOUT:.0f} s at "
+                f"most): {why}. Check that the leaders of its partitions are up and reachable."
+            )
         time.sleep(0.5)
 
 
@@ -106,14 +107,10 @@ def _ask_again(exc: BaseException) -> bool:
     return isinstance(exc, TimeoutError) or code == KafkaError._TIMED_OUT or leader_moving(exc)
 
 
-def _unknown(ends: dict[int, int]) -> list[int]:
-    return sorted(p for p, end in ends.items() if end < 0)
-
-
 def _why(exc: BaseException) -> str:
     if isinstance(exc, KafkaException) and exc.args:
         return str(exc.args[0].str())
-    return str(exc) or "no answer in time"
+    return "no answer in time"
 
 
 def _end_offsets(kafka: KafkaConfig, topic: str, isolation: str) -> dict[int, int]:

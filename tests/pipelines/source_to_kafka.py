@@ -72,9 +72,7 @@ def run(
         .option("sinkId", sink_id)
         .option("checkpointLocation", checkpoint)
     )
-    error = to_the_end(writer, checkpoint, bootstrap, topic).exception()
-    if error is not None:
-        raise error
+    to_the_end(writer, checkpoint, bootstrap, topic)
 
 
 if __name__ == "__main__":
