@@ -102,10 +102,13 @@ def check_client(admin: Any) -> None:
         for name, owner in (("_manager", admin), ("_find_coordinator_ids", admin))
         if not hasattr(owner, name)
     ]
-    if missing or not hasattr(admin._manager, "cluster"):
+    cluster = getattr(getattr(admin, "_manager", None), "cluster", None)
+    if cluster is None or not hasattr(cluster, "_coordinators"):
+        missing.append("_manager.cluster._coordinators")
+    if missing:
         raise TransactionEndError(
             "The installed kafka-python does not offer what the driver's transaction client "
-            f"uses ({', '.join(missing) or 'cluster'}); install the version the package pins "
+            f"uses ({', '.join(missing)}); install the version the package pins "
             f"or use {FALLBACK_HINT}."
         )
 
@@ -142,8 +145,27 @@ class TransactionClient:
 
     def describe(self, transactional_ids: Sequence[str]) -> dict[str, Any]:
         """Each id's transaction as its coordinator describes it (KIP-664): ``state``,
-        ``producer_id``, ``producer_epoch``, ``topic_partitions``."""
-        return dict(self.admin.describe_transactions(list(transactional_ids)))
+        ``producer_id``, ``producer_epoch``, ``topic_partitions``. A retriable failure
+        forgets the ids' coordinators, so that the next ask looks them up again."""
+        import kafka.errors as errors
+
+        try:
+            return dict(self.admin.describe_transactions(list(transactional_ids)))
+        except errors.KafkaError as exc:
+            if exc.retriable:
+                self.forget_coordinators(transactional_ids)
+            raise
+
+    def forget_coordinators(self, transactional_ids: Sequence[str]) -> None:
+        """Drop the ids' coordinators from kafka-python's cache, which it never drops by
+        itself: a coordinator that died or moved would be asked again until the deadline
+        (NOT_COORDINATOR for 30 s failed the cluster run's Kafka query at its start check,
+        in CI, after a broker's death had moved the transaction log's leaders)."""
+        from kafka.protocol.metadata import CoordinatorType
+
+        cached = self.admin._manager.cluster._coordinators
+        for transactional_id in transactional_ids:
+            cached.pop((CoordinatorType.TRANSACTION, transactional_id), None)
 
     def open_transactions(self, prefix: str) -> list[OpenTransaction]:
         """Every ongoing transaction whose id is ``prefix`` and a number (a sink's task
@@ -266,8 +288,7 @@ class TransactionClient:
                 name = "COORDINATOR_NOT_AVAILABLE"
             answers.append("NONE" if name == "NO_ERROR" else name)
             if answers[-1] in RETRIABLE:
-                key = (CoordinatorType.TRANSACTION, txn.transactional_id)
-                self.admin._manager.cluster._coordinators.pop(key, None)
+                self.forget_coordinators([txn.transactional_id])
         return answers
 
     def _refused(self, txn: OpenTransaction, error: str, commit: bool) -> TransactionEndError:
@@ -310,10 +331,16 @@ def check_batch_commit(
             f"commit ({type(exc).__name__}); let it reach the brokers or use {FALLBACK_HINT}."
         ) from None
     try:
-        _describe_when_ready(client, transactional_id, time.monotonic() + timeout_s)
+        describe_when_ready(client, transactional_id, time.monotonic() + timeout_s)
     except errors.TransactionalIdNotFoundError:
         pass  # a sink's first start: the id was never used
     except errors.KafkaError as exc:
+        if exc.retriable:
+            raise TransactionEndError(
+                f"The driver found no transaction coordinator of transactional id "
+                f"{transactional_id!r} that answers on {client.where} within {timeout_s:g} s "
+                f"({type(exc).__name__}); let it reach every broker or use {FALLBACK_HINT}."
+            ) from None
         raise TransactionEndError(
             f"The driver cannot describe transactional id {transactional_id!r} on "
             f"{client.where} ({type(exc).__name__}): the batch commit needs DESCRIBE and WRITE "
@@ -323,7 +350,7 @@ def check_batch_commit(
         client.close()
 
 
-def _describe_when_ready(client: TransactionClient, transactional_id: str, deadline: float) -> None:
+def describe_when_ready(client: TransactionClient, transactional_id: str, deadline: float) -> None:
     """Describe ``transactional_id``, asking again while its coordinator answers that it is
     not ready (a broker that has just started loads the transaction log first:
     COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS) or cannot be reached (its

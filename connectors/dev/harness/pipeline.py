@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -268,6 +269,7 @@ class Supervisor:
             "query-failed",
             query=query.name,
             error=first_line[:500],
+            cause=failure_cause(error)[:1000],
             initializing=initializing,
             starved=starved,
         )
@@ -322,6 +324,17 @@ class Supervisor:
         self.spark.streams.resetTerminated()
         self._start(query)
         print_event("query-restarted", query=query.name, committed=committed(self.spec, query))
+
+
+#: A Python exception's line in a traceback: ``package.module.SomeError: message``.
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b")
+
+
+def failure_cause(error: str) -> str:
+    """The last exception line of a failed query's error: Spark's first line of a Python
+    data source's failure says only ``Traceback (most recent call last):``."""
+    found = [line for line in error.splitlines() if _EXCEPTION_LINE.match(line)]
+    return found[-1] if found else ""
 
 
 def _batch_events() -> Any:
