@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -24,7 +26,7 @@ PORT_WAIT = 65.0
 
 def free_port(preferred: int | None = None, wait: float = PORT_WAIT) -> int:
     """Return ``preferred`` once it is free on loopback (waiting up to ``wait`` seconds:
-    clients keep the endpoint they know), else a free port the OS picks."""
+    clients keep the endpoint they know), else a new free port (:func:`_new_port`)."""
     deadline = time.monotonic() + wait
     while preferred:
         if port_is_free(preferred):
@@ -32,9 +34,63 @@ def free_port(preferred: int | None = None, wait: float = PORT_WAIT) -> int:
         if time.monotonic() >= deadline:
             break
         time.sleep(0.5)
+    return _new_port()
+
+
+#: Where each new port is reserved for a while, across processes: a server binds its
+#: port seconds after it was chosen (a broker's JVM starts first), and stacks start
+#: side by side (scripts/test.sh starts three at once).
+RESERVED = Path(tempfile.gettempdir()) / f"eos-connectors-ports-{os.getuid()}"
+#: Seconds a reservation holds: long enough for any server here to bind.
+RESERVED_FOR = 180.0
+#: New ports come from below the kernel's ephemeral range, which the OS hands to every
+#: outgoing connection: a port it picked, free when checked, was once taken by one (a
+#: pip download beside the stack's start) before the broker bound it, and the broker
+#: exited with "Address already in use".
+LISTEN_FLOOR = 20_000
+
+
+def _new_port() -> int:
+    """A port free now, not in the ephemeral range, and not handed out in the last
+    ``RESERVED_FOR`` seconds by this function in any process; one the OS picks where the
+    ephemeral range leaves no room below it."""
+    ceiling = _ephemeral_floor()
+    if ceiling - LISTEN_FLOOR >= 1_000:
+        RESERVED.mkdir(exist_ok=True)
+        _forget_stale()
+        for _ in range(200):
+            port = random.randrange(LISTEN_FLOOR, ceiling)
+            if port_is_free(port) and _reserve(port):
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((LOOPBACK, 0))
         return int(sock.getsockname()[1])
+
+
+def _ephemeral_floor() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768  # Linux's default
+
+
+def _forget_stale() -> None:
+    """Remove the claims older than ``RESERVED_FOR`` seconds."""
+    now = time.time()
+    for mark in RESERVED.iterdir():
+        with contextlib.suppress(OSError):
+            if now - mark.stat().st_mtime > RESERVED_FOR:
+                mark.unlink()
+
+
+def _reserve(port: int) -> bool:
+    """Claim ``port``: a file created exclusively (no other process holds a claim)."""
+    mark = RESERVED / str(port)
+    try:
+        os.close(os.open(mark, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+    except FileExistsError:
+        return False
+    return True
 
 
 def port_is_free(port: int) -> bool:
