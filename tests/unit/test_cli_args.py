@@ -44,3 +44,20 @@ def test_a_bad_cell_or_sink_is_refused_before_the_stack_starts(
         command.run_verify(parser.parse_args(["--cells", "bogus"]))
     with pytest.raises(VerifyError, match="Unknown sink 'mysql'"):
         command.run_verify(parser.parse_args(["--sinks", "mysql"]))
+
+
+def test_the_running_count_over_connect_is_refused_below_4_1(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """PySpark 4.0's Connect client has no transformWithStateInPandas: said before
+    anything starts, with the cells that run there."""
+    from eos_connectors.core import spark_api
+    from eos_connectors.dev.harness.plan import Plan, VerifyError, check_names
+
+    monkeypatch.setattr(spark_api, "SPARK_MINOR", (4, 0))
+    with pytest.raises(VerifyError, match=r"from PySpark 4\.1.*--cells aggregate"):
+        check_names(Plan(master="connect"))
+    check_names(Plan(master="connect", cells=("aggregate",)))
+    check_names(Plan(cells=("running-count",)))  # a classic session
+    monkeypatch.setattr(spark_api, "SPARK_MINOR", (4, 1))
+    check_names(Plan(master="connect"))

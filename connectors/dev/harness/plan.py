@@ -309,12 +309,32 @@ def check_plan(plan: Plan, crash_service: CrashService | None) -> None:
         )
 
 
+def check_connect_release(plan: Plan) -> None:
+    """Over Spark Connect, the running-count cell (and the custom sinks, which join it)
+    needs PySpark 4.1+: 4.0's Connect client has no ``transformWithStateInPandas``."""
+    over_connect = plan.master is not None and (
+        plan.master == "connect" or plan.master.startswith("sc://")
+    )
+    if not over_connect or ("running-count" not in plan.cells and not plan.custom_sinks):
+        return
+    from eos_connectors.core.spark_api import SPARK_MINOR, release
+
+    if SPARK_MINOR < (4, 1):
+        raise VerifyError(
+            f"The running-count cell (and a sink of your own, which joins it) uses "
+            f"transformWithStateInPandas, which Spark Connect offers from PySpark 4.1; this "
+            f"is {release()}. Over Connect, pick other cells (--cells aggregate,event-time) "
+            "or run in a classic session (no --master connect)."
+        )
+
+
 def check_names(plan: Plan) -> None:
     """What the plan names (cells, sinks, services, faults) exists: checked before any
     service is started for it."""
     unknown = [c for c in plan.cells if c not in CELLS]
     if unknown:
         raise VerifyError(f"Unknown cell {unknown[0]!r}: cells are {', '.join(CELLS)}.")
+    check_connect_release(plan)
     bad_sinks = [s for s in plan.sinks if s not in FAMILIES]
     if bad_sinks:
         raise VerifyError(
