@@ -23,6 +23,7 @@ from eos_connectors.dev.stack.process import (
     pid_alive,
     require_binary,
     spawn,
+    terminate,
     wait_until,
 )
 from eos_connectors.dev.stack.service import Service, ServiceRecord
@@ -30,10 +31,13 @@ from eos_connectors.ops.cache import cache_root
 from eos_connectors.ops.spark_home import installed_spark_home
 
 #: The mini cluster's class path needs JUnit (its test utilities name the data
-#: directory through JUnit's assertions), which the shaded jar leaves out.
-_JUNIT = (
+#: directory through JUnit's assertions), which the shaded jar leaves out, and JAXB's
+#: API, which Java 11 dropped from the JDK: Hadoop 3.4's WebHDFS (PySpark 4.0-4.1's
+#: Hadoop) answers every request with an error 500 without it (3.5 no longer needs it).
+_EXTRA = (
     ("org.junit.jupiter", "junit-jupiter-api", "5.10.2"),
     ("junit", "junit", "4.13.2"),
+    ("javax.xml.bind", "jaxb-api", "2.3.1"),
 )
 _MAIN = "org.apache.hadoop.mapreduce.MiniHadoopClusterManager"
 START_TIMEOUT = 120.0
@@ -50,7 +54,7 @@ def hadoop_version() -> str:
 
 
 def _pom(version: str) -> str:
-    deps = (("org.apache.hadoop", "hadoop-client-minicluster", version), *_JUNIT)
+    deps = (("org.apache.hadoop", "hadoop-client-minicluster", version), *_EXTRA)
     listed = "".join(
         f"    <dependency><groupId>{g}</groupId><artifactId>{a}</artifactId>"
         f"<version>{v}</version></dependency>\n"
@@ -114,13 +118,17 @@ class HdfsService(Service):
         ]
         pid = spawn(argv, self.log_path, self.dir)
         record = ServiceRecord(self.name, pid, (rpc, web), f"hdfs://{LOOPBACK}:{rpc}")
-        wait_until(
-            lambda: self.answers(record) and self.marker.exists(),
-            START_TIMEOUT,
-            f"HDFS on port {rpc}",
-            alive=lambda: pid_alive(pid),
-            log_path=self.log_path,
-        )
+        try:
+            wait_until(
+                lambda: self.answers(record) and self.marker.exists(),
+                START_TIMEOUT,
+                f"HDFS on port {rpc}",
+                alive=lambda: pid_alive(pid),
+                log_path=self.log_path,
+            )
+        except StackError:
+            terminate(pid)  # a start that never answered leaves no JVM behind
+            raise
         return record
 
     def answers(self, record: ServiceRecord) -> bool:

@@ -6,6 +6,7 @@ import base64
 import json
 import os
 import secrets
+import shutil
 import subprocess
 import uuid
 from dataclasses import dataclass, replace
@@ -111,12 +112,14 @@ def ensure_jars() -> Path:
 
 
 def maven_jars(cache: Path, pom: str, what: str) -> Path:
-    """The runtime jars of ``pom``'s dependencies, copied once into ``cache``/libs by Maven."""
+    """The runtime jars of ``pom``'s dependencies, copied once into ``cache``/libs by Maven
+    (again, from scratch, when ``pom`` changed since)."""
     libs = cache / "libs"
     done = cache / ".resolved"
-    if done.exists():
+    if done.exists() and done.read_text() == pom:
         return libs
     require_binary("mvn", INSTALL_HINT)
+    shutil.rmtree(libs, ignore_errors=True)
     cache.mkdir(parents=True, exist_ok=True)
     (cache / "pom.xml").write_text(pom)
     command = ["mvn", "-q", "-B", "dependency:copy-dependencies", "-DincludeScope=runtime"]
