@@ -39,7 +39,7 @@ def free_port(preferred: int | None = None, wait: float = PORT_WAIT) -> int:
 
 #: Where each new port is reserved for a while, across processes: a server binds its
 #: port seconds after it was chosen (a broker's JVM starts first), and stacks start
-#: side by side (scripts/test.sh starts three at once).
+#: side by side (scripts/test.sh starts two at once, then HDFS and a Spark cluster).
 RESERVED = Path(tempfile.gettempdir()) / f"eos-connectors-ports-{os.getuid()}"
 #: Seconds a reservation holds: long enough for any server here to bind.
 RESERVED_FOR = 180.0
