@@ -182,7 +182,8 @@ def _elect_preferred_leaders(bootstrap: str, topic: str, partitions: int) -> Non
 
 def _coordinated_by(client: TransactionClient, node: int, prefix: str) -> str:
     """A transactional id whose transaction coordinator is ``node``, now in the client's
-    cache (the transaction log's 50 partitions are led by the three brokers)."""
+    cache (the transaction log's partitions are led by the three brokers). The client's
+    own look-up, not the log's metadata: the log exists once a first id is looked up."""
     import kafka.errors as errors
     from kafka.protocol.metadata import CoordinatorType
 

@@ -1,7 +1,7 @@
 """New ports for the stack's servers: below the kernel's ephemeral range (which every
 outgoing connection draws from: once a pip download took a broker's port between its
 choice and its bind) and never handed out twice while a server may still be starting,
-by any process (three stacks start at once in `make test`). Cost: ~0.5 s."""
+by any process (`make test` starts two stacks at once). Cost: ~0.5 s."""
 
 from __future__ import annotations
 

@@ -312,10 +312,9 @@ def check_plan(plan: Plan, crash_service: CrashService | None) -> None:
 def check_connect_release(plan: Plan) -> None:
     """Over Spark Connect, the running-count cell (and the custom sinks, which join it)
     needs PySpark 4.1+: 4.0's Connect client has no ``transformWithStateInPandas``."""
-    over_connect = plan.master is not None and (
-        plan.master == "connect" or plan.master.startswith("sc://")
-    )
-    if not over_connect or ("running-count" not in plan.cells and not plan.custom_sinks):
+    from eos_connectors.ops.session import is_connect
+
+    if not is_connect(plan.master) or ("running-count" not in plan.cells and not plan.custom_sinks):
         return
     from eos_connectors.core.spark_api import SPARK_MINOR, release
 
