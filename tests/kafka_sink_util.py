@@ -16,11 +16,13 @@ from confluent_kafka import KafkaException
 from pyspark.sql import SparkSession
 
 from eos_connectors.core.context import TaskIdentity
-from eos_connectors.core.topics import create_topic, read_to_end
+from eos_connectors.core.kafka_config import KafkaConfig
+from eos_connectors.core.topics import Record, create_topic, read_to_end
 from eos_connectors.dev.endpoints import Endpoints
 from eos_connectors.dev.harness.data import produce_words
 from eos_connectors.sinks.kafka.checks import check_broker
 from eos_connectors.sinks.kafka.clients import LIBRDKAFKA_LOG, fenced_producer
+from eos_connectors.sinks.kafka.coordinator import TransactionClient
 from eos_connectors.sinks.kafka.exactly_once import KafkaExactlyOnceWriter, begin
 from eos_connectors.sinks.kafka.marker import MarkerGroup
 from eos_connectors.sinks.kafka.options import parse_options as sink_options
@@ -48,6 +50,42 @@ def paused(batch: pa.RecordBatch, meanwhile: Callable[[], None]) -> Iterator[pa.
     yield batch.slice(0, 0)
     meanwhile()
     yield batch
+
+
+#: A transaction between its end and its markers (KIP-664's states).
+_ENDING = ["PrepareCommit", "PrepareAbort"]
+
+
+def wait_for_markers(kafka: KafkaConfig, prefix: str, timeout: float = 10.0) -> None:
+    """Wait until no transaction whose id starts with ``prefix`` is ending: EndTxn returns
+    once the coordinator logged its PrepareCommit (or PrepareAbort), and the markers reach
+    the partitions after that, so a read_committed read made at once may stop below them
+    (a CI run read 600 of 1,000 committed records). A test that reads what a commit made
+    visible calls this first; one that reads while transactions stay open may too."""
+    client = TransactionClient(kafka, timeout_s=timeout)
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            listed = client.admin.list_transactions(state_filters=_ENDING)
+            ending = sorted(
+                t.transactional_id
+                for found in listed.values()
+                for t in found
+                if t.transactional_id.startswith(prefix)
+            )
+            if not ending:
+                return
+            assert time.monotonic() < deadline, f"markers not written in {timeout} s: {ending}"
+            time.sleep(0.05)
+    finally:
+        client.close()
+
+
+def read_written(kafka: KafkaConfig, topic: str, **how: Any) -> list[Record]:
+    """What a sink wrote to ``topic``, every ended transaction's markers in first (any
+    sink's: :func:`wait_for_markers` for all ids), as :func:`read_to_end` reads it."""
+    wait_for_markers(kafka, "")
+    return read_to_end(kafka, topic, **how)
 
 
 def values_read(

@@ -23,8 +23,9 @@ from eos_connectors.dev.endpoints import Endpoints
 from eos_connectors.dev.harness.checks import MARKER
 from eos_connectors.sinks.kafka.batch_commit import BatchCommitWriter, PreparedTask
 from eos_connectors.sinks.kafka.checks import check_broker
+from eos_connectors.sinks.kafka.options import ids_prefix
 from eos_connectors.sinks.kafka.options import parse_options as sink_options
-from tests.kafka_sink_util import a_task
+from tests.kafka_sink_util import a_task, wait_for_markers
 
 pytestmark = pytest.mark.services
 
@@ -63,8 +64,9 @@ def _prepare(
 
 
 def _visible(endpoints: Endpoints, writer: BatchCommitWriter) -> list[bytes]:
-    topic = writer.options.topic
-    assert topic is not None
+    topic, sink_id = writer.options.topic, writer.options.sink_id
+    assert topic is not None and sink_id is not None
+    wait_for_markers(endpoints.kafka, ids_prefix(writer.options, sink_id))
     records = read_to_end(endpoints.kafka, topic, timeout=10)
     return sorted(r.value or b"" for r in records if r.value != MARKER)  # open_transactions's
 
@@ -178,7 +180,6 @@ def test_an_undecided_batch_is_aborted_or_rewritten_in_full_by_its_replay(
     from eos_connectors.sinks.kafka.coordinator import TransactionClient
     from eos_connectors.sinks.kafka.decisions import read_pointer
     from eos_connectors.sinks.kafka.errors import KafkaSinkError
-    from eos_connectors.sinks.kafka.options import ids_prefix
 
     sink_id = writer.options.sink_id
     assert sink_id is not None
@@ -231,7 +232,6 @@ def test_a_sweep_no_broker_answers_fails_no_batch_and_the_next_commit_sweeps(
     import kafka.errors
 
     from eos_connectors.sinks.kafka.coordinator import TransactionClient
-    from eos_connectors.sinks.kafka.options import ids_prefix
 
     sink_id = writer.options.sink_id
     assert sink_id is not None

@@ -27,6 +27,7 @@ from eos_connectors.sinks.kafka.coordinator import (
     TransactionFencedError,
 )
 from eos_connectors.sinks.kafka.txn_identity import Identity
+from tests.kafka_sink_util import wait_for_markers
 
 pytestmark = pytest.mark.services
 
@@ -66,6 +67,7 @@ def test_records_appear_only_when_the_driver_commits_and_all_at_once(
     began = time.monotonic()
     client.end([first, second], commit=True)
     took = time.monotonic() - began
+    wait_for_markers(endpoints.kafka, topic)
     values = sorted(r.value for r in read_to_end(endpoints.kafka, topic, timeout=10))
     assert len(values) == 1_000 and len(set(values)) == 1_000
     assert took < 1.0, f"two EndTxn took {took:.2f} s"
@@ -74,6 +76,7 @@ def test_records_appear_only_when_the_driver_commits_and_all_at_once(
     with pytest.raises(TransactionEndError) as refused:
         client.end([first], commit=False)
     assert refused.value.code == "INVALID_TXN_STATE"
+    wait_for_markers(endpoints.kafka, topic)
     assert len(read_to_end(endpoints.kafka, topic, timeout=10)) == 1_000
 
 
@@ -88,6 +91,7 @@ def test_an_id_initialised_again_fences_the_open_transaction_and_the_driver_is_t
     with pytest.raises(TransactionFencedError) as fenced:
         client.end([opened], commit=True)
     assert fenced.value.code in ("INVALID_PRODUCER_EPOCH", "PRODUCER_FENCED")
+    wait_for_markers(endpoints.kafka, topic)
     assert read_to_end(endpoints.kafka, topic, timeout=10) == [], "a fenced txn was committed"
 
 
@@ -126,6 +130,7 @@ def test_a_transaction_whose_task_process_exited_is_committed_by_the_driver(
     producer_id, epoch = json.loads(done.stdout.strip().splitlines()[-1])
     assert read_to_end(endpoints.kafka, topic) == []
     client.end([OpenTransaction(txn_id, producer_id, epoch)], commit=True)
+    wait_for_markers(endpoints.kafka, topic)
     assert len(read_to_end(endpoints.kafka, topic, timeout=10)) == 500
 
 

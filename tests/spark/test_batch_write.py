@@ -13,8 +13,9 @@ from confluent_kafka import Producer
 from pyspark.sql import DataFrame, SparkSession
 
 from eos_connectors.core.kafka_config import plaintext
-from eos_connectors.core.topics import create_topic, read_to_end
+from eos_connectors.core.topics import create_topic
 from eos_connectors.dev.endpoints import Endpoints
+from tests.kafka_sink_util import read_written
 
 pytestmark = [pytest.mark.services, pytest.mark.spark]
 
@@ -36,7 +37,7 @@ def _expected_counts() -> Counter[str]:
 
 
 def _kafka_values(bootstrap: str, topic: str) -> Counter[bytes]:
-    return Counter(r.value for r in read_to_end(plaintext(bootstrap), topic))
+    return Counter(r.value for r in read_written(plaintext(bootstrap), topic))
 
 
 def _table_ids(dsn: str, table: str) -> Counter[str]:

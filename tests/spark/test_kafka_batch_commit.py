@@ -23,6 +23,7 @@ from eos_connectors.core.topics import create_topic, read_to_end
 from eos_connectors.dev.endpoints import Endpoints
 from eos_connectors.sinks.kafka.coordinator import TransactionClient
 from eos_connectors.sinks.kafka.options import ids_prefix, parse_options
+from tests.kafka_sink_util import read_written
 from tests.kafka_util import produce_plain
 from tests.source_util import stream_of
 
@@ -156,7 +157,7 @@ def test_a_failed_batch_replayed_in_another_split_with_rand_writes_each_record_o
     )
     _query(noisy, checkpoint, endpoints, out, f"kbr-{unique}")
     written = Counter(
-        (r.value or b"").split(b"|")[0] for r in read_to_end(endpoints.kafka, out, timeout=10)
+        (r.value or b"").split(b"|")[0] for r in read_written(endpoints.kafka, out, timeout=10)
     )
     assert written == Counter(b"%d" % i for i in range(RECORDS))
 
@@ -201,6 +202,6 @@ def test_a_change_streams_key_in_two_tasks_is_refused_before_anything_is_visible
     replay = stream_of(spark, endpoints, subscribe=source, startingOffsets="earliest")
     fixed = changes_of(replay).repartition(2, "key")
     _query(fixed, checkpoint, endpoints, out, sink, deleteColumn="op", deleteValue="d")
-    records = read_to_end(endpoints.kafka, out, timeout=10)  # a tombstone's value reads b""
+    records = read_written(endpoints.kafka, out, timeout=10)  # a tombstone's value reads b""
     assert len(records) == 202, "each change once"
     assert [r.value for r in records if r.key == b"1"] == [b"1:c", b""], "the delete last"

@@ -14,6 +14,7 @@ from eos_connectors.core.topics import read_to_end
 from eos_connectors.dev.endpoints import Endpoints
 from tests.kafka_sink_util import (
     java_partitions,
+    read_written,
     source_topics,
     write,
 )
@@ -38,7 +39,7 @@ def test_the_sink_writes_as_sparks_own_kafka_sink_does(
         "timestamp - INTERVAL 1 DAY AS timestamp",
     ]
     write(spark, endpoints, source, tmp_path, select, topic=out)
-    written = read_to_end(endpoints.kafka, out)
+    written = read_written(endpoints.kafka, out)
     assert len(written) == 500, "every record went to the option's topic"
     assert len(read_to_end(endpoints.kafka, source)) == 500, "none back to the input"
     tombstones = sum(1 for r in written if r.value == b"")

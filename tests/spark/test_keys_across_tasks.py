@@ -17,8 +17,9 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from eos_connectors.core.topics import create_topic, read_to_end
+from eos_connectors.core.topics import create_topic
 from eos_connectors.dev.endpoints import Endpoints
+from tests.kafka_sink_util import read_written
 from tests.kafka_util import produce_plain
 from tests.source_util import stream_of
 
@@ -227,6 +228,6 @@ def test_the_kafka_sink_writes_one_keys_changes_in_order_columns_order(
         "txnVersion": "1",
     }
     shuffled.write.format("eos_kafka").options(**options).mode("append").save()
-    written = read_to_end(endpoints.kafka, out)
+    written = read_written(endpoints.kafka, out)
     assert [r.value for r in written if r.key == b"k"] == [b"old", b"new"]
     assert [r.value for r in written] == [v["v"].encode() for v in values]

@@ -14,8 +14,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 from eos_connectors.core import spark_api
-from eos_connectors.core.topics import create_topic, read_to_end
+from eos_connectors.core.topics import create_topic
 from eos_connectors.dev.endpoints import Endpoints
+from tests.kafka_sink_util import read_written
 from tests.kafka_util import produce_plain
 
 pytestmark = [pytest.mark.services, pytest.mark.spark]
@@ -66,7 +67,7 @@ def test_a_new_checkpoint_that_reuses_a_kafka_sink_id_writes_nothing_anywhere(
     _in_session(spark, endpoints, source, out, tmp_path / "first", sink_id, 2)
     with pytest.raises(Exception, match=sink_id):  # the second query must fail
         _in_session(spark, endpoints, source, out, tmp_path / "second", sink_id, 4)
-    written = Counter(r.value for r in read_to_end(endpoints.kafka, out))
+    written = Counter(r.value for r in read_written(endpoints.kafka, out))
     assert sum(written.values()) == RECORDS, f"{sum(written.values()) - RECORDS} written twice"
     assert sorted(written) == sorted(values)
 
@@ -154,7 +155,7 @@ def test_resume_and_reset_refuse_while_the_owning_query_can_still_replay_or_runs
     assert code == 2 and "looks alive" in said, said
     assert reset(tmp_path / "resumed") == (0, "")
     _in_session(spark, endpoints, source, out, tmp_path / "new", sink_id, 2)  # claims it
-    counts = Counter(r.value for r in read_to_end(endpoints.kafka, out))
+    counts = Counter(r.value for r in read_written(endpoints.kafka, out))
     from eos_connectors.core.topics import end_offsets
 
     assert all(counts[v] == 2 for v in values), (
