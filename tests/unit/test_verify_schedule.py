@@ -236,3 +236,17 @@ def test_checkpoints_on_a_shared_store_are_the_runs_own() -> None:
     assert first.checkpoints.startswith("hdfs://nn:8020/runs/verify-")
     assert first.checkpoints != second.checkpoints, "two runs would share checkpoints"
     assert Plan(work_dir=Path("w")).checkpoints == "w/checkpoint"
+
+
+def test_a_batch_is_spared_for_random_faults_only_and_the_event_time_cell_has_four() -> None:
+    """A spare batch when something may come at any moment (a kill, a broker's death, a
+    network fault), none for a service restart; the event-time cell reads its input in
+    at least four batches, so that some of its records are late whatever the batches."""
+    base = Plan(cells=tuple(CELLS), records=4_000, kills=0, work_dir=Path("unused"))
+    restarts = Plan(**{**base.__dict__, "restarts": ("redis",)})
+    killed = Plan(**{**base.__dict__, "kills": 1})
+    faulted = Plan(**{**base.__dict__, "network_faults": ("redis:cut",)})
+    assert base.batches_needed(2) == restarts.batches_needed(2) == 2 + 2
+    assert killed.batches_needed(2) == faulted.batches_needed(2) == 2 + 3
+    chosen = targets(base.cells, FAMILIES, "tag", (CUSTOM,))
+    assert restarts.timed_batch_offsets(chosen) <= 4_000 // 4
