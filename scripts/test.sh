@@ -84,19 +84,14 @@ fi
 nice -n 5 "$bin/ruff" check . && nice -n 5 "$bin/ruff" format --check . \
   && nice -n 5 "$bin/mypy" && nice -n 5 "$bin/lint-imports" || status=$?
 echo "test.sh: lint took $(( $(date +%s) - began )) s"
-[ "$status" = 0 ] || exit "$status"  # a lint failure stops the run; a unit test's, not
-
-# The unit tier goes on beside the services tier's first tests, which no longer wait for
-# it (on the CI machine the lint took 67 s, the lint and the unit tier 101 s): its
-# output follows the services tier's, and its failure fails the run.
 unit_status=0
-unit_done() {
-  [ -n "$unit_pid" ] || return 0
+if [ -n "$unit_pid" ]; then
   wait "$unit_pid" || unit_status=$?
   cat "$results/unit.log"
-  echo "test.sh: the unit tier exited with $unit_status"
-  unit_pid=""
-}
+  echo "test.sh: the lint and the unit tier took $(( $(date +%s) - began )) s"
+fi
+[ "$status" = 0 ] || exit "$status"  # a lint failure stops the run; a unit test's, not
+status=$unit_status
 
 services_up() {
   wait "$prefetch_pid" || { echo "test.sh: prefetch failed:"; cat "$results/prefetch.log"; }
@@ -165,8 +160,6 @@ light=(tests/system/test_batch_job_crashes.py tests/system/test_connect.py
   tests/system/test_secrets_in_spark.py)
 "$bin/python" -m pytest -v -n "$workers" --junitxml="$results/junit-services.xml" \
   tests/services tests/spark "${light[@]}" || status=$?
-unit_done
-[ "$unit_status" = 0 ] || status=$unit_status
 # The second worker's services are idle from here on (an idle broker alone keeps ~5% of
 # a core busy): stop them before the system tier, if this script started them.
 for root in "${our_roots[@]}"; do
