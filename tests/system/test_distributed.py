@@ -9,9 +9,9 @@ files and Spark resubmits the stage) into Kafka, PostgreSQL and Redis, ``eos ver
   executor JVM and waits; Spark re-runs the task on the other executor and commits the
   batch; the harness then resumes the zombie, which prepares after the batch was decided
   (it must leave nothing visible and nothing in doubt);
-* an executor SIGKILLed while a PostgreSQL or Redis task writes (``mid-prepare``); the
-  local cells kill a task's process at every other point (``--coverage pairs``; `make
-  soak` loses executors after the prepare and after the Kafka commit too);
+* the local cells kill a task's process at every other point (``--coverage pairs``;
+  `make soak` also loses executors while a task writes, after the prepare and after
+  the Kafka commit);
 * the input's leader broker killed at a random moment, and the Kafka sink's
   transaction coordinator killed between the driver's decision and its commits
   (``--step-fault coordinator``; the sink's default batch commit): no query may fail
@@ -30,7 +30,7 @@ same running-count queries twice. The driver's own points stay with the local ce
 ``make soak`` runs this shape at 1M records with every broker role, every network
 fault kind and PostgreSQL and Redis restarted between a decision and its commits.
 
-Cost: ~160 s in CI, on top of the 3-broker stack (~20 s), HDFS (~15 s) and the Spark cluster
+Cost: ~125-155 s in CI, on top of the 3-broker stack (~20 s), HDFS (~15 s) and the Spark cluster
 (~10 s), each started once for the session.
 """
 
@@ -93,10 +93,8 @@ def test_a_cluster_with_zombies_lost_executors_dead_brokers_and_cut_networks_los
     for entry, where in fired.items():
         assert where["query"] == Entry.parse(entry).query, f"{entry} fired in {where}"
     _check_the_zombies_woke_after_their_batch(report, work)
-    lost = {Entry.parse(e).query for e in schedule if Entry.parse(e).action == "executor"}
-    assert lost == {"rc-postgres", "rc-redis-increment"}, lost  # mid-prepare
     logs = "\n".join(p.read_text(errors="replace") for p in sorted(work.glob("run-*.log")))
-    # Lost executors lost shuffle output: Spark re-ran map stages.
+    # The zombies' executors died with shuffle output: Spark re-ran map stages.
     assert re.search(r"FetchFailed|Resubmitt|Lost executor", logs), "no executor was ever lost"
 
     outages = " ".join(r["service_crashed"] or "" for r in report["runs"])
