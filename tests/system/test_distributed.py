@@ -57,7 +57,7 @@ pytestmark = [pytest.mark.services, pytest.mark.spark, pytest.mark.cluster, pyte
 SINKS = {"rc-kafka", "rc-postgres", "rc-redis-increment"}
 
 
-@pytest.mark.cost(180)
+@pytest.mark.cost(135)
 def test_a_cluster_with_zombies_lost_executors_dead_brokers_and_cut_networks_loses_nothing(
     replicated: Path, cluster: KafkaCluster, spark_master: str, hdfs_url: str, tmp_path: Path
 ) -> None:
