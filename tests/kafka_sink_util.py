@@ -27,6 +27,7 @@ from eos_connectors.sinks.kafka.exactly_once import KafkaExactlyOnceWriter, begi
 from eos_connectors.sinks.kafka.marker import MarkerGroup
 from eos_connectors.sinks.kafka.options import parse_options as sink_options
 from tests.sink_util import stream_into
+from tests.source_util import wait_for
 
 _TASK_IDS = itertools.count(1)
 
@@ -63,20 +64,12 @@ def wait_for_markers(kafka: KafkaConfig, prefix: str, timeout: float = 10.0) -> 
     (a CI run read 600 of 1,000 committed records). A test that reads what a commit made
     visible calls this first; one that reads while transactions stay open may too."""
     client = TransactionClient(kafka, timeout_s=timeout)
-    deadline = time.monotonic() + timeout
+
+    def ending() -> list[str]:
+        return [i for i in client.listed(_ENDING) if i.startswith(prefix)]
+
     try:
-        while True:
-            listed = client.admin.list_transactions(state_filters=_ENDING)
-            ending = sorted(
-                t.transactional_id
-                for found in listed.values()
-                for t in found
-                if t.transactional_id.startswith(prefix)
-            )
-            if not ending:
-                return
-            assert time.monotonic() < deadline, f"markers not written in {timeout} s: {ending}"
-            time.sleep(0.05)
+        wait_for(lambda: not ending(), "the ended transactions' markers", ending, timeout)
     finally:
         client.close()
 

@@ -167,14 +167,19 @@ class TransactionClient:
         for transactional_id in transactional_ids:
             cached.pop((CoordinatorType.TRANSACTION, transactional_id), None)
 
+    def listed(self, states: Sequence[str]) -> list[str]:
+        """Every transactional id whose transaction is in one of ``states`` (KIP-664's
+        names: ``Ongoing``, ``PrepareCommit``, ...), asked of every broker, sorted."""
+        listed = self.admin.list_transactions(state_filters=list(states))
+        return sorted({t.transactional_id for found in listed.values() for t in found})
+
     def open_transactions(self, prefix: str) -> list[OpenTransaction]:
         """Every ongoing transaction whose id is ``prefix`` and a number (a sink's task
         partitions: ``eos-a-`` never matches sink ``a-b``'s ``eos-a-b-0``), with the
         producer id and epoch its coordinator holds now (ListTransactions on every
         broker, then DescribeTransactions)."""
-        listed = self.admin.list_transactions(state_filters=["Ongoing"])
-        ids = sorted({t.transactional_id for ls in listed.values() for t in ls})
-        mine = [i for i in ids if i.startswith(prefix) and _number(i[len(prefix) :])]
+        ongoing = self.listed(["Ongoing"])
+        mine = [i for i in ongoing if i.startswith(prefix) and _number(i[len(prefix) :])]
         described = self.describe(mine) if mine else {}
         return [
             OpenTransaction(i, d.producer_id, d.producer_epoch)

@@ -49,8 +49,9 @@ def test_a_batch_job_killed_at_every_point_and_rerun_writes_each_record_once(
     commit (the job fails and is run again, as a scheduler's retry would), or of the
     whole driver between the decision and the commits of the sinks in ``whole`` (the
     test runs the job again, with the same ``txnVersion``, in a new Spark application).
-    CI kills the whole driver at PostgreSQL's decision and Redis's commit alone (a
-    third application cost ~30 s); make soak kills the driver at both."""
+    CI kills the whole driver after PostgreSQL's decision and, after Redis's, only the
+    commit's process (a third application cost ~30 s); make soak kills the whole driver
+    after both."""
     source, out = f"bjob-in-{unique}", f"bjob-out-{unique}"
     _produce_input(endpoints.kafka_bootstrap, source)
     create_topic(endpoints.kafka, out, partitions=2)
