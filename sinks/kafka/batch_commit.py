@@ -51,7 +51,9 @@ is refused the same way, before its decision (:mod:`.task_keys`).
 
 A batch write (``df.write`` with ``sinkId``/``txnVersion``) is batch ``txnVersion`` of the
 same protocol (:meth:`BatchCommitWriter.plan_job`): a rerun of a version in any shape
-writes each record once. What this mode does not do yet (docs/protocol.md lists it):
+writes each record once, and two runs of it at the same time write it once too (each
+claims the version and writes under ids of its own; only the newest claim decides:
+:mod:`.runs`). What this mode does not do yet (docs/protocol.md lists it):
 pooled producers.
 """
 
@@ -99,6 +101,7 @@ from eos_connectors.sinks.kafka.options import (
     transactional_id,
 )
 from eos_connectors.sinks.kafka.pool import MARKER_GROUPS
+from eos_connectors.sinks.kafka.runs import RunClaim, claim_run, decide
 from eos_connectors.sinks.kafka.txn_identity import Identity
 
 if TYPE_CHECKING:
@@ -151,6 +154,15 @@ class BatchCommitWriter(StreamArrowWriter):
         self.options = options
         #: The query's checkpointLocation option (driver: an abort no task reported to).
         self.checkpoint_location = checkpoint
+        #: A batch job's run: its claim of the version (:mod:`.runs`), made on the driver
+        #: by :meth:`plan_job` before Spark ships this writer to the run's tasks and its
+        #: commit; None for a stream.
+        self.run: RunClaim | None = None
+
+    @property
+    def _slot(self) -> int | None:
+        """The run's own set of transactional ids (a batch job's), None for a stream's."""
+        return self.run.slot if self.run is not None else None
 
     # -- task ----------------------------------------------------------------------------
 
@@ -164,7 +176,7 @@ class BatchCommitWriter(StreamArrowWriter):
         new producer and its fencing overlap with Spark computing them."""
         steps = timing.TaskSteps("sink prepare", task.batch_id, rest="produce")
         sid = self.options.sink_id_for(task.query_id)
-        name = transactional_id(self.options, sid, task.partition)
+        name = transactional_id(self.options, sid, task.partition, self._slot)
         pointer_group = decision_group(self.options, sid)
         with (
             RowsAhead(iterator) as ahead,
@@ -287,24 +299,39 @@ class BatchCommitWriter(StreamArrowWriter):
 
     def plan_job(self, job: BatchJob) -> JobPlan:
         """Driver, before any task of a batch job's run. A version below the last decided
-        one writes nothing; the last decided one runs (its tasks find it decided and write
-        nothing, in any shape, and its commit ends the decided transactions again); a
-        later one first ends the last decision's transactions, so that no task of the new
-        version fences (aborts) a decided transaction whose driver died before its
-        commits. Any split of the rows is fine: nothing of a version is visible before
-        its decision."""
+        one writes nothing; the others claim the version (:mod:`.runs`: the run's own
+        transactional ids, and only the newest claim decides). The last decided one runs
+        (its tasks find it decided and write nothing, in any shape, and its commit ends
+        the decided transactions again); a later one first ends the last decision's
+        transactions, so that no task of the new version fences (aborts) a decided
+        transaction whose driver died before its commits. Any split of the rows is fine:
+        nothing of a version is visible before its decision."""
         sid = self.options.sink_id_for(job.query_id)
-        pointer = read_pointer(self.options, sid)
+        skip = self._skip(job, read_pointer(self.options, sid), sid)
+        if skip is not None:
+            return JobPlan(skip=skip)
+        self.run = claim_run(self.options, sid)
+        # Read again under the claim: a decision committed before it is seen now.
+        pointer = read_pointer(self.options, sid, stable=True)
+        skip = self._skip(job, pointer, sid)
+        if skip is not None:
+            return JobPlan(skip=skip)
         if pointer is None:
             return JobPlan()
-        if pointer[1] != job.query_id:
-            raise SinkClaimedError(sid, Lineage(pointer[1]), job.query_id)
         last = pointer[0] - 1
-        if job.version < last:
-            return JobPlan(skip=f"{TXN_VERSION} {last} was committed before")
         if job.version > last:
             self._finish_before(read_decision(self.options, sid, last), job, sid)
         return JobPlan()
+
+    def _skip(self, job: BatchJob, pointer: tuple[int, str] | None, sid: str) -> str | None:
+        """Driver: why a run of ``job`` writes nothing (a later version was decided), else
+        None; another owner of the sink id refused."""
+        if pointer is None:
+            return None
+        if pointer[1] != job.query_id:
+            raise SinkClaimedError(sid, Lineage(pointer[1]), job.query_id)
+        last = pointer[0] - 1
+        return f"{TXN_VERSION} {last} was committed before" if job.version < last else None
 
     def _finish_before(self, decision: Decision, job: BatchJob, sid: str) -> None:
         """Driver: the last decided version's transactions committed (a repeat is
@@ -342,7 +369,10 @@ class BatchCommitWriter(StreamArrowWriter):
             self._refuse_keys_across_tasks(reports, batchId, sid)
             txns = {r.partition: r.txn for r in reports if r.txn is not None}
             decision = Decision(batchId, query, txns, sum(r.records for r in reports))
-            write_decision(self.options, sid, decision)
+            if self.run is None:
+                write_decision(self.options, sid, decision)
+            else:  # a batch job's run: only the newest claim of the version decides
+                decision = decide(self.options, sid, self.run, decision)
         faults.point("after-decision", batchId, role="driver", query=name)
         began = time.perf_counter()
         with kept_client(self.options.kafka) as client:
@@ -448,9 +478,10 @@ class BatchCommitWriter(StreamArrowWriter):
         self._abort_open(sid)
 
     def _abort_open(self, sid: str) -> None:
-        """Driver, for an undecided batch: every open transaction of the sink's ids ends."""
+        """Driver, for an undecided batch: every open transaction of the sink's ids ends
+        (a batch job run's own only: another run of its version may be going)."""
         with kept_client(self.options.kafka) as client:
-            client.sweep(ids_prefix(self.options, sid), [])
+            client.sweep(ids_prefix(self.options, sid), [], slot=self._slot)
 
 
 def decision_margin(limit_s: float) -> float:

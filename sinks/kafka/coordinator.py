@@ -173,13 +173,14 @@ class TransactionClient:
         listed = self.admin.list_transactions(state_filters=list(states))
         return sorted({t.transactional_id for found in listed.values() for t in found})
 
-    def open_transactions(self, prefix: str) -> list[OpenTransaction]:
-        """Every ongoing transaction whose id is ``prefix`` and a number (a sink's task
-        partitions: ``eos-a-`` never matches sink ``a-b``'s ``eos-a-b-0``), with the
-        producer id and epoch its coordinator holds now (ListTransactions on every
-        broker, then DescribeTransactions)."""
+    def open_transactions(self, prefix: str, slot: int | None = None) -> list[OpenTransaction]:
+        """Every ongoing transaction whose id is ``prefix`` and a task partition's number,
+        alone or with a batch job run's slot (``3``, ``3r5``: ``eos-a-`` never matches sink
+        ``a-b``'s ``eos-a-b-0``); only ``slot``'s when given. Each with the producer id
+        and epoch its coordinator holds now (ListTransactions on every broker, then
+        DescribeTransactions)."""
         ongoing = self.listed(["Ongoing"])
-        mine = [i for i in ongoing if i.startswith(prefix) and _number(i[len(prefix) :])]
+        mine = [i for i in ongoing if i.startswith(prefix) and _task(i[len(prefix) :], slot)]
         described = self.describe(mine) if mine else {}
         return [
             OpenTransaction(i, d.producer_id, d.producer_epoch)
@@ -187,14 +188,18 @@ class TransactionClient:
             if str(getattr(d.state, "value", d.state)) == "Ongoing"
         ]
 
-    def sweep(self, prefix: str, keep: Sequence[OpenTransaction]) -> list[OpenTransaction]:
-        """Abort every ongoing transaction of ids starting with ``prefix`` that ``keep``
-        does not name (by id and epoch): a task attempt that died after it wrote, a
-        zombie. Returns what it aborted; one that ended meanwhile is fine."""
+    def sweep(
+        self, prefix: str, keep: Sequence[OpenTransaction], slot: int | None = None
+    ) -> list[OpenTransaction]:
+        """Abort every ongoing transaction of the task partitions' ids under ``prefix``
+        (only ``slot``'s when given: :meth:`open_transactions`) that ``keep`` does not
+        name (by id and epoch): a task attempt that died after it wrote, a zombie, a run
+        that lost its version to another. Returns what it aborted; one that ended
+        meanwhile is fine."""
         named = {(t.transactional_id, t.producer_id, t.epoch) for t in keep}
         stray = [
             t
-            for t in self.open_transactions(prefix)
+            for t in self.open_transactions(prefix, slot)
             if (t.transactional_id, t.producer_id, t.epoch) not in named
         ]
         for txn in stray:
@@ -373,6 +378,17 @@ def describe_when_ready(client: TransactionClient, transactional_id: str, deadli
             log.info("transaction coordinator not ready (%s); asking again", type(exc).__name__)
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
+
+
+def _task(rest: str, slot: int | None) -> bool:
+    """Whether an id's tail after a sink's prefix names a task partition: a number, or a
+    number, ``r`` and a run's slot (only ``slot``'s when given)."""
+    partition, mark, run = rest.partition("r")
+    if not _number(partition):
+        return False
+    if slot is not None:
+        return bool(mark) and run == str(slot)
+    return not mark or _number(run)
 
 
 def _number(text: str) -> bool:

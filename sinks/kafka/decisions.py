@@ -10,6 +10,10 @@ transactions are kept, since Kafka has no table.
   written plainly (acks from every in-sync replica) before the pointer moves, so no
   reader of the log waits on it.
 
+A batch job's run writes both in one transaction of the decider instead (:mod:`.runs`:
+only the newest claim of a version decides), and readers skip such a record until it
+reads committed.
+
 Moving the pointer is the decision. When the group holds no offset (a new sink, or its
 offsets expired), the log's last record stands for the pointer: tasks and driver judge
 by the same rule. ``eos sinks reset`` clears both (:mod:`.admin`).
@@ -48,12 +52,16 @@ class Decision:
     #: driver committed it: the replay writes them again, and its commit names the new
     #: transactions (an amended decision of the same batch).
     rewrite: tuple[int, ...] = ()
+    #: A batch job run's claim (the decider's producer id and epoch) when the decision
+    #: was written in the decider's transaction (:mod:`.runs`); None when written plainly.
+    claim: tuple[int, int] | None = None
 
     def encode(self) -> bytes:
         named = {p: [t.transactional_id, t.producer_id, t.epoch] for p, t in self.txns.items()}
         body = {"eos": "decision", "batch": self.batch, "query": self.query, "txns": named}
         extra = {"records": self.records, "rewrite": list(self.rewrite)}
-        return json.dumps({**body, **extra}, sort_keys=True).encode()
+        claimed = {"claim": list(self.claim)} if self.claim is not None else {}
+        return json.dumps({**body, **extra, **claimed}, sort_keys=True).encode()
 
     @classmethod
     def decode(cls, value: bytes) -> Decision | None:
@@ -67,7 +75,9 @@ class Decision:
             }
             rewrite = tuple(int(p) for p in body.get("rewrite", ()))
             records = int(body.get("records", 0))
-            return cls(int(body["batch"]), str(body["query"]), txns, records, rewrite)
+            claim = body.get("claim")
+            claimed = (int(claim[0]), int(claim[1])) if claim is not None else None
+            return cls(int(body["batch"]), str(body["query"]), txns, records, rewrite, claimed)
         except (ValueError, KeyError, TypeError, IndexError):
             return None
 
@@ -78,15 +88,20 @@ def decision_group(options: KafkaSinkOptions, sink_id: str) -> str:
 
 
 def read_pointer(
-    options: KafkaSinkOptions, sid: str, reader: MarkerGroup | None = None
+    options: KafkaSinkOptions, sid: str, reader: MarkerGroup | None = None, stable: bool = False
 ) -> tuple[int, str] | None:
     """The decision pointer: (last decided batch + 1, query id), None before any. When
     the group holds no offset (a new sink, or its offsets expired), the marker log's last
     decision record stands for it, read without waiting for anybody's transaction (the
     driver writes decisions plainly): tasks and driver judge by the same rule. ``reader``:
-    the decision group's kept marker group (a task's), else a consumer made for the read."""
+    the decision group's kept marker group (a task's), else a consumer made for the read;
+    ``stable``: waiting for a pointer a batch job's decision moved in a transaction that
+    committed but is not applied yet (:mod:`.runs`)."""
     group = decision_group(options, sid)
-    pointed = reader.read_quick() if reader is not None else read_marker(options, group)
+    if reader is not None:
+        pointed = reader.read_quick()
+    else:
+        pointed = read_marker(options, group, "read_committed" if stable else "read_uncommitted")
     if pointed is not None:
         return pointed
     decisions = _decisions(options, sid)
@@ -96,23 +111,38 @@ def read_pointer(
 def _decisions(options: KafkaSinkOptions, sid: str) -> list[Decision]:
     """The sink's decision records in the marker log, oldest first, none before its last
     tombstone (``eos sinks reset``); read_uncommitted: they are written plainly, and other
-    sinks' transactional records have other keys."""
+    sinks' transactional records have other keys. A batch job's run decides in the
+    decider's transaction (:mod:`.runs`): such a record counts only once committed (read
+    again read_committed, to the last stable offset, only when the log holds one), so a
+    run fenced mid-decision by a later run never passes for the decision."""
     key = decision_group(options, sid).encode()
     records = read_to_end(options.client_config(), options.marker_log, "read_uncommitted")
-    found: list[Decision] = []
+    found: list[tuple[int, Decision]] = []
     for record in (r for r in records if r.key == key):
         if not record.value:
             found = []
             continue
         decision = Decision.decode(record.value)
         if decision is not None:
-            found.append(decision)
-    return found
+            found.append((record.offset, decision))
+    if any(d.claim is not None for _, d in found):
+        kept = read_to_end(options.client_config(), options.marker_log, "read_committed")
+        committed = {r.offset for r in kept if r.key == key}
+        found = [(o, d) for o, d in found if d.claim is None or o in committed]
+    return [d for _, d in found]
 
 
-def read_marker(options: KafkaSinkOptions, group: str) -> tuple[int, str] | None:
-    """A group's committed offset on the marker topic, as the group applied it."""
-    consumer = marker_consumer(options, group, "read_uncommitted")
+def decision_record(options: KafkaSinkOptions, sid: str, decision: Decision) -> tuple[str, bytes]:
+    """(key, value) of ``decision``'s record in the marker log (partition 0)."""
+    return decision_group(options, sid), decision.encode()
+
+
+def read_marker(
+    options: KafkaSinkOptions, group: str, isolation: str = "read_uncommitted"
+) -> tuple[int, str] | None:
+    """A group's committed offset on the marker topic, as the group applied it (under
+    read_committed: once no transaction's offsets for it are pending)."""
+    consumer = marker_consumer(options, group, isolation)
     try:
         position = TopicPartition(options.marker_topic, 0)
         found = call(

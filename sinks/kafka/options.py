@@ -263,9 +263,14 @@ def _partitioner(java_class: str) -> str:
     return mapped
 
 
-def transactional_id(options: KafkaSinkOptions, sink_id: str, partition: int) -> str:
-    """``<prefix>-<sink id>-<task partition>``: stable, so a retry fences its predecessors."""
-    name = f"{options.transactional_id_prefix}-{sink_id}-{partition}"
+def transactional_id(
+    options: KafkaSinkOptions, sink_id: str, partition: int, slot: int | None = None
+) -> str:
+    """``<prefix>-<sink id>-<task partition>``: stable, so a retry fences its predecessors.
+    A batch job's run in the batch commit names its own (``...-<task partition>r<slot>``,
+    :mod:`.runs`), so that two runs of one version never fence each other."""
+    tail = f"{partition}" if slot is None else f"{partition}r{slot}"
+    name = f"{options.transactional_id_prefix}-{sink_id}-{tail}"
     if len(name) > MAX_TRANSACTIONAL_ID:
         raise ConfigError(
             f"transactional.id {name[:40]}... is {len(name)} characters; keep "

@@ -49,17 +49,28 @@ class Identity:
     def wait(self, producer: Any, transactional_id: str, timeout_s: float) -> OpenTransaction:
         """The open transaction of ``producer`` (after its records were flushed), once
         its statistics show it."""
+        return self._showing(producer, transactional_id, OPEN_STATES, timeout_s)
+
+    def ready(self, producer: Any, transactional_id: str, timeout_s: float) -> OpenTransaction:
+        """The producer id and epoch ``producer``'s ``init_transactions()`` was given (no
+        transaction open yet), once its statistics show them."""
+        return self._showing(producer, transactional_id, frozenset({"Ready"}), timeout_s)
+
+    def _showing(
+        self, producer: Any, transactional_id: str, states: frozenset[str], timeout_s: float
+    ) -> OpenTransaction:
         deadline = time.monotonic() + timeout_s
         while True:  # statistics the flush delivered count: no poll before the first look
             with self._lock:
                 eos = dict(self._eos)
-            if eos.get("txn_state") in OPEN_STATES and int(eos.get("producer_id", -1)) >= 0:
+            if eos.get("txn_state") in states and int(eos.get("producer_id", -1)) >= 0:
                 return OpenTransaction(
                     transactional_id, int(eos["producer_id"]), int(eos["producer_epoch"])
                 )
             if time.monotonic() > deadline:
                 raise IdentityError(
                     f"Transactional id {transactional_id!r}: the producer's statistics showed "
-                    f"no open transaction within {timeout_s:.0f} s (last: {eos or 'none'})."
+                    f"no {'/'.join(sorted(states))} transaction state with its id within "
+                    f"{timeout_s:.0f} s (last: {eos or 'none'})."
                 )
             producer.poll(INTERVAL_MS / 1000)

@@ -262,3 +262,96 @@ def test_a_batch_commit_version_is_rerun_in_any_shape(
     _save(df.repartition(4), "eos_kafka", txnVersion="7", **job)
     _save(df, "eos_kafka", txnVersion="5", **job)
     assert written() == once
+
+
+def _slowly(value: str) -> str:
+    """A UDF that takes ~15 ms a row: 400 rows keep a task busy for ~6 s."""
+    import time
+
+    time.sleep(0.015)
+    return value
+
+
+def _claimed(endpoints: Endpoints, job: dict[str, str]) -> None:
+    """Once a run of ``job`` claimed its version: the decider has a producer id."""
+    from kafka.errors import TransactionalIdNotFoundError
+
+    from eos_connectors.sinks.kafka.coordinator import TransactionClient
+    from eos_connectors.sinks.kafka.decisions import decision_group
+    from eos_connectors.sinks.kafka.options import parse_options
+    from tests.source_util import wait_for
+
+    options = parse_options({k: v for k, v in job.items() if k != "txnVersion"})
+    name = decision_group(options, job["sinkId"])
+    client = TransactionClient(endpoints.kafka)
+
+    def epoch() -> int:
+        try:
+            return int(getattr(client.describe([name]).get(name), "producer_epoch", -1))
+        except TransactionalIdNotFoundError:
+            return -1
+
+    try:
+        wait_for(lambda: epoch() >= 0, "run A's claim", epoch, 60)
+    finally:
+        client.close()
+
+
+@pytest.mark.cost(14)
+def test_two_runs_of_a_batch_commit_version_at_once_write_it_once(
+    spark: SparkSession, endpoints: Endpoints, unique: str
+) -> None:
+    """A scheduler's retry while the first attempt still runs: run A of version 9 (one
+    task, ~6 s) and, once A's driver claimed the version, run B (three tasks, another
+    split, other ``rand()`` values; ~2 s each, on the one free core until A's ends) in the
+    same application. A comes to decide first, after B claimed the version
+    (sinks/kafka/runs.py): A fails
+    saying another run started after it, with nothing of it visible, and B writes every
+    record once. (Had B decided first, A's commit would find the version decided and end
+    B's transactions again, as any rerun does.)"""
+    import threading
+
+    from pyspark.sql import functions as F
+
+    rows = 400
+    df = spark.createDataFrame(
+        [(f"k{i}", f"v{i}") for i in range(rows)], "key string, value string"
+    )
+    out = f"bruns-{unique}"
+    create_topic(endpoints.kafka, out, partitions=2)
+    job = {
+        "kafka.bootstrap.servers": endpoints.kafka_bootstrap,
+        "topic": out,
+        "sinkId": unique,
+        "commitMode": "batch",
+        "txnVersion": "9",
+    }
+    noisy = F.concat(F.col("value"), F.lit("|"), F.rand().cast("string"))
+    slow = F.udf(_slowly, "string")
+    runs = {
+        "a": df.repartition(1).select("key", slow(noisy).alias("value")),
+        "b": df.repartition(3).select("key", slow(noisy).alias("value")),
+    }
+    failed: dict[str, str] = {}
+
+    def run(name: str) -> None:
+        # Spark looks a Python data source up in the JVM thread's active session, which a
+        # new Python thread does not have (docs/batch-writes.md)
+        jvm = spark.sparkContext._jvm
+        assert jvm is not None
+        jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
+        try:
+            _save(runs[name], "eos_kafka", **job)
+        except Exception as exc:  # the losing run's error, kept for the assertions
+            failed[name] = str(exc)
+
+    first = threading.Thread(target=run, args=("a",))
+    first.start()
+    _claimed(endpoints, job)  # A's driver claimed the version: B starts after it
+    run("b")
+    first.join(120)
+    assert list(failed) == ["a"], f"run A must lose the version to B: {failed}"
+    assert "started after this one" in failed["a"]
+    values = _kafka_values(endpoints.kafka_bootstrap, out)
+    written = Counter(v.split(b"|")[0] for v in values.elements())
+    assert written == Counter({f"v{i}".encode(): 1 for i in range(rows)})
