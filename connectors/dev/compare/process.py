@@ -22,19 +22,30 @@ SAMPLE_SECONDS = 0.25
 PSS_EVERY = 4  # one PSS reading a second
 
 
-PARTS = ("jvm", "driver", "workers")
+#: Each process of a pipeline's tree is in exactly one part (:func:`part_of`).
+PARTS = ("jvm", "driver", "tasks", "planners")
+#: The report's "Python workers": every Python process but the driver (older reports
+#: kept them as one part, ``workers``).
+WORKERS = ("tasks", "planners")
+#: What Spark's driver-side Python processes run, as their command line names it (a
+#: worker forked from a daemon keeps the daemon's): a data source's look-up, creation
+#: and read and write planning, the streaming source and sink runners, a stateful
+#: stage's driver side.
+PLANNER_MODULES = ("pyspark.sql.worker.", "pyspark.sql.streaming.")
 
 
 @dataclass
 class Memory:
     """Peak memory (MB) of a pipeline's parts: ``jvm`` (Spark's JVM), ``driver`` (the
-    launched Python process) and ``workers`` (every other process: Spark's Python
-    workers and their daemon), each as resident set (RSS) and as proportional set
-    (PSS: a page that n processes share counts 1/n in each). Spark forks its Python
-    workers from one daemon, so they share much of their memory: their RSS adds the
-    shared pages once per worker, their PSS once in all. PSS is read from
+    launched Python process), ``tasks`` (the Python workers that run tasks, and their
+    daemon) and ``planners`` (Spark's driver-side Python processes:
+    :data:`PLANNER_MODULES`), each as resident set (RSS) and as proportional set (PSS:
+    a page that n processes share counts 1/n in each). Spark forks its Python workers
+    from a daemon, so they share much of their memory: their RSS adds the shared pages
+    once per worker, their PSS once in all. PSS is read from
     ``/proc/PID/smaps_rollup``, every :data:`PSS_EVERY` th sample (it walks the page
-    tables: cheap, not free)."""
+    tables: cheap, not free). Each part's peak is its own: the whole pipeline's figure
+    is the sum of the parts' peaks, an upper bound of its peak."""
 
     rss_mb: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PARTS, 0.0))
     pss_mb: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PARTS, 0.0))
@@ -47,7 +58,7 @@ class Memory:
         pss = dict.fromkeys(PARTS, 0)
         for proc in tree:
             try:
-                part = _part(root, proc)
+                part = part_of(root, proc)
                 rss[part] += proc.memory_info().rss
                 if with_pss:
                     pss[part] += proc.memory_full_info().pss
@@ -58,10 +69,26 @@ class Memory:
             self.pss_mb[part] = max(self.pss_mb[part], pss[part] / 2**20)
 
 
-def _part(root: psutil.Process, proc: psutil.Process) -> str:
+def part_of(root: psutil.Process, proc: psutil.Process) -> str:
+    """The part of the pipeline ``proc`` belongs to (:data:`PARTS`); ``root`` is the
+    launched driver process."""
     if proc.pid == root.pid:
         return "driver"
-    return "jvm" if proc.name() == "java" else "workers"
+    if proc.name() == "java":
+        return "jvm"
+    command = " ".join(proc.cmdline())
+    return "planners" if any(m in command for m in PLANNER_MODULES) else "tasks"
+
+
+def total(parts: dict[str, float]) -> float:
+    """A pipeline's whole memory from its parts' figures, each process once (an older
+    report's ``workers`` is the sum of ``tasks`` and ``planners``)."""
+    return sum(parts.get(p, 0.0) for p in (*PARTS, "workers"))
+
+
+def workers(parts: dict[str, float]) -> float:
+    """The Python workers' figure (every Python process but the driver)."""
+    return parts.get("workers", 0.0) + sum(parts.get(p, 0.0) for p in WORKERS)
 
 
 @dataclass

@@ -39,7 +39,7 @@ from confluent_kafka import Producer
 
 from eos_connectors.core.topics import create_topic
 from eos_connectors.dev.compare import pipelines as pl
-from eos_connectors.dev.compare import stats
+from eos_connectors.dev.compare import process, stats
 from eos_connectors.dev.compare.process import CpuClock, PipelineProcess, local_broker
 from eos_connectors.dev.endpoints import Endpoints
 
@@ -75,7 +75,7 @@ class Round:
     stages_ms: dict[str, float] = field(default_factory=dict)  # Spark's per-batch split
     #: CPU seconds of the steady interval: "pipeline", "broker"
     cpu_s: dict[str, float] = field(default_factory=dict)
-    rss_mb: dict[str, float] = field(default_factory=dict)  # peak: jvm, driver, workers
+    rss_mb: dict[str, float] = field(default_factory=dict)  # peak per process.PARTS
     pss_mb: dict[str, float] = field(default_factory=dict)
     latency_p50_ms: float | None = None
     latency_p99_ms: float | None = None
@@ -101,6 +101,12 @@ class Round:
         return self.cpu_s[who] * 1e6 / self.records
 
     def pss(self, part: str) -> float | None:
+        """A part's PSS (:data:`~.process.PARTS`; ``workers``: every Python process but
+        the driver; ``pipeline``: every process), None when not measured."""
+        if part == "pipeline":
+            return process.total(self.pss_mb) or None
+        if part == "workers":
+            return process.workers(self.pss_mb) or None
         return self.pss_mb.get(part) or None
 
 
