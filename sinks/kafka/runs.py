@@ -27,6 +27,11 @@ things:
   version is the later run's to decide. So the last run to start decides; an earlier one
   still running fails, and a later one that finds the version decided writes nothing.
 
+Each run takes two epochs (its claim, its commit's). When the decider's epoch reaches
+the protocol's maximum (after ~16,000 runs of the job), the coordinator gives it a new
+producer id, and the one run that straddles the change fails as if superseded: its
+rerun writes the version.
+
 Streams never claim: a query's checkpoint already admits one run at a time
 (:mod:`.claim`), so their decisions stay plain writes.
 """
