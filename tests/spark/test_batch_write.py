@@ -5,6 +5,7 @@ any point of it and run again writes each record once."""
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -297,19 +298,44 @@ def _claimed(endpoints: Endpoints, job: dict[str, str]) -> None:
         client.close()
 
 
-@pytest.mark.cost(14)
+#: Run A of the two-runs test: its own Spark application (a scheduler's first attempt),
+#: one task of ~6 s (400 rows at ~15 ms each); argv: the job's options as JSON.
+_RUN_A = """
+import json, sys, time
+from pyspark.sql import functions as F
+from eos_connectors.ops.session import local_session
+
+def slowly(value):
+    time.sleep(0.015)
+    return value
+
+spark = local_session("eos-run-a", cores=1)
+df = spark.createDataFrame([(f"k{i}", f"v{i}") for i in range(400)], "key string, value string")
+noisy = F.concat(F.col("value"), F.lit("|"), F.rand().cast("string"))
+out = df.repartition(1).select("key", F.udf(slowly, "string")(noisy).alias("value"))
+try:
+    out.write.format("eos_kafka").options(**json.loads(sys.argv[1])).mode("append").save()
+except Exception as exc:
+    print("RUN-A-FAILED", exc)
+    sys.exit(3)
+"""
+
+
+@pytest.mark.cost(25)
 def test_two_runs_of_a_batch_commit_version_at_once_write_it_once(
-    spark: SparkSession, endpoints: Endpoints, unique: str
+    spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path
 ) -> None:
-    """A scheduler's retry while the first attempt still runs: run A of version 9 (one
-    task, ~6 s) and, once A's driver claimed the version, run B (three tasks, another
-    split, other ``rand()`` values; ~2 s each, on the one free core until A's ends) in the
-    same application. A comes to decide first, after B claimed the version
-    (sinks/kafka/runs.py): A fails
-    saying another run started after it, with nothing of it visible, and B writes every
-    record once. (Had B decided first, A's commit would find the version decided and end
-    B's transactions again, as any rerun does.)"""
-    import threading
+    """A scheduler's retry while the first attempt still runs: run A of version 9 (its own
+    Spark application, one task of ~6 s) and, once A's driver claimed the version, run B
+    in this one (three tasks, another split, other ``rand()`` values, ~2 s each). A comes
+    to decide after B claimed the version (sinks/kafka/runs.py): A fails saying another
+    run started after it, with nothing of it visible, and B writes every record once.
+    (Had B decided first, A's commit would find the version decided and end B's
+    transactions again, as any rerun does.)"""
+    import json
+    import os
+    import subprocess
+    import sys
 
     from pyspark.sql import functions as F
 
@@ -326,32 +352,24 @@ def test_two_runs_of_a_batch_commit_version_at_once_write_it_once(
         "commitMode": "batch",
         "txnVersion": "9",
     }
-    noisy = F.concat(F.col("value"), F.lit("|"), F.rand().cast("string"))
-    slow = F.udf(_slowly, "string")
-    runs = {
-        "a": df.repartition(1).select("key", slow(noisy).alias("value")),
-        "b": df.repartition(3).select("key", slow(noisy).alias("value")),
-    }
-    failed: dict[str, str] = {}
-
-    def run(name: str) -> None:
-        # Spark looks a Python data source up in the JVM thread's active session, which a
-        # new Python thread does not have (docs/batch-writes.md)
-        jvm = spark.sparkContext._jvm
-        assert jvm is not None
-        jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
-        try:
-            _save(runs[name], "eos_kafka", **job)
-        except Exception as exc:  # the losing run's error, kept for the assertions
-            failed[name] = str(exc)
-
-    first = threading.Thread(target=run, args=("a",))
-    first.start()
-    _claimed(endpoints, job)  # A's driver claimed the version: B starts after it
-    run("b")
-    first.join(120)
-    assert list(failed) == ["a"], f"run A must lose the version to B: {failed}"
-    assert "started after this one" in failed["a"]
+    run_a = subprocess.Popen(
+        [sys.executable, "-c", _RUN_A, json.dumps(job)],
+        cwd=tmp_path,
+        env={**os.environ, "SPARK_LOCAL_DIRS": str(tmp_path)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _claimed(endpoints, job)  # A's driver claimed the version: B starts after it
+        noisy = F.concat(F.col("value"), F.lit("|"), F.rand().cast("string"))
+        slow = F.udf(_slowly, "string")
+        _save(df.repartition(3).select("key", slow(noisy).alias("value")), "eos_kafka", **job)
+        said, errors = run_a.communicate(timeout=180)
+    finally:
+        run_a.kill()
+    assert run_a.returncode == 3, f"run A did not fail: {said[-2000:]} {errors[-2000:]}"
+    assert "started after this one" in said, said[-2000:]
     values = _kafka_values(endpoints.kafka_bootstrap, out)
     written = Counter(v.split(b"|")[0] for v in values.elements())
     assert written == Counter({f"v{i}".encode(): 1 for i in range(rows)})
