@@ -104,6 +104,19 @@ def _in_doubt(endpoints: Endpoints) -> set[str]:
     return {f"prepared transaction {g}" for (g,) in prepared} | {f"Redis {k}" for k in stages}
 
 
+@pytest.fixture(autouse=True, scope="module")
+def idle_clients_closed() -> Iterator[None]:
+    """The package's client pools are a Spark Python worker's, kept across its tasks; a
+    test process drives writers of many modules, and the idle clients of all of them
+    held past 1,100 file descriptors (a CI run hung: Py4J's callback server, started
+    late on a descriptor past 1,023, which ``select()`` cannot watch, never answered a
+    streaming listener). Each module's are closed when it ends."""
+    yield
+    from eos_connectors.core.kept import close_idle
+
+    close_idle()
+
+
 @pytest.fixture(autouse=True)
 def nothing_left_in_doubt(request: pytest.FixtureRequest) -> Iterator[None]:
     """A test that uses the services ends with nothing of its own left in doubt: a unit it

@@ -3,12 +3,16 @@ runs a query's commits in one worker it keeps), lent out one use at a time."""
 
 from __future__ import annotations
 
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
+
+#: Every pool of this process, for :func:`close_idle`.
+_POOLS: weakref.WeakSet[Kept[Any]] = weakref.WeakSet()
 
 
 class Kept(Generic[T]):
@@ -22,6 +26,7 @@ class Kept(Generic[T]):
         self.size = size
         self._idle: OrderedDict[str, T] = OrderedDict()
         self.created = 0  # for tests
+        _POOLS.add(self)
 
     @contextmanager
     def lent(self, key: str, make: Callable[[], T]) -> Iterator[T]:
@@ -38,3 +43,18 @@ class Kept(Generic[T]):
         while len(self._idle) > self.size:
             _, oldest = self._idle.popitem(last=False)
             self.close(oldest)
+
+    def clear(self) -> None:
+        """Close every idle client (one lent out is kept by its user)."""
+        while self._idle:
+            _, client = self._idle.popitem(last=False)
+            self.close(client)
+
+
+def close_idle() -> None:
+    """Close the idle clients of every pool of this process. A test process that drives
+    many writers keeps each pool's clients across its tests, and their sockets add up:
+    past 1,024 file descriptors a library that still uses ``select()`` fails (Py4J's
+    callback server, started late, never answered a streaming listener's first call)."""
+    for pool in list(_POOLS):
+        pool.clear()

@@ -265,11 +265,11 @@ def test_a_batch_commit_version_is_rerun_in_any_shape(
     assert written() == once
 
 
-def _slowly(value: str) -> str:
-    """A UDF that takes ~15 ms a row: 400 rows keep a task busy for ~6 s."""
+def _slower(value: str) -> str:
+    """A UDF that takes ~50 ms a row: 200 rows keep a task busy for ~10 s."""
     import time
 
-    time.sleep(0.015)
+    time.sleep(0.05)
     return value
 
 
@@ -327,7 +327,7 @@ def test_two_runs_of_a_batch_commit_version_at_once_write_it_once(
 ) -> None:
     """A scheduler's retry while the first attempt still runs: run A of version 9 (its own
     Spark application, one task of ~6 s) and, once A's driver claimed the version, run B
-    in this one (three tasks, another split, other ``rand()`` values, ~2 s each). A comes
+    in this one (two tasks, another split, other ``rand()`` values, ~10 s each). A comes
     to decide after B claimed the version (sinks/kafka/runs.py): A fails saying another
     run started after it, with nothing of it visible, and B writes every record once.
     (Had B decided first, A's commit would find the version decided and end B's
@@ -363,8 +363,8 @@ def test_two_runs_of_a_batch_commit_version_at_once_write_it_once(
     try:
         _claimed(endpoints, job)  # A's driver claimed the version: B starts after it
         noisy = F.concat(F.col("value"), F.lit("|"), F.rand().cast("string"))
-        slow = F.udf(_slowly, "string")
-        _save(df.repartition(3).select("key", slow(noisy).alias("value")), "eos_kafka", **job)
+        slower = F.udf(_slower, "string")
+        _save(df.repartition(2).select("key", slower(noisy).alias("value")), "eos_kafka", **job)
         said, errors = run_a.communicate(timeout=180)
     finally:
         run_a.kill()
