@@ -39,7 +39,7 @@ Streams never claim: a query's checkpoint already admits one run at a time
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NoReturn
 
 from confluent_kafka import Producer
@@ -90,10 +90,7 @@ def claim_run(options: KafkaSinkOptions, sid: str) -> RunClaim:
     """Driver, before any task of a batch job's run: the decider claimed for this run
     (every earlier claim fenced, an earlier run's decision transaction ended first)."""
     producer, identity = _decider(options, sid)
-    try:
-        ready = identity.ready(producer, decision_group(options, sid), IDENTITY_TIMEOUT)
-    finally:
-        producer.flush(0)
+    ready = identity.ready(producer, decision_group(options, sid), IDENTITY_TIMEOUT)
     claim = RunClaim(ready.producer_id, ready.epoch)
     log.info("sink %s: this run claimed its version (decider epoch %d)", sid, claim.epoch)
     return claim
@@ -111,14 +108,7 @@ def decide(options: KafkaSinkOptions, sid: str, claim: RunClaim, decision: Decis
     again = identity.ready(producer, name, IDENTITY_TIMEOUT)
     if (again.producer_id, again.epoch) != (claim.producer_id, claim.epoch + 1):
         _superseded(options, sid, claim, f"the decider moved to epoch {again.epoch}")
-    decided = Decision(
-        decision.batch,
-        decision.query,
-        decision.txns,
-        decision.records,
-        decision.rewrite,
-        (again.producer_id, again.epoch),
-    )
+    decided = replace(decision, claim=(again.producer_id, again.epoch))
     pointer = MarkerGroup(options, name)
     try:
         key, value = decision_record(options, sid, decided)

@@ -22,8 +22,7 @@ from eos_connectors.core.topics import create_topic, read_to_end
 from eos_connectors.dev.endpoints import Endpoints
 from eos_connectors.dev.harness.checks import MARKER
 from eos_connectors.sinks.kafka.batch_commit import BatchCommitWriter, PreparedTask
-from eos_connectors.sinks.kafka.checks import check_broker
-from eos_connectors.sinks.kafka.options import ids_prefix
+from eos_connectors.sinks.kafka.options import KafkaSinkOptions, ids_prefix
 from eos_connectors.sinks.kafka.options import parse_options as sink_options
 from tests.kafka_sink_util import a_task, wait_for_markers
 
@@ -33,19 +32,8 @@ TASKS = 2
 
 
 @pytest.fixture
-def writer(endpoints: Endpoints, unique: str) -> BatchCommitWriter:
-    topic = f"kb-{unique}"
-    create_topic(endpoints.kafka, topic, 2)
-    options = sink_options(
-        {
-            "kafka.bootstrap.servers": endpoints.kafka_bootstrap,
-            "topic": topic,
-            "sinkId": f"kb-{unique}",
-            "commitMode": "batch",
-        }
-    )
-    check_broker(options)
-    return BatchCommitWriter(options)
+def writer(batch_commit_options: KafkaSinkOptions) -> BatchCommitWriter:
+    return BatchCommitWriter(batch_commit_options)
 
 
 def _rows(batch: int, partition: int, tag: str = "") -> list[pa.RecordBatch]:

@@ -18,11 +18,9 @@ import pytest
 from confluent_kafka import Producer
 
 from eos_connectors.core.batch_job import BatchJob, JobPlan
-from eos_connectors.core.topics import create_topic, read_to_end
-from eos_connectors.dev.endpoints import Endpoints
+from eos_connectors.core.topics import read_to_end
 from eos_connectors.sinks.kafka import runs
 from eos_connectors.sinks.kafka.batch_commit import BatchCommitWriter, PreparedTask
-from eos_connectors.sinks.kafka.checks import check_broker
 from eos_connectors.sinks.kafka.coordinator import TransactionClient
 from eos_connectors.sinks.kafka.decisions import (
     Decision,
@@ -31,7 +29,6 @@ from eos_connectors.sinks.kafka.decisions import (
     read_pointer,
 )
 from eos_connectors.sinks.kafka.options import KafkaSinkOptions, ids_prefix
-from eos_connectors.sinks.kafka.options import parse_options as sink_options
 from tests.kafka_sink_util import a_task, wait_for_markers
 
 pytestmark = pytest.mark.services
@@ -41,19 +38,8 @@ VALUES = [f"v{i:03d}".encode() for i in range(60)]
 
 
 @pytest.fixture
-def options(endpoints: Endpoints, unique: str) -> KafkaSinkOptions:
-    topic = f"kj-{unique}"
-    create_topic(endpoints.kafka, topic, 2)
-    parsed = sink_options(
-        {
-            "kafka.bootstrap.servers": endpoints.kafka_bootstrap,
-            "topic": topic,
-            "sinkId": f"kj-{unique}",
-            "commitMode": "batch",
-        }
-    )
-    check_broker(parsed)
-    return parsed
+def options(batch_commit_options: KafkaSinkOptions) -> KafkaSinkOptions:
+    return batch_commit_options
 
 
 def _sid(options: KafkaSinkOptions) -> str:

@@ -64,6 +64,17 @@ def _save(df: DataFrame, fmt: str, mode: str = "append", **options: str) -> None
     df.write.format(fmt).options(**options).mode(mode).save()
 
 
+def _kafka_job(
+    spark: SparkSession, endpoints: Endpoints, out: str, unique: str, **options: str
+) -> tuple[DataFrame, dict[str, str]]:
+    """400 rows ``(k<i>, v<i>)`` and an ``eos_kafka`` job's options (sink ``unique``,
+    ``options`` besides) writing them to a new two-partition topic ``out``."""
+    df = spark.createDataFrame([(f"k{i}", f"v{i}") for i in range(400)], "key string, value string")
+    create_topic(endpoints.kafka, out, partitions=2)
+    job = {"kafka.bootstrap.servers": endpoints.kafka_bootstrap, "topic": out, "sinkId": unique}
+    return df, {**job, **options}
+
+
 @pytest.mark.cost(4)
 def test_a_job_without_its_identity_or_in_overwrite_mode_is_refused_and_at_least_once_is_not(
     spark: SparkSession, endpoints: Endpoints, unique: str
@@ -188,13 +199,8 @@ def test_a_partly_written_kafka_version_is_rerun_only_in_its_first_shape(
     from pyspark.sql.functions import udf
 
     rows = 400
-    df = spark.createDataFrame(
-        [(f"k{i}", f"v{i}") for i in range(rows)], "key string, value string"
-    )
     out = f"bpart-{unique}"
-    create_topic(endpoints.kafka, out, partitions=2)
-    job = {"kafka.bootstrap.servers": endpoints.kafka_bootstrap, "topic": out, "sinkId": unique}
-    job["commitMode"] = "task"
+    df, job = _kafka_job(spark, endpoints, out, unique, commitMode="task")
     failing = udf(_fails_in_task_partition_1, "string")
     with pytest.raises(Exception, match="always fails"):
         _save(
@@ -231,17 +237,8 @@ def test_a_batch_commit_version_is_rerun_in_any_shape(
     from pyspark.sql import functions as F
 
     rows = 400
-    df = spark.createDataFrame(
-        [(f"k{i}", f"v{i}") for i in range(rows)], "key string, value string"
-    )
     out = f"bbc-{unique}"
-    create_topic(endpoints.kafka, out, partitions=2)
-    job = {
-        "kafka.bootstrap.servers": endpoints.kafka_bootstrap,
-        "topic": out,
-        "sinkId": unique,
-        "commitMode": "batch",
-    }
+    df, job = _kafka_job(spark, endpoints, out, unique, commitMode="batch")
     failing = F.udf(_fails_in_task_partition_1, "string")
     with pytest.raises(Exception, match="always fails"):
         _save(
@@ -340,18 +337,8 @@ def test_two_runs_of_a_batch_commit_version_at_once_write_it_once(
     from pyspark.sql import functions as F
 
     rows = 400
-    df = spark.createDataFrame(
-        [(f"k{i}", f"v{i}") for i in range(rows)], "key string, value string"
-    )
     out = f"bruns-{unique}"
-    create_topic(endpoints.kafka, out, partitions=2)
-    job = {
-        "kafka.bootstrap.servers": endpoints.kafka_bootstrap,
-        "topic": out,
-        "sinkId": unique,
-        "commitMode": "batch",
-        "txnVersion": "9",
-    }
+    df, job = _kafka_job(spark, endpoints, out, unique, commitMode="batch", txnVersion="9")
     run_a = subprocess.Popen(
         [sys.executable, "-c", _RUN_A, json.dumps(job)],
         cwd=tmp_path,
