@@ -78,4 +78,4 @@ if __name__ == "__main__":
     freeze()
     from pyspark.daemon import manager
 
-    manager()
+    manager()  # type: ignore[no-untyped-call]  # untyped in PySpark 4.0

@@ -24,10 +24,19 @@ from typing import TYPE_CHECKING
 import pyspark
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamWriter
 
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from pyarrow import RecordBatch
+    from pyspark.sql.datasource import WriterCommitMessage
+
 #: ``major.minor`` of the PySpark this process runs, e.g. ``(4, 1)``.
 SPARK_MINOR: tuple[int, int] = tuple(int(p) for p in pyspark.__version__.split(".")[:2])  # type: ignore[assignment]
 
-if TYPE_CHECKING or SPARK_MINOR >= (4, 2):
+# Type checking sees the stand-ins on every release, so that mypy passes against the
+# lowest release (CI's) and the highest alike; they have what the package uses of
+# PySpark's classes.
+if not TYPE_CHECKING and SPARK_MINOR >= (4, 2):
     from pyspark.sql.streaming.datasource import (
         ReadAllAvailable,
         ReadLimit,
@@ -35,7 +44,7 @@ if TYPE_CHECKING or SPARK_MINOR >= (4, 2):
         SupportsTriggerAvailableNow,
     )
 
-    HAS_READ_LIMITS = SPARK_MINOR >= (4, 2)
+    HAS_READ_LIMITS = True
 else:  # PySpark 4.0-4.1: the names the reader uses; Spark never hands it a limit
 
     class ReadLimit:
@@ -53,9 +62,17 @@ else:  # PySpark 4.0-4.1: the names the reader uses; Spark never hands it a limi
     class SupportsTriggerAvailableNow:
         """Stand-in for PySpark 4.2's mixin (4.0-4.1 never call its hook)."""
 
-    HAS_READ_LIMITS = False
+    HAS_READ_LIMITS = SPARK_MINOR >= (4, 2)  # False at run time; unknown to mypy
 
-if TYPE_CHECKING or SPARK_MINOR >= (4, 1):
+if TYPE_CHECKING:  # what mypy sees on every release: PySpark 4.1+'s class
+
+    class StreamArrowWriter(DataSourceStreamWriter):
+        """A stream writer that Spark hands Arrow record batches."""
+
+        def write(self, iterator: Iterator[RecordBatch]) -> WriterCommitMessage:  # type: ignore[override]
+            ...
+
+elif SPARK_MINOR >= (4, 1):
     from pyspark.sql.datasource import DataSourceStreamArrowWriter as StreamArrowWriter
 else:  # PySpark 4.0
 

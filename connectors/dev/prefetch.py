@@ -14,16 +14,18 @@ Three parts, because the first tests wait for the first: *early* is what every t
 of the services and Spark tiers needs (Kafka's jars and tools, Spark's class archive);
 *proxy* (Toxiproxy, built with Go) is what a few of them need, built beside the early
 part and waited for by those tests only (they take its build lock); *late* is what only
-the system tier needs (Hadoop's jars for HDFS), at the lowest CPU priority. On a fresh
-2-core machine the class archive, built beside mypy, Maven and Toxiproxy's Go build,
-came last, 216 s in, and held the first tests until then; Toxiproxy built at the
-lowest priority instead was not ready when a services test needed it (it waited 75 s).
+the system tier needs (Hadoop's jars for HDFS, the other PySpark release's virtualenv),
+at the lowest CPU priority. On a fresh 2-core machine the class archive, built beside
+mypy, Maven and Toxiproxy's Go build, came last, 216 s in, and held the first tests until
+then; Toxiproxy built at the lowest priority instead was not ready when a services test
+needed it (it waited 75 s). Each step prints when it was ready.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -40,7 +42,19 @@ def _steps(part: str) -> dict[str, Callable[[], Path | None]]:
         }
     if part == "proxy":
         return {"Toxiproxy": toxiproxy.ensure_binary}
-    return {"Hadoop's jars": hdfs.ensure_jars}
+    return {
+        "Hadoop's jars": hdfs.ensure_jars,
+        "the other PySpark release's virtualenv": _other_release,
+    }
+
+
+def _other_release() -> Path:
+    """The virtualenv of the end of PySpark's range the ``.venv`` does not hold, for the
+    system tier's reference cell (tests/system/test_spark_range.py): ~25 s of unpacking
+    and up to two minutes of download on a fresh machine, beside the first tiers."""
+    from eos_connectors.dev.release_venv import other_end, python_of
+
+    return Path(python_of(other_end()))
 
 
 PARTS = ("early", "proxy", "late")
@@ -56,8 +70,15 @@ def main(argv: list[str]) -> int:
         os.nice(19)  # after the early part and the tests, never before them
     steps = {name: step for part in parts for name, step in _steps(part).items()}
     failed = []
+    began = time.monotonic()
+
+    def timed(name: str, step: Callable[[], Path | None]) -> Path | None:
+        done = step()
+        print(f"prefetch: {name} ready after {time.monotonic() - began:.0f} s", flush=True)
+        return done
+
     with ThreadPoolExecutor(max_workers=4) as pool:
-        futures = {name: pool.submit(step) for name, step in steps.items()}
+        futures = {name: pool.submit(timed, name, step) for name, step in steps.items()}
     for name, future in futures.items():
         error = future.exception()
         if error is not None or future.result() is None:

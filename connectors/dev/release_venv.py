@@ -1,5 +1,12 @@
 """A virtualenv that runs this checkout on another PySpark release, cheaply (CI's second release).
 
+The ``.venv`` holds the lowest supported release (the dev group's pin), on which CI runs
+every test. The highest runs from here: the conformance reference cell in CI
+(tests/system/test_spark_range.py), parity with Spark's JVM connector and the benchmark
+(``make bench``: its targets are the highest release's). ``python -m
+eos_connectors.dev.release_venv [RELEASE]`` makes the virtualenv (the highest by default)
+and prints its python.
+
 ``make spark-matrix`` builds full virtualenvs from the wheel, as a user would. CI needs
 only a second release beside the one its ``.venv`` has, so this one holds just that
 PySpark (no dependencies: the ``.venv``'s serve, through a ``.pth`` line that adds its
@@ -14,9 +21,27 @@ import sys
 import sysconfig
 from pathlib import Path
 
+import pyspark
+
 #: The lowest and the highest release of the supported range (pyproject.toml).
 LOWEST = "4.0.5"
 HIGHEST = "4.3.0"
+
+
+#: Where the checkout keeps them (git ignores it); run from the checkout's root.
+VENVS = Path(".venvs")
+
+
+def other_end() -> str:
+    """The end of the supported range this process does not run."""
+    return LOWEST if pyspark.__version__ == HIGHEST else HIGHEST
+
+
+def python_of(release: str, root: Path = VENVS) -> str:
+    """A python that runs ``release``: this one when it does, else its virtualenv's."""
+    if pyspark.__version__ == release:
+        return sys.executable
+    return str(release_venv(release, root.resolve()))
 
 
 def release_venv(release: str, root: Path) -> Path:
@@ -59,3 +84,13 @@ def _runs(python: Path, release: str) -> bool:
     run = [str(python), "-c", "import pyspark, eos_connectors; print(pyspark.__version__)"]
     done = subprocess.run(run, capture_output=True, text=True)
     return done.returncode == 0 and done.stdout.strip() == release
+
+
+def main(argv: list[str]) -> int:
+    release = argv[0] if argv else HIGHEST
+    print(python_of(release))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

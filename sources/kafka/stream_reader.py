@@ -66,14 +66,19 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         initial = self.broker.initial()
         return SourceOffset(initial, self.broker.topic_ids(t for t, _ in initial)).to_spark()
 
-    def getDefaultReadLimit(self) -> ReadLimit:
+    # mypy sees the stand-in classes (core/spark_api.py); PySpark 4.2+ names its own.
+    def getDefaultReadLimit(self) -> ReadLimit:  # type: ignore[override]
         limit = self.options.max_offsets_per_trigger
         return ReadMaxRows(limit) if limit else ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._available_now = self._latest_now()
 
-    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+    # PySpark 4.0-4.1's base method takes no arguments (their reader: LegacyKafkaStreamReader);
+    # 4.2+'s limit is its own ReadLimit (above).
+    def latestOffset(  # type: ignore[override]
+        self, start: dict[str, Any], limit: ReadLimit
+    ) -> dict[str, Any]:
         """Driver. The end of the next batch: what is there now, under the read limit.
 
         Partitions that appeared, or whose log went back (failOnDataLoss decides),

@@ -77,6 +77,7 @@ def test_max_partitions_packs_the_ranges_into_fewer_tasks_and_reads_each_record_
     assert records_of(rows) == read_to_end(endpoints.kafka, topic, ranges=ranges)
 
 
+@pytest.mark.newer_spark
 def test_read_limit_bounds_every_batch(
     spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path
 ) -> None:
@@ -185,6 +186,7 @@ def test_min_offsets_per_trigger_waits_for_more_up_to_max_trigger_delay(
     assert now.latestOffset(start, ReadAllAvailable()) != start, "AvailableNow reads what is there"
 
 
+@pytest.mark.newer_spark
 def test_offsets_behind_latest_as_sparks_source_reports_them(
     spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path
 ) -> None:
@@ -229,6 +231,7 @@ def test_offsets_behind_latest_as_sparks_source_reports_them(
     assert [m for _, m in reported] == every
 
 
+@pytest.mark.newer_spark
 def test_offsets_are_published_to_a_group_for_lag(
     spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path
 ) -> None:

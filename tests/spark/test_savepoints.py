@@ -380,6 +380,7 @@ def _rescale_killed_midway(checkpoint: Location, partitions: int, root: Location
     return not read_checkpoint(checkpoint).clean
 
 
+@pytest.mark.newer_spark
 @pytest.mark.cost(9)
 @pytest.mark.parametrize(
     "base",
@@ -432,6 +433,7 @@ def test_a_rescale_killed_midway_is_refused_then_finished_exactly(
         assert _table(endpoints, table) == dict.fromkeys(KEYS, rounds)
 
 
+@pytest.mark.newer_spark
 @pytest.mark.skipif(
     spark_api.SPARK_MINOR < (4, 2),
     reason="PySpark 4.0.5 has no such check (no STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY): "

@@ -3,6 +3,10 @@ on the release CI runs; `make spark-matrix` runs the quickstart and the conforma
 every one.
 
 - The task context carries the batch id, query id and run id the sinks name units by.
+- What only 4.1+ or 4.2+ has (``@pytest.mark.newer_spark``: Spark's read limits and the
+  source's lag metrics, the state rescale, Unix-socket workers) runs on the highest
+  release too, when CI's is the lowest: on 4.0 those tests check a refusal or a
+  stand-in, or are skipped.
 - The reader of PySpark 4.0-4.1 (`latestOffset()` with no start nor limit) plans every
   record once, in Spark's call order on those releases (a restarted query's last batch
   planned again before anything else), with `legacyReadLimits` bounding each batch.
@@ -13,17 +17,22 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from eos_connectors.core.spark_api import release
 from eos_connectors.core.topics import create_topic
 from eos_connectors.dev.endpoints import Endpoints
+from eos_connectors.dev.release_venv import HIGHEST, VENVS, python_of
 from eos_connectors.sources.kafka.options import parse_options
 from eos_connectors.sources.kafka.stream_reader import LegacyKafkaStreamReader
 from tests.kafka_util import produce_plain
 
 pytestmark = [pytest.mark.services, pytest.mark.spark]
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.full  # every sink test of CI's release depends on it; the matrix runs it on each
@@ -39,6 +48,29 @@ def test_every_task_reads_the_batch_query_and_run_ids_the_driver_commits() -> No
     )
     assert run.returncode == 0, run.stdout + run.stderr[-3000:]
     assert "match the driver's" in run.stdout
+
+
+@pytest.mark.cost(50)
+@pytest.mark.skipif(release() == HIGHEST, reason="this session runs them on the highest")
+def test_what_only_newer_releases_have_passes_on_the_highest(
+    endpoints: Endpoints, tmp_path: Path
+) -> None:
+    """Those tests, in a pytest of the highest release's virtualenv (~20 s of Spark's start
+    and ~30 s of tests), against this worker's services."""
+    python = python_of(HIGHEST, ROOT / VENVS)
+    command = [python, "-m", "pytest", "-q", "-m", "newer_spark and not soak and not full"]
+    command += ["-p", "no:cacheprovider", f"--junitxml={tmp_path / 'junit-newer-spark.xml'}"]
+    command += ["--basetemp", str(tmp_path / "pytest"), "tests/spark"]
+    run = subprocess.run(
+        command,
+        cwd=ROOT,
+        env={**os.environ, **endpoints.as_env(), "PYSPARK_PYTHON": python},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
+    assert " passed" in run.stdout and " skipped" not in run.stdout, run.stdout[-2000:]
 
 
 def _read_all(

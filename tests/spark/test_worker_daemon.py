@@ -71,6 +71,7 @@ def test_workers_start_with_the_imported_objects_frozen_out_of_the_collector(
     assert all(frozen > 50_000 and tracked < frozen // 4 for frozen, tracked in found), found
 
 
+@pytest.mark.newer_spark
 @pytest.mark.skipif(
     spark_api.SPARK_MINOR < (4, 1), reason="PySpark 4.0 has no Unix domain sockets (4.1+)"
 )

@@ -13,8 +13,8 @@ Kafka sink's options, columns or partitioning change.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +24,12 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from eos_connectors.core.kafka_config import plaintext
 from eos_connectors.core.topics import create_topic
 from eos_connectors.dev.endpoints import Endpoints
+from eos_connectors.dev.release_venv import HIGHEST, VENVS, python_of
 
 pytestmark = [pytest.mark.services, pytest.mark.spark, pytest.mark.full]
 
-SCRIPT = Path(__file__).resolve().parents[1] / "pipelines" / "kafka_parity.py"
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "tests" / "pipelines" / "kafka_parity.py"
 
 
 def _fill_read_topic(bootstrap: str, topic: str, unique: str) -> None:
@@ -73,7 +75,10 @@ def _fill_write_input(bootstrap: str, topic: str) -> None:
 
 
 def _side(fmt: str, endpoints: Endpoints, topics: dict[str, str], out: Path) -> None:
-    argv = [sys.executable, str(SCRIPT), "--format", fmt, "--bootstrap", endpoints.kafka_bootstrap]
+    # Both sides on the highest release: Spark's connector (4.2.0, the newest on Maven
+    # Central) needs 4.2+, and the .venv holds the lowest.
+    python = python_of(HIGHEST, ROOT / VENVS)
+    argv = [python, str(SCRIPT), "--format", fmt, "--bootstrap", endpoints.kafka_bootstrap]
     argv += ["--read-topic", topics["read"], "--write-input", topics["input"]]
     argv += ["--write-topic", topics[fmt], "--out", str(out)]
     if fmt == "kafka":
@@ -81,7 +86,8 @@ def _side(fmt: str, endpoints: Endpoints, topics: dict[str, str], out: Path) -> 
 
         argv += ["--jars", ",".join(str(jar) for jar in spark_kafka_jars())]
     out.mkdir()
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
+    env = {**os.environ, "PYSPARK_PYTHON": python}
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False, env=env)
     assert done.returncode == 0, f"{fmt} side failed:\n{done.stderr[-3000:]}"
 
 
