@@ -65,7 +65,8 @@ def produce_words(
     seed: int = 7,
     vocabulary: tuple[str, ...] = WORDS,
 ) -> Counter[str]:
-    """Write ``records`` words in transactions, aborting every fourth; return committed counts."""
+    """Write ``records`` words in transactions, aborting every fourth but the last; return
+    committed counts."""
     return _produce(bootstrap, topic, transactions(records, seed, vocabulary))
 
 
@@ -89,16 +90,21 @@ def transactions(
     vocabulary: tuple[str, ...] = WORDS,
     timed: int | None = None,
 ) -> Iterator[Transaction]:
-    """The input's transactions, every fourth aborted. ``timed``: the batch size in offsets,
-    for event times and the tail (see EVENT_*); None: timestamp 0, the producer's clock."""
+    """The input's transactions, every fourth aborted but the last: the input ends with
+    committed records, so the batches a plan counts over ``records`` offsets all read
+    some (2,000 records end with their fourth transaction, and a query planned six
+    batches of 333 offsets found nothing after its fifth). ``timed``: the batch size in
+    offsets, for event times and the tail (see EVENT_*); None: timestamp 0, the
+    producer's clock."""
     rng = random.Random(seed)
+    last = (records - 1) // PER_TXN
     for txn, first in enumerate(range(0, records, PER_TXN)):
         words = [rng.choice(vocabulary) for _ in range(min(PER_TXN, records - first))]
         stamps = [
             0 if timed is None else event_time(index, rng, timed)
             for index in range(first, first + len(words))
         ]
-        yield list(zip(words, stamps, strict=True)), txn % 4 != 3
+        yield list(zip(words, stamps, strict=True)), txn % 4 != 3 or txn == last
     if timed is None:
         return
     ahead = EVENT_START_MS + records * EVENT_STEP_MS + TAIL_AHEAD_MS
