@@ -85,7 +85,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def _on_hdfs(item: pytest.Item) -> bool:
-    return item.get_closest_marker("hdfs") is not None
+    """On HDFS, or on the other PySpark release's virtualenv: what scripts/test.sh starts
+    or builds beside the first tests."""
+    return any(item.get_closest_marker(m) is not None for m in ("hdfs", "other_release"))
 
 
 def _first(item: pytest.Item) -> bool:

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pyspark
 
+from eos_connectors.ops.cache import building
+
 #: The lowest and the highest release of the supported range (pyproject.toml).
 LOWEST = "4.0.5"
 HIGHEST = "4.3.0"
@@ -48,6 +50,17 @@ def release_venv(release: str, root: Path) -> Path:
     """``root``/spark-``release``'s python, made when missing; its PySpark is ``release``."""
     venv = root / f"spark-{release}"
     python = venv / "bin" / "python"
+    root.mkdir(parents=True, exist_ok=True)
+    # One build at a time: a test that needs it waits for the prefetch's (two pip installs
+    # into one directory left a release whose Spark never started).
+    with building(root / f"spark-{release}.lock"):
+        _build(venv, python, release)
+    if not _runs(python, release):
+        raise RuntimeError(f"{venv}: PySpark {release} does not import")
+    return python
+
+
+def _build(venv: Path, python: Path, release: str) -> None:
     if not _runs(python, release):
         subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
         site = Path(_purelib(python))
@@ -62,15 +75,13 @@ def release_venv(release: str, root: Path) -> Path:
                 "install",
                 "-q",
                 "--no-deps",
+                "--upgrade",  # over what a build cut short left
                 "--target",
                 str(site),
                 f"pyspark=={release}",
             ],
             check=True,
         )
-    if not _runs(python, release):
-        raise RuntimeError(f"{venv}: PySpark {release} does not import")
-    return python
 
 
 def _purelib(python: Path) -> str:

@@ -50,6 +50,7 @@ def test_every_task_reads_the_batch_query_and_run_ids_the_driver_commits() -> No
     assert "match the driver's" in run.stdout
 
 
+@pytest.mark.other_release
 @pytest.mark.cost(50)
 @pytest.mark.skipif(release() == HIGHEST, reason="this session runs them on the highest")
 def test_what_only_newer_releases_have_passes_on_the_highest(
@@ -64,13 +65,19 @@ def test_what_only_newer_releases_have_passes_on_the_highest(
     run = subprocess.run(
         command,
         cwd=ROOT,
-        env={**os.environ, **endpoints.as_env(), "PYSPARK_PYTHON": python},
+        env={**_outside_xdist(), **endpoints.as_env(), "PYSPARK_PYTHON": python},
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
     assert " passed" in run.stdout and " skipped" not in run.stdout, run.stdout[-2000:]
+
+
+def _outside_xdist() -> dict[str, str]:
+    """This environment without pytest's and pytest-xdist's variables (a nested pytest is
+    no worker of this one's)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
 
 
 def _read_all(

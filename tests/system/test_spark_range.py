@@ -30,6 +30,7 @@ pytestmark = [pytest.mark.services, pytest.mark.spark]
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.other_release
 @pytest.mark.cost(35)
 def test_the_reference_cell_crosses_every_point_on_the_other_end_of_the_range(
     endpoints: Endpoints, tmp_path: Path
