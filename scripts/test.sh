@@ -63,6 +63,8 @@ if [ -z "${EOS_KAFKA_BOOTSTRAP:-}" ]; then
 fi
 "$bin/python" -m eos_connectors.dev.prefetch early >"$results/prefetch.log" 2>&1 &
 prefetch_pid=$!
+"$bin/python" -m eos_connectors.dev.prefetch archive >"$results/prefetch-archive.log" 2>&1 &
+prefetch_archive_pid=$!
 "$bin/python" -m eos_connectors.dev.prefetch proxy >"$results/prefetch-proxy.log" 2>&1 &
 prefetch_proxy_pid=$!
 "$bin/python" -m eos_connectors.dev.prefetch late >"$results/prefetch-late.log" 2>&1 &
@@ -143,7 +145,8 @@ start_late() {
   export EOS_HDFS_STACK_DIR=$default_root
 }
 
-prefetched_rest() {  # what the system tier needs: Toxiproxy, Hadoop's jars
+prefetched_rest() {  # what the system tier needs: Toxiproxy, Hadoop's jars, the class archive
+  wait "$prefetch_archive_pid" || { echo "test.sh: prefetch failed:"; cat "$results/prefetch-archive.log"; }
   wait "$prefetch_proxy_pid" || { echo "test.sh: prefetch failed:"; cat "$results/prefetch-proxy.log"; }
   wait "$prefetch_late_pid" || { echo "test.sh: prefetch failed:"; cat "$results/prefetch-late.log"; }
 }
