@@ -46,6 +46,14 @@ def python_of(release: str, root: Path = VENVS) -> str:
     return str(release_venv(release, root.resolve()))
 
 
+def runs_on(python: str) -> dict[str, str]:
+    """The environment a Spark application started from ``python`` needs besides its own:
+    every Python process Spark starts is that python, the driver-side ones too (a process
+    that started a Spark session before has ``PYSPARK_DRIVER_PYTHON`` set to its own, and
+    a 4.3 JVM waited for ever on a 4.0 planner process)."""
+    return {"PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python}
+
+
 def release_venv(release: str, root: Path) -> Path:
     """``root``/spark-``release``'s python, made when missing; its PySpark is ``release``."""
     venv = root / f"spark-{release}"

@@ -25,7 +25,7 @@ import pytest
 from eos_connectors.core.spark_api import release
 from eos_connectors.core.topics import create_topic
 from eos_connectors.dev.endpoints import Endpoints
-from eos_connectors.dev.release_venv import HIGHEST, VENVS, python_of
+from eos_connectors.dev.release_venv import HIGHEST, VENVS, python_of, runs_on
 from eos_connectors.sources.kafka.options import parse_options
 from eos_connectors.sources.kafka.stream_reader import LegacyKafkaStreamReader
 from tests.kafka_util import produce_plain
@@ -65,7 +65,7 @@ def test_what_only_newer_releases_have_passes_on_the_highest(
     run = subprocess.run(
         command,
         cwd=ROOT,
-        env={**_outside_xdist(), **endpoints.as_env(), "PYSPARK_PYTHON": python},
+        env={**_outside_xdist(), **endpoints.as_env(), **runs_on(python)},
         capture_output=True,
         text=True,
         timeout=600,

@@ -24,7 +24,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from eos_connectors.core.kafka_config import plaintext
 from eos_connectors.core.topics import create_topic
 from eos_connectors.dev.endpoints import Endpoints
-from eos_connectors.dev.release_venv import HIGHEST, VENVS, python_of
+from eos_connectors.dev.release_venv import HIGHEST, VENVS, python_of, runs_on
 
 pytestmark = [pytest.mark.services, pytest.mark.spark, pytest.mark.full]
 
@@ -86,7 +86,7 @@ def _side(fmt: str, endpoints: Endpoints, topics: dict[str, str], out: Path) -> 
 
         argv += ["--jars", ",".join(str(jar) for jar in spark_kafka_jars())]
     out.mkdir()
-    env = {**os.environ, "PYSPARK_PYTHON": python}
+    env = {**os.environ, **runs_on(python)}
     done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False, env=env)
     assert done.returncode == 0, f"{fmt} side failed:\n{done.stderr[-3000:]}"
 

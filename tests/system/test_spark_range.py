@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from eos_connectors.dev.endpoints import Endpoints
-from eos_connectors.dev.release_venv import VENVS, other_end, python_of
+from eos_connectors.dev.release_venv import VENVS, other_end, python_of, runs_on
 
 pytestmark = [pytest.mark.services, pytest.mark.spark]
 
@@ -44,7 +44,7 @@ def test_the_reference_cell_crosses_every_point_on_the_other_end_of_the_range(
     command += ["--report", str(report_path)]
     run = subprocess.run(
         command,
-        env={**os.environ, **endpoints.as_env(), "PYSPARK_PYTHON": python},
+        env={**os.environ, **endpoints.as_env(), **runs_on(python)},
         capture_output=True,
         text=True,
         timeout=600,
