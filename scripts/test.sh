@@ -5,17 +5,18 @@
 # mypy and the layer contracts run, and the unit tier beside them, so a fresh machine's
 # downloads and start-ups overlap them. The services are the local stack (Kafka,
 # PostgreSQL, Redis; then a 2-worker Spark cluster and HDFS, see start_late) and a
-# second Kafka, PostgreSQL and Redis for the second pytest worker, unless
+# Kafka, PostgreSQL and Redis more for each other pytest worker, unless
 # EOS_KAFKA_BOOTSTRAP names services already; what this script started, it stops.
 #
-# Without arguments: the unit tier (and examples/) beside the lint, then the services and
-# Spark tiers on two pytest workers (pytest-xdist; they wait on brokers and timeouts
-# about half the time, and each worker has services of its own: tests/conftest.py) with
-# the system tier's lighter tests, then the rest of the system tier, one test at a time
-# (its whole-pipeline runs keep both cores busy, and one of them restarts a service).
-# With arguments, one pytest run gets them. Each run leaves its JUnit XML and a table of
-# its slowest tests in test-results/ (and the system tier's harness runs, each
-# whole-pipeline run's end and seconds, in harness-runs.md).
+# Without arguments: the lint and the unit tier (and examples/) in the background, and
+# once the services are up the services and Spark tiers on three pytest workers
+# (pytest-xdist, EOS_TEST_WORKERS; they wait on brokers and timeouts about half the
+# time, and each worker has services of its own: tests/conftest.py) with the system
+# tier's lighter tests, then the rest of the system tier, one test at a time (its
+# whole-pipeline runs keep both cores busy, and one of them restarts a service). With
+# arguments, the lint, then one pytest run gets them. Each run leaves its JUnit XML and
+# a table of its slowest tests in test-results/ (and the system tier's harness runs,
+# each whole-pipeline run's end and seconds, in harness-runs.md).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=.venv/bin
@@ -35,7 +36,11 @@ mkdir -p "$results"
 declare -a stack_pids=()
 declare -a our_roots=()
 default_root=$("$bin/python" -c 'from eos_connectors.dev.stack import default_root; print(default_root())')
-second_root="$default_root-gw1"
+# The services and Spark tiers' pytest workers (pytest-xdist), each with services of its
+# own: gw0 the default stack, gwN <default>-gwN.
+workers=${EOS_TEST_WORKERS:-3}
+extra_roots=()
+for ((n = 1; n < workers; n++)); do extra_roots+=("$default_root-gw$n"); done
 
 start_stack() {  # root, eos stack up arguments...
   local root=$1
@@ -56,7 +61,7 @@ trap stop_ours EXIT
 if [ -z "${EOS_KAFKA_BOOTSTRAP:-}" ]; then
   if [ "$#" = 0 ]; then  # the Spark cluster and HDFS follow once these are up: start_late
     start_stack "$default_root"
-    start_stack "$second_root"
+    for root in "${extra_roots[@]}"; do start_stack "$root"; done
   else
     start_stack "$default_root" --spark-workers 2 --hdfs
   fi
@@ -170,23 +175,24 @@ fi
 
 services_up
 start_late
-workers=2
 if [ -n "${EOS_KAFKA_BOOTSTRAP:-}" ]; then workers=0; fi  # services of one's own: not shared
-# The system tier's lighter tests run with these two workers, which leave about half a
-# core idle (they wait on brokers and timeouts), rather than alone after them: a batch
-# job's processes one after another (68 s at ~1.15 cores), a pipeline over a Connect
-# server (37 s, ~1.3), a Spark process failing on wrong passwords (22 s). The whole-
-# pipeline runs that keep both cores busy (conformance, the cluster) stay in the system
-# tier, one at a time: run beside other tests, the conformance run took 493 s, not 200.
+# Three workers on two cores: the tests wait on brokers, timeouts and Spark's scheduling
+# about half the time, and with two workers the tier took 393-448 s for 755-851 s of
+# tests. The system tier's lighter tests run with them rather than alone after them: a
+# batch job's processes one after another (68 s at ~1.15 cores), a pipeline over a
+# Connect server (37 s, ~1.3), a Spark process failing on wrong passwords (22 s), the
+# reference cell on the highest PySpark (one query, ~40 s). The whole-pipeline runs that
+# keep both cores busy (conformance, the cluster) stay in the system tier, one at a
+# time: run beside other tests, the conformance run took 493 s, not 200.
 light=(tests/system/test_batch_job_crashes.py tests/system/test_connect.py
-  tests/system/test_secrets_in_spark.py)
+  tests/system/test_secrets_in_spark.py tests/system/test_spark_range.py)
 "$bin/python" -m pytest -v -n "$workers" --junitxml="$results/junit-services.xml" \
   tests/services tests/spark "${light[@]}" || status=$?
 lint_and_unit_ended || status=1
-# The second worker's services are idle from here on (an idle broker alone keeps ~5% of
+# The other workers' services are idle from here on (an idle broker alone keeps ~5% of
 # a core busy): stop them before the system tier, if this script started them.
 for root in "${our_roots[@]}"; do
-  if [ "$root" = "$second_root" ]; then
+  if [ "$root" != "$default_root" ]; then
     EOS_STACK_DIR=$root "$bin/eos" stack down >>"$results/stack-up.log" 2>&1 || true
   fi
 done
