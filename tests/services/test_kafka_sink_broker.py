@@ -118,20 +118,20 @@ def test_a_producer_that_lost_its_broker_is_replaced_and_not_kept(
     assert values_read(endpoints, writer, "read_committed") == expected_values(range(4))
 
 
-@pytest.mark.cost(4)
+@pytest.mark.cost(5)
 def test_time_before_the_first_row_does_not_count_against_the_transaction_timeout(
     endpoints: Endpoints, unique: str
 ) -> None:
     """The transaction begins at the first row: a task whose rows come 4 s late (a slow
-    stateful stage upstream) commits under a 2 s transaction.timeout.ms (the broker
+    stateful stage upstream) commits under a 3 s transaction.timeout.ms (the broker
     aborts a transaction open past it within a second here)."""
     writer = short_timeout_writer(endpoints, unique)
-    report = writer.write_task(a_task(0), late(rows_of(0), before=4.0), ClientPool())
+    report = writer.write_task(a_task(0), late(rows_of(0), before=4.5), ClientPool())
     assert report.records == 50
     assert values_read(endpoints, writer, "read_committed") == expected_values(range(1))
 
 
-@pytest.mark.cost(9)
+@pytest.mark.cost(10)
 def test_a_transaction_open_past_its_timeout_says_which_setting_to_raise(
     endpoints: Endpoints, unique: str
 ) -> None:
@@ -140,6 +140,6 @@ def test_a_transaction_open_past_its_timeout_says_which_setting_to_raise(
     to raise, and nothing of it is visible."""
     writer = short_timeout_writer(endpoints, unique)
     batches = [rows_of(0)[0].slice(0, 25), rows_of(0)[0].slice(25)]
-    with pytest.raises(KafkaSinkError, match=r"longer than kafka\.transaction\.timeout\.ms \(2000"):
-        writer.write_task(a_task(0), late(batches, before=0, between=4.0), ClientPool())
+    with pytest.raises(KafkaSinkError, match=r"longer than kafka\.transaction\.timeout\.ms \(3000"):
+        writer.write_task(a_task(0), late(batches, before=0, between=5.0), ClientPool())
     assert values_read(endpoints, writer, "read_committed") == []
