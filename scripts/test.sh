@@ -179,13 +179,13 @@ if [ -n "${EOS_KAFKA_BOOTSTRAP:-}" ]; then workers=0; fi  # services of one's ow
 # Three workers on two cores: the tests wait on brokers, timeouts and Spark's scheduling
 # about half the time, and with two workers the tier took 393-448 s for 755-851 s of
 # tests. The system tier's lighter tests run with them rather than alone after them: a
-# batch job's processes one after another (68 s at ~1.15 cores), a pipeline over a
-# Connect server (37 s, ~1.3), a Spark process failing on wrong passwords (22 s), the
-# reference cell on the highest PySpark (one query, ~40 s). The whole-pipeline runs that
-# keep both cores busy (conformance, the cluster) stay in the system tier, one at a
-# time: run beside other tests, the conformance run took 493 s, not 200.
-light=(tests/system/test_batch_job_crashes.py tests/system/test_connect.py
-  tests/system/test_secrets_in_spark.py tests/system/test_spark_range.py)
+# batch job's processes one after another (68 s at ~1.15 cores), a Spark process
+# failing on wrong passwords (22 s), the reference cell on the highest PySpark (one
+# query, ~40 s). The whole-pipeline runs that keep both cores busy (conformance, the
+# cluster) stay in the system tier, one at a time: run beside other tests, the
+# conformance run took 493 s, not 200.
+light=(tests/system/test_batch_job_crashes.py tests/system/test_secrets_in_spark.py
+  tests/system/test_spark_range.py)
 "$bin/python" -m pytest -v -n "$workers" --junitxml="$results/junit-services.xml" \
   tests/services tests/spark "${light[@]}" || status=$?
 lint_and_unit_ended || status=1

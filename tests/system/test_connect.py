@@ -2,10 +2,14 @@
 
 The same pipeline on a Spark Connect session (a local Connect server behind it):
 register() and the queries use only the Connect API, and the sink's commit runs in the
-server's Python process exactly as it does in a local driver. In CI the pipeline runs to
-its end once (~40 s: a Connect server's start and the query); `make soak` also kills it
-with its Connect server at a random moment, which loses and duplicates nothing (the
-whole-pipeline crashes themselves are the conformance run's part).
+server's Python process exactly as it does in a local driver. Second tier (`make
+full`): the pipeline runs to its end once (~40 s alone, 53-70 s beside CI's other tests:
+a Connect server's start and the query). Over Connect the executors and the server run
+the package's classic code paths, which CI crosses with every fault; what this proves is
+the API path, and a break there fails the query loudly rather than lose or duplicate a
+record. `make soak` also kills it with its Connect server at a random moment, which loses
+and duplicates nothing (the whole-pipeline crashes themselves are the conformance run's
+part).
 
 The running-count cell's ``transformWithStateInPandas`` has no Spark Connect client
 before PySpark 4.1 (SPARK-50856; 4.0's Connect ``GroupedData`` lacks the method): there
@@ -22,7 +26,7 @@ import pytest
 from eos_connectors.core.spark_api import SPARK_MINOR
 from eos_connectors.dev.harness.verify import Report
 
-pytestmark = [pytest.mark.services, pytest.mark.spark]
+pytestmark = [pytest.mark.services, pytest.mark.spark, pytest.mark.full]
 
 #: The stateful stage a Connect client of this release offers.
 CELL = "running-count" if SPARK_MINOR >= (4, 1) else "aggregate"
