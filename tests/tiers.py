@@ -31,7 +31,7 @@ TIERS = ("unit", "services", "spark", "system")
 #: Seconds a test without a cost mark is expected to take, by tier.
 DEFAULT_COST = {"unit": 0.05, "services": 0.5, "spark": 1.5, "system": 30.0, "": 0.5}
 #: What the tests' own time (their costs, summed as if one ran after another) may come
-#: to in CI. ``make test`` runs the services and Spark tiers on three workers and the
+#: to in CI. ``make test`` runs the services and Spark tiers on two workers and the
 #: rest one test at a time (scripts/test.sh), so 15 minutes for all of ``.ci/run``,
 #: less installing, linting and starting the services, holds more than that.
 PYTEST_BUDGET_SECONDS = 840

@@ -296,14 +296,15 @@ def _claimed(endpoints: Endpoints, job: dict[str, str]) -> None:
 
 
 #: Run A of the two-runs test: its own Spark application (a scheduler's first attempt),
-#: one task of ~6 s (400 rows at ~15 ms each); argv: the job's options as JSON.
+#: one task of ~16 s (400 rows at ~40 ms each: at ~6 s, on a loaded CI machine, run B's
+#: claim came after A had decided, ci99); argv: the job's options as JSON.
 _RUN_A = """
 import json, sys, time
 from pyspark.sql import functions as F
 from eos_connectors.ops.session import local_session
 
 def slowly(value):
-    time.sleep(0.015)
+    time.sleep(0.04)
     return value
 
 spark = local_session("eos-run-a", cores=1)
@@ -323,7 +324,7 @@ def test_two_runs_of_a_batch_commit_version_at_once_write_it_once(
     spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path
 ) -> None:
     """A scheduler's retry while the first attempt still runs: run A of version 9 (its own
-    Spark application, one task of ~6 s) and, once A's driver claimed the version, run B
+    Spark application, one task of ~16 s) and, once A's driver claimed the version, run B
     in this one (two tasks, another split, other ``rand()`` values, ~10 s each). A comes
     to decide after B claimed the version (sinks/kafka/runs.py): A fails saying another
     run started after it, with nothing of it visible, and B writes every record once.
