@@ -270,9 +270,10 @@ def _slower(value: str) -> str:
     return value
 
 
-def _claimed(endpoints: Endpoints, job: dict[str, str]) -> None:
-    """Once a run of ``job`` claimed its version: the decider has a producer id."""
-    from kafka.errors import TransactionalIdNotFoundError
+def _claimed(endpoints: Endpoints, job: dict[str, str], after: int = -1) -> int:
+    """Once a run of ``job`` claimed its version after epoch ``after`` of the decider (-1:
+    it has a producer id at all): the decider's epoch."""
+    from kafka.errors import KafkaError, TransactionalIdNotFoundError
 
     from eos_connectors.sinks.kafka.coordinator import TransactionClient
     from eos_connectors.sinks.kafka.decisions import decision_group
@@ -288,23 +289,35 @@ def _claimed(endpoints: Endpoints, job: dict[str, str]) -> None:
             return int(getattr(client.describe([name]).get(name), "producer_epoch", -1))
         except TransactionalIdNotFoundError:
             return -1
+        except KafkaError as exc:  # a new broker's coordinator not up yet: ask again
+            if not exc.retriable:
+                raise
+            return -1
 
     try:
-        wait_for(lambda: epoch() >= 0, "run A's claim", epoch, 60)
+        wait_for(lambda: epoch() > after, "a run's claim", epoch, 120)
+        return epoch()
     finally:
         client.close()
 
 
 #: Run A of the two-runs test: its own Spark application (a scheduler's first attempt),
-#: one task of ~16 s (400 rows at ~40 ms each: at ~6 s, on a loaded CI machine, run B's
-#: claim came after A had decided, ci99); argv: the job's options as JSON.
+#: one task that waits for the file argv[2] (the test writes it once run B claimed the
+#: version: by timing alone, a loaded CI machine had B claim after A decided, ci99, or
+#: decide before A, ci100), then takes ~6 s (400 rows at ~15 ms each); argv[1]: the
+#: job's options as JSON.
 _RUN_A = """
-import json, sys, time
+import json, os, sys, time
 from pyspark.sql import functions as F
 from eos_connectors.ops.session import local_session
 
+GO = sys.argv[2]
+
 def slowly(value):
-    time.sleep(0.04)
+    deadline = time.time() + 120
+    while not os.path.exists(GO) and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.015)
     return value
 
 spark = local_session("eos-run-a", cores=1)
@@ -324,24 +337,26 @@ def test_two_runs_of_a_batch_commit_version_at_once_write_it_once(
     spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path
 ) -> None:
     """A scheduler's retry while the first attempt still runs: run A of version 9 (its own
-    Spark application, one task of ~16 s) and, once A's driver claimed the version, run B
-    in this one (two tasks, another split, other ``rand()`` values, ~10 s each). A comes
-    to decide after B claimed the version (sinks/kafka/runs.py): A fails saying another
-    run started after it, with nothing of it visible, and B writes every record once.
+    Spark application, one task of ~6 s once B claimed) and, once A's driver claimed the
+    version, run B in this one (two tasks, another split, other ``rand()`` values, ~10 s
+    each). A comes to decide after B claimed the version (sinks/kafka/runs.py): A fails
+    saying another run started after it, with nothing of it visible, and B writes every record once.
     (Had B decided first, A's commit would find the version decided and end B's
     transactions again, as any rerun does.)"""
     import json
     import os
     import subprocess
     import sys
+    import threading
 
     from pyspark.sql import functions as F
 
     rows = 400
     out = f"bruns-{unique}"
     df, job = _kafka_job(spark, endpoints, out, unique, commitMode="batch", txnVersion="9")
+    go = tmp_path / "b-claimed"
     run_a = subprocess.Popen(
-        [sys.executable, "-c", _RUN_A, json.dumps(job)],
+        [sys.executable, "-c", _RUN_A, json.dumps(job), str(go)],
         cwd=tmp_path,
         env={**os.environ, "SPARK_LOCAL_DIRS": str(tmp_path)},
         stdout=subprocess.PIPE,
@@ -349,7 +364,16 @@ def test_two_runs_of_a_batch_commit_version_at_once_write_it_once(
         text=True,
     )
     try:
-        _claimed(endpoints, job)  # A's driver claimed the version: B starts after it
+        a_claim = _claimed(endpoints, job)  # A's driver claimed the version: B starts after
+
+        # A's task goes on once B claimed it too, so A decides after B's claim, and before
+        # B's tasks (~10 s) end.
+        def after_b_claims() -> None:
+            _claimed(endpoints, job, after=a_claim)
+            go.touch()
+
+        watcher = threading.Thread(target=after_b_claims, daemon=True)
+        watcher.start()
         noisy = F.concat(F.col("value"), F.lit("|"), F.rand().cast("string"))
         slower = F.udf(_slower, "string")
         _save(df.repartition(2).select("key", slower(noisy).alias("value")), "eos_kafka", **job)
