@@ -25,6 +25,7 @@ from eos_connectors.sinks.kafka.clients import LIBRDKAFKA_LOG, fenced_producer
 from eos_connectors.sinks.kafka.coordinator import TransactionClient
 from eos_connectors.sinks.kafka.exactly_once import KafkaExactlyOnceWriter, begin
 from eos_connectors.sinks.kafka.marker import MarkerGroup
+from eos_connectors.sinks.kafka.options import KafkaSinkOptions
 from eos_connectors.sinks.kafka.options import parse_options as sink_options
 from tests.sink_util import stream_into
 from tests.source_util import wait_for
@@ -183,18 +184,27 @@ def late(batches: list[pa.RecordBatch], before: float, between: float = 0.0) -> 
         time.sleep(between)
 
 
-def short_timeout_writer(endpoints: Endpoints, unique: str) -> KafkaExactlyOnceWriter:
-    topic = f"ks-timeout-{unique}"
-    create_topic(endpoints.kafka, topic, 2)
+def new_sink_options(
+    endpoints: Endpoints, prefix: str, unique: str, **extra: str
+) -> KafkaSinkOptions:
+    """A Kafka sink on a new two-partition topic ``<prefix>-<unique>`` (its sinkId too),
+    with ``extra`` options, its marker log made as the driver's start check makes it."""
+    name = f"{prefix}-{unique}"
+    create_topic(endpoints.kafka, name, 2)
     options = sink_options(
         {
             "kafka.bootstrap.servers": endpoints.kafka_bootstrap,
-            "topic": topic,
-            "sinkId": f"ks-timeout-{unique}",
-            # 3 s: the task's own work must fit in it on a loaded 2-core CI machine (2 s
-            # aborted the transaction of a task that wrote 50 rows, ci97).
-            "kafka.transaction.timeout.ms": "3000",
+            "topic": name,
+            "sinkId": name,
+            **extra,
         }
     )
     check_broker(options)
-    return KafkaExactlyOnceWriter(options)
+    return options
+
+
+def short_timeout_writer(endpoints: Endpoints, unique: str) -> KafkaExactlyOnceWriter:
+    # 3 s: the task's own work must fit in it on a loaded 2-core CI machine (2 s aborted
+    # the transaction of a task that wrote 50 rows, ci97).
+    extra = {"kafka.transaction.timeout.ms": "3000"}
+    return KafkaExactlyOnceWriter(new_sink_options(endpoints, "ks-timeout", unique, **extra))

@@ -15,7 +15,6 @@ import pytest
 
 from eos_connectors.core.topics import create_topic, read_to_end
 from eos_connectors.dev.endpoints import Endpoints
-from eos_connectors.sinks.kafka.checks import check_broker
 from eos_connectors.sinks.kafka.clients import LIBRDKAFKA_LOG
 from eos_connectors.sinks.kafka.errors import KafkaSinkError
 from eos_connectors.sinks.kafka.exactly_once import KafkaExactlyOnceWriter, sink_id
@@ -26,6 +25,7 @@ from tests.kafka_sink_util import (
     a_task,
     expected_values,
     late,
+    new_sink_options,
     rows_of,
     short_timeout_writer,
     values_read,
@@ -42,16 +42,7 @@ def test_a_new_producer_has_looked_the_topic_up_before_its_first_row(
     while its task still waits for Spark's rows; otherwise its first rows wait for that
     round trip after they came (librdkafka's metadata log shows which happened)."""
     topic = f"ks-meta-{unique}"
-    create_topic(endpoints.kafka, topic, 2)
-    options = sink_options(
-        {
-            "kafka.bootstrap.servers": endpoints.kafka_bootstrap,
-            "topic": topic,
-            "sinkId": f"ks-meta-{unique}",
-            "kafka.debug": "metadata",
-        }
-    )
-    check_broker(options)
+    options = new_sink_options(endpoints, "ks-meta", unique, **{"kafka.debug": "metadata"})
     writer, pool = KafkaExactlyOnceWriter(options), ClientPool()
     name = transactional_id(options, sink_id(options, a_task(0).query_id), 0)
     pooled, marker = pool.take(options, name)
