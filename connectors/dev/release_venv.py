@@ -62,34 +62,34 @@ def release_venv(release: str, root: Path) -> Path:
     # One build at a time: a test that needs it waits for the prefetch's (two pip installs
     # into one directory left a release whose Spark never started).
     with building(root / f"spark-{release}.lock"):
-        _build(venv, python, release)
-    if not _runs(python, release):
-        raise RuntimeError(f"{venv}: PySpark {release} does not import")
+        if not _runs(python, release):
+            _build(venv, python, release)
+            if not _runs(python, release):
+                raise RuntimeError(f"{venv}: PySpark {release} does not import")
     return python
 
 
 def _build(venv: Path, python: Path, release: str) -> None:
-    if not _runs(python, release):
-        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-        site = Path(_purelib(python))
-        site.mkdir(parents=True, exist_ok=True)
-        ours = sysconfig.get_paths()["purelib"]
-        (site / "eos-base.pth").write_text(f"import site; site.addsitedir({ours!r})\n")
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "install",
-                "-q",
-                "--no-deps",
-                "--upgrade",  # over what a build cut short left
-                "--target",
-                str(site),
-                f"pyspark=={release}",
-            ],
-            check=True,
-        )
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = Path(_purelib(python))
+    site.mkdir(parents=True, exist_ok=True)
+    ours = sysconfig.get_paths()["purelib"]
+    (site / "eos-base.pth").write_text(f"import site; site.addsitedir({ours!r})\n")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--upgrade",  # over what a build cut short left
+            "--target",
+            str(site),
+            f"pyspark=={release}",
+        ],
+        check=True,
+    )
 
 
 def _purelib(python: Path) -> str:
