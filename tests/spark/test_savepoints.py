@@ -304,7 +304,7 @@ def test_inspect_savepoint_fork_and_resume(
     assert _table(endpoints, table_a) == dict.fromkeys(KEYS, 14)
 
 
-@pytest.mark.cost(9)
+@pytest.mark.cost(16)
 @pytest.mark.parametrize(
     "base",
     [pytest.param("hdfs", marks=pytest.mark.hdfs), pytest.param("local", marks=pytest.mark.soak)],
