@@ -347,6 +347,19 @@ def test_the_cpu_table_gives_microseconds_a_record() -> None:
     assert report.cpu_table([raw]) == []
 
 
+def test_the_kafka_sinks_prepare_is_its_tasks_share_of_a_record() -> None:
+    """In the default batch commit the Kafka sink's tasks prepare ("sink prepare") and the
+    driver commits: the per-record table counts the prepare as the sink's write, so
+    Spark's rest is what is left (it was left empty)."""
+    stages = {"source read (task ms)": 100.0, "sink prepare (task ms)": 50.0}
+    eos = _result("eos-kafka", 1000, **stages, **{"sink commit (part of addBatch)": 10.0})
+    core_us = eos.pipeline.cores * 1e6 / 1000
+    rest = core_us - 100 - 50 - 10
+    assert report.per_record_table([eos])[2] == (
+        f"| eos-kafka | exactly-once | 1 | {core_us:,.1f} | 100.0 | 50.0 | 10.0 | {rest:,.1f} | - |"
+    )
+
+
 def test_records_per_second_leaves_the_first_half_of_the_phase_out_as_warm_up() -> None:
     # After the start-up batch, ten batches of 100 records: batches 0-4 warm up; the
     # clock starts at batch 4's commit, and batches 5-9 are measured.
