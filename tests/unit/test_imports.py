@@ -45,12 +45,15 @@ print(json.dumps(found))
 
 
 @functools.cache
-def _imported(modules: tuple[str, ...], names: tuple[str, ...]) -> dict[str, list[str]]:
-    """Module -> which of ``names`` are imported once it is (the key "" holds what
-    :data:`BASELINE` alone imports). One Python process imports the baseline, then
-    imports each module in a child forked from it: one start of Python and PySpark for
-    all of them (a process per module and one per baseline took ~45 s of CPU)."""
-    script = _FORKED.format(baseline=BASELINE, names=names, modules=modules)
+def _imported() -> dict[str, list[str]]:
+    """Module -> which of the watched modules (:data:`HEAVY` and every other client) are
+    imported once it is (the key "" holds what :data:`BASELINE` alone imports). One
+    Python process imports the baseline, then imports each module in a child forked from
+    it: one start of Python and PySpark for all of them (a process per module and one per
+    baseline took ~45 s of CPU)."""
+    watched = tuple(sorted({*HEAVY, *(n for c in OTHER_CLIENTS.values() for n in c)}))
+    modules = (*OTHER_CLIENTS, *DRIVER_SIDE)
+    script = _FORKED.format(baseline=BASELINE, names=watched, modules=modules)
     done = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
     )
@@ -60,8 +63,7 @@ def _imported(modules: tuple[str, ...], names: tuple[str, ...]) -> dict[str, lis
 
 def _imported_after(module: str, names: tuple[str, ...]) -> list[str]:
     """Which of ``names`` are imported once ``module`` is ("": the baseline alone)."""
-    watched = tuple(sorted({*HEAVY, *(n for c in OTHER_CLIENTS.values() for n in c)}))
-    return [n for n in _imported((*OTHER_CLIENTS, *DRIVER_SIDE), watched)[module] if n in names]
+    return [n for n in _imported()[module] if n in names]
 
 
 @pytest.mark.parametrize("module", sorted(OTHER_CLIENTS))
