@@ -1,5 +1,5 @@
 """A Java job's security settings in librdkafka's terms: JAAS logins, PKCS#12 and PEM
-stores (a real keytool makes them), JKS refused with the command that converts it, and
+stores (a real keytool makes the truststores), JKS refused with the command that converts it, and
 no password in any error."""
 
 from __future__ import annotations
@@ -73,8 +73,9 @@ def test_a_jaas_login_that_disagrees_with_sasl_username_is_refused() -> None:
 
 @pytest.fixture(scope="module")
 def stores(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The local stack's CA and stores as Java's keytool writes them (PKCS#12 and PEM,
-    all under the password :data:`SECRET`), and the truststore as JKS too."""
+    """The local stack's CA (PEM), its broker's PKCS#12 keystore and its truststore as
+    Java's keytool writes it (PKCS#12, and JKS too), all under the password
+    :data:`SECRET`."""
     from eos_connectors.dev.stack.kafka import _make_stores, keytool
 
     if shutil.which("keytool") is None:
@@ -142,7 +143,10 @@ def test_a_wrong_password_or_a_jks_store_is_a_clear_error_without_the_password(
 
 
 def test_a_pkcs12_keystore_goes_to_librdkafka_as_it_is(stores: Path) -> None:
-    keystore = {"ssl.keystore.location": str(stores / "ca.p12"), "ssl.keystore.password": SECRET}
+    keystore = {
+        "ssl.keystore.location": str(stores / "broker.p12"),
+        "ssl.keystore.password": SECRET,
+    }
     out = translate({**keystore, "ssl.keystore.type": "PKCS12", "ssl.key.password": SECRET})
     assert out == keystore
     with pytest.raises(ConfigError, match="one password") as caught:
