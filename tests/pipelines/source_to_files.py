@@ -44,7 +44,10 @@ def run(
     trigger: str = "available-now",
 ) -> None:
     """The query in ``spark``: a process of its own for a crash test, the test session's
-    Spark for a run that is not crashed (an available-now run returns at its end)."""
+    Spark for a run that is not crashed (an available-now run returns at its end: on
+    PySpark 4.0-4.1 a drained processingTime trigger, tests.sink_util.to_the_end)."""
+    from tests.sink_util import BOUNDED, to_the_end
+
     out.mkdir(parents=True, exist_ok=True)
 
     def write_batch(df: Any, batch_id: int) -> None:
@@ -59,15 +62,15 @@ def run(
         .option("subscribe", topic)
         .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", max_offsets)
+        .options(**BOUNDED)
         .load()
         .select("partition", "offset", "value")
     )
     writer = stream.writeStream.foreachBatch(write_batch).option("checkpointLocation", checkpoint)
     if trigger == "available-now":
-        writer = writer.trigger(availableNow=True)
+        to_the_end(writer, checkpoint, bootstrap, topic)
     else:
-        writer = writer.trigger(processingTime="200 milliseconds")
-    writer.start().awaitTermination()
+        writer.trigger(processingTime="200 milliseconds").start().awaitTermination()
 
 
 if __name__ == "__main__":

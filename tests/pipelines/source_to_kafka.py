@@ -3,7 +3,8 @@
 The sink's tasks are the source's read tasks (nothing shuffles in between), so the
 source's split of a batch decides which records each sink task partition writes.
 ``--cores 1`` runs the tasks one after the other, so a fault addressed to the last
-partition (``before-prepare@0#3``) fires once every other task has committed.
+partition (``before-prepare@0#3``) fires once every other task has prepared (in the
+sink's default ``commitMode=batch``) or committed (``--commit-mode task``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ def main() -> None:
     parser.add_argument("--min-partitions", default=None)
     parser.add_argument("--max-offsets", default="100000")
     parser.add_argument("--cores", type=int, default=1)
+    parser.add_argument("--commit-mode", default=None, help="the sink's commitMode")
     args = parser.parse_args()
     os.environ["EOS_FAULT_PGID"] = str(os.getpgid(0))
 
@@ -33,7 +35,7 @@ def main() -> None:
 
     spark = local_session("source-to-kafka", cores=args.cores)
     run(spark, args.bootstrap, args.topic, args.out_topic, args.checkpoint, args.sink_id,
-        args.min_partitions, args.max_offsets)  # fmt: skip
+        args.min_partitions, args.max_offsets, args.commit_mode)  # fmt: skip
     spark.stop()
 
 
@@ -46,6 +48,7 @@ def run(
     sink_id: str,
     min_partitions: str | None = None,
     max_offsets: str = "100000",
+    commit_mode: str | None = None,
 ) -> None:
     """The query, run to the end of its input (``availableNow``; a drained ``processingTime``
     trigger on PySpark 4.0-4.1: tests.sink_util.to_the_end) in ``spark``: a process of its
@@ -72,6 +75,8 @@ def run(
         .option("sinkId", sink_id)
         .option("checkpointLocation", checkpoint)
     )
+    if commit_mode:
+        writer = writer.option("commitMode", commit_mode)
     to_the_end(writer, checkpoint, bootstrap, topic)
 
 

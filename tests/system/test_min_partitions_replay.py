@@ -1,6 +1,8 @@
 """An operator retunes ``minPartitions`` between a failed batch and its replay: the replay is
 split as the batch was first planned, so each task partition's progress marker still
-speaks of the same records.
+speaks of the same records. The sink runs in its fallback ``commitMode=task``, where
+each task commits on its own and the replay's split matters; the default batch commit
+writes a failed batch again in full, whatever its split (tests/spark/test_kafka_batch_commit.py).
 
 CI crosses the same retune in the conformance run (its records query restarts with 2, 6
 and 4 tasks after a crash between two tasks' commits); this test is the retune alone, in
@@ -44,6 +46,8 @@ def _to_kafka(
         sink_id,
         "--min-partitions",
         str(min_partitions),
+        "--commit-mode",
+        "task",
     ]
 
 
