@@ -24,6 +24,7 @@ from eos_connectors.core.context import current_batch
 from eos_connectors.core.errors import ServiceUnavailableError
 from eos_connectors.core.kafka_config import logged
 from eos_connectors.core.kafka_errors import BROKER_GONE, QUIET_IDLE_CLOSE, leader_moving
+from eos_connectors.core.memory import trim_after
 from eos_connectors.core.secrets import settings_digest
 from eos_connectors.sources.kafka.data_loss import report_data_loss
 from eos_connectors.sources.kafka.offsets import KafkaRange, KafkaRanges
@@ -94,7 +95,9 @@ def read_range(
             pool.give_back(settings, consumer)
         else:
             consumer.close()
-        steps.add("client close", since)
+        since = steps.add("client close", since)
+        if trim_after(work.size):  # the fetched batches' memory, freed by now
+            steps.add("memory trim", since)
         steps.record()
 
 
