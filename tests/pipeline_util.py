@@ -38,6 +38,22 @@ def run(command: list[str], environment: dict[str, str], timeout: float = 600) -
         kill_group(proc)
 
 
+def start_logged(
+    command: list[str], environment: dict[str, str], log: Path
+) -> subprocess.Popen[bytes]:
+    """Start the pipeline as a process group of its own, its output (both streams) in
+    ``log``; the caller ends it with :func:`kill_group`."""
+    with open(log, "wb") as out:
+        return subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env=environment,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
 def kill_group(proc: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)

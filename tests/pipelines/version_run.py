@@ -2,7 +2,8 @@
 scheduler's attempt): 400 rows ``(k<i>, v<i>|<rand()>)`` repartitioned into
 ``--partitions`` tasks, each row taking ``--row-ms`` in a Python UDF, the first row of
 each task waiting until the file ``--wait-for`` exists (the test's go-ahead). Exits 0
-once the write returned, 3 with ``RUN-FAILED <why>`` when it failed.
+once the write returned, 3 with ``RUN-FAILED <why>`` when it failed. The run A of the
+two-runs tests (tests/spark/test_batch_write.py, tests/system/test_cluster_job_runs.py).
 """
 
 from __future__ import annotations

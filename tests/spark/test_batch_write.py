@@ -17,6 +17,7 @@ from eos_connectors.core.kafka_config import plaintext
 from eos_connectors.core.topics import create_topic
 from eos_connectors.dev.endpoints import Endpoints
 from tests.kafka_sink_util import read_written
+from tests.pipeline_util import ROOT
 
 pytestmark = [pytest.mark.services, pytest.mark.spark]
 
@@ -301,37 +302,6 @@ def _claimed(endpoints: Endpoints, job: dict[str, str], after: int = -1) -> int:
         client.close()
 
 
-#: Run A of the two-runs test: its own Spark application (a scheduler's first attempt),
-#: one task that waits for the file argv[2] (the test writes it once run B claimed the
-#: version: by timing alone, a loaded CI machine had B claim after A decided, ci99, or
-#: decide before A, ci100), then takes ~6 s (400 rows at ~15 ms each); argv[1]: the
-#: job's options as JSON.
-_RUN_A = """
-import json, os, sys, time
-from pyspark.sql import functions as F
-from eos_connectors.ops.session import local_session
-
-GO = sys.argv[2]
-
-def slowly(value):
-    deadline = time.time() + 120
-    while not os.path.exists(GO) and time.time() < deadline:
-        time.sleep(0.05)
-    time.sleep(0.015)
-    return value
-
-spark = local_session("eos-run-a", cores=1)
-df = spark.createDataFrame([(f"k{i}", f"v{i}") for i in range(400)], "key string, value string")
-noisy = F.concat(F.col("value"), F.lit("|"), F.rand().cast("string"))
-out = df.repartition(1).select("key", F.udf(slowly, "string")(noisy).alias("value"))
-try:
-    out.write.format("eos_kafka").options(**json.loads(sys.argv[1])).mode("append").save()
-except Exception as exc:
-    print("RUN-A-FAILED", exc)
-    sys.exit(3)
-"""
-
-
 @pytest.mark.cost(25)
 def test_two_runs_of_a_batch_commit_version_at_once_write_it_once(
     spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path
@@ -355,9 +325,14 @@ def test_two_runs_of_a_batch_commit_version_at_once_write_it_once(
     out = f"bruns-{unique}"
     df, job = _kafka_job(spark, endpoints, out, unique, commitMode="batch", txnVersion="9")
     go = tmp_path / "b-claimed"
+    # Run A: its own Spark application (a scheduler's first attempt), one task that waits
+    # for the file `go` (written once run B claimed the version: by timing alone, a
+    # loaded CI machine had B claim after A decided, ci99, or decide before A, ci100),
+    # then takes ~6 s (400 rows at ~15 ms each).
+    command = [sys.executable, "-m", "tests.pipelines.version_run", "--options", json.dumps(job)]
     run_a = subprocess.Popen(
-        [sys.executable, "-c", _RUN_A, json.dumps(job), str(go)],
-        cwd=tmp_path,
+        [*command, "--wait-for", str(go)],
+        cwd=ROOT,
         env={**os.environ, "SPARK_LOCAL_DIRS": str(tmp_path)},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -20,7 +20,7 @@ import pytest
 
 from eos_connectors.core.topics import create_topic
 from eos_connectors.dev.endpoints import Endpoints
-from tests.pipeline_util import ROOT, env, kill_group
+from tests.pipeline_util import env, kill_group, start_logged
 from tests.spark.test_batch_write import _claimed, _kafka_values
 
 pytestmark = [pytest.mark.services, pytest.mark.spark, pytest.mark.cluster]
@@ -30,16 +30,7 @@ ROWS = 400
 
 def _start(job: dict[str, str], master: str, log: Path, *args: str) -> subprocess.Popen[bytes]:
     command = [sys.executable, "-m", "tests.pipelines.version_run", "--options", json.dumps(job)]
-    command += ["--master", master, *args]
-    with open(log, "wb") as out:
-        return subprocess.Popen(
-            command,
-            cwd=ROOT,
-            env=env(),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    return start_logged([*command, "--master", master, *args], env(), log)
 
 
 @pytest.mark.soak
