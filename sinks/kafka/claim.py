@@ -19,7 +19,9 @@ query's:
    transaction, and the claim is read again after it, stably: of two queries
    claiming at once, the second to initialise either sees the first's committed
    claim, or fences it (the first's commit then fails, and it reads again and
-   finds the second's). A compare-and-set, by fencing.
+   finds the second's). A compare-and-set, by fencing. Claimers that fenced each
+   other try again after a random wait that doubles (the first tasks of one query
+   all claim at once, and in lockstep would fence each other every time).
 
 Only a task partition without a marker of its own query looks at the claim (its
 first batch, or a partition whose tasks had no rows so far): later batches find
@@ -29,7 +31,9 @@ their query in the marker, so this costs nothing per batch.
 from __future__ import annotations
 
 import logging
+import random
 import re
+import time
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
@@ -44,7 +48,12 @@ from eos_connectors.sinks.kafka.options import KafkaSinkOptions
 log = logging.getLogger(__name__)
 
 CALL_TIMEOUT = 60.0
-ATTEMPTS = 5
+#: Claimers that keep fencing each other (the first tasks of one query, all claiming at
+#: once) wait a random while, doubling up to ``BACKOFF_CAP_S``, before fencing again:
+#: without it, three tasks fenced each other five times in a second and two failed.
+ATTEMPTS = 10
+BACKOFF_S = 0.1
+BACKOFF_CAP_S = 2.0
 CLAIMED = 1  # the claim group's committed offset while a query holds the claim
 
 
@@ -157,6 +166,7 @@ def _take(options: KafkaSinkOptions, sink_id: str, query_id: str, consumer: Cons
                     exc,
                 ) from None
             log.info("another task claimed sink %s at the same time; reading again", sink_id)
+            time.sleep(random.uniform(0, min(BACKOFF_CAP_S, BACKOFF_S * 2**attempt)))
     raise AssertionError("unreachable")
 
 
