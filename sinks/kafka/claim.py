@@ -75,17 +75,23 @@ def ensure_claimed(options: KafkaSinkOptions, sink_id: str, query_id: str) -> No
     # while a transaction holds a pending offset for the group)
     quick = marker_consumer(options, name, "read_uncommitted")
     try:
-        owner, in_group = read_claim(options, sink_id, quick)
+        if _is_ours(options, sink_id, query_id, quick):
+            return
+        stable = marker_consumer(options, name, "read_committed")
+        try:
+            _take(options, sink_id, query_id, stable, quick)
+        finally:
+            stable.close()
     finally:
         quick.close()
-    if owner == query_id and in_group:
-        return
+
+
+def _is_ours(options: KafkaSinkOptions, sink_id: str, query_id: str, quick: Consumer) -> bool:
+    """Whether ``query_id`` holds the claim as the group last applied it; SinkClaimedError
+    when another query does."""
+    owner, in_group = read_claim(options, sink_id, quick)
     _refuse_other(sink_id, owner, query_id)
-    stable = marker_consumer(options, name, "read_committed")
-    try:
-        _take(options, sink_id, query_id, stable)
-    finally:
-        stable.close()
+    return owner == query_id and in_group
 
 
 def read_claim(options: KafkaSinkOptions, sink_id: str, consumer: Consumer) -> tuple[str, bool]:
@@ -139,8 +145,13 @@ def _refuse_other(sink_id: str, owner: str, query_id: str) -> None:
         raise SinkClaimedError(sink_id, Lineage(owner), query_id)
 
 
-def _take(options: KafkaSinkOptions, sink_id: str, query_id: str, consumer: Consumer) -> None:
-    """The compare-and-set: fence other claimers, read again, commit the claim."""
+def _take(
+    options: KafkaSinkOptions, sink_id: str, query_id: str, consumer: Consumer, quick: Consumer
+) -> None:
+    """The compare-and-set: fence other claimers, read again, commit the claim. A claimer
+    fenced by another waits, then looks quickly: the other, often a task of its own
+    query, may have committed the claim meanwhile, and fencing it again would only make
+    it try again too."""
     name = claim_name(options, sink_id)
     for attempt in range(ATTEMPTS):
         producer = Producer(
@@ -167,6 +178,8 @@ def _take(options: KafkaSinkOptions, sink_id: str, query_id: str, consumer: Cons
                 ) from None
             log.info("another task claimed sink %s at the same time; reading again", sink_id)
             time.sleep(random.uniform(0, min(BACKOFF_CAP_S, BACKOFF_S * 2**attempt)))
+            if _is_ours(options, sink_id, query_id, quick):
+                return
     raise AssertionError("unreachable")
 
 
