@@ -86,10 +86,10 @@ def ensure_claimed(options: KafkaSinkOptions, sink_id: str, query_id: str) -> No
         quick.close()
 
 
-def _is_ours(options: KafkaSinkOptions, sink_id: str, query_id: str, quick: Consumer) -> bool:
-    """Whether ``query_id`` holds the claim as the group last applied it; SinkClaimedError
-    when another query does."""
-    owner, in_group = read_claim(options, sink_id, quick)
+def _is_ours(options: KafkaSinkOptions, sink_id: str, query_id: str, consumer: Consumer) -> bool:
+    """Whether ``query_id`` holds the claim as ``consumer`` reads it (quickly, or stably
+    after this claimer's fencing); SinkClaimedError when another query does."""
+    owner, in_group = read_claim(options, sink_id, consumer)
     _refuse_other(sink_id, owner, query_id)
     return owner == query_id and in_group
 
@@ -159,9 +159,7 @@ def _take(
         )
         try:
             producer.init_transactions(CALL_TIMEOUT)
-            owner, in_group = read_claim(options, sink_id, consumer)
-            _refuse_other(sink_id, owner, query_id)
-            if owner == query_id and in_group:
+            if _is_ours(options, sink_id, query_id, consumer):
                 return
             _commit_claim(producer, options, name, query_id, consumer)
             log.info("sink %s claimed by query %s", sink_id, query_id)

@@ -120,16 +120,15 @@ def test_the_first_tasks_of_one_query_claiming_at_once_all_go_on(
 
     sid = writer.options.sink_id
     assert sid is not None
+
+    def take(sink_id: str, start: threading.Barrier) -> None:
+        start.wait()
+        claim.ensure_claimed(writer.options, sink_id, "kafka-query")
+
     for round_ in range(5):
-        sink_id = f"{sid}-r{round_}"
-        start = threading.Barrier(4)
-
-        def take(sink_id: str = sink_id, start: threading.Barrier = start) -> None:
-            start.wait()
-            claim.ensure_claimed(writer.options, sink_id, "kafka-query")
-
+        sink_id, start = f"{sid}-r{round_}", threading.Barrier(4)
         with ThreadPoolExecutor(4) as pool:
-            for done in [pool.submit(take) for _ in range(4)]:
+            for done in [pool.submit(take, sink_id, start) for _ in range(4)]:
                 done.result()
         with pytest.raises(SinkClaimedError, match="belongs to query kafka-query"):
             claim.ensure_claimed(writer.options, sink_id, "another-query")
