@@ -14,7 +14,7 @@ Restoring copies it into an empty directory:
   restarts at batch N+1 with the savepoint's state; into the old physical target
   it emits everything after the savepoint again (as a Flink job started from a
   savepoint does). A sink whose explicit ``sinkId`` still belongs to the original
-  query is refused by the sink at its first batch.
+  query is refused by the sink at its first batch (the Kafka sink's at its start).
 - **resume**: the same query id, allowed only while no sink of that query has
   decided a batch after N; the original checkpoint is then retired (renamed), so
   two queries never share a sink. The sinks checked are those the checkpoint

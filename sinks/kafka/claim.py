@@ -1,4 +1,4 @@
-"""Task side: the Kafka sink's claim on its sink id, taken before a task writes anything.
+"""The Kafka sink's claim on its sink id, taken before a task writes anything.
 
 Each task partition's progress marker names the query that wrote it, so a second
 query with the same ``sinkId`` is refused where the first one wrote. A task
@@ -26,6 +26,12 @@ query's:
 Only a task partition without a marker of its own query looks at the claim (its
 first batch, or a partition whose tasks had no rows so far): later batches find
 their query in the marker, so this costs nothing per batch.
+
+A stream's driver takes the claim once at the query's start (:func:`claim_at_start`),
+before any task runs, when it can read the query id in the checkpoint: the first
+batch's tasks then find the claim theirs at their first look, instead of all taking
+it at once and fencing each other, and a second query on the sink id is refused at
+its start rather than at its first batch.
 """
 
 from __future__ import annotations
@@ -67,8 +73,8 @@ def claim_name(options: KafkaSinkOptions, sink_id: str) -> str:
 
 
 def ensure_claimed(options: KafkaSinkOptions, sink_id: str, query_id: str) -> None:
-    """Task: return once ``query_id`` holds the claim on ``sink_id``; raise
-    :class:`SinkClaimedError` when another query does."""
+    """Task (and a stream's driver at its start): return once ``query_id`` holds the
+    claim on ``sink_id``; raise :class:`SinkClaimedError` when another query does."""
     name = claim_name(options, sink_id)
     # the first look is quick (read_uncommitted: as the group last applied it); only the
     # read after this claimer's init_transactions() is stable (read_committed waits
@@ -84,6 +90,24 @@ def ensure_claimed(options: KafkaSinkOptions, sink_id: str, query_id: str) -> No
             stable.close()
     finally:
         quick.close()
+
+
+def claim_at_start(options: KafkaSinkOptions, checkpoint: str | None) -> None:
+    """Driver, at a stream's start: take the claim on the sink id for the query the
+    ``checkpoint``'s metadata names. Nothing happens when the checkpoint cannot be read
+    here (set through Spark's conf, or on a store the package does not read) or the
+    claim cannot be taken (the driver lacks the claim's transactional id ACL): the
+    tasks claim as before. :class:`SinkClaimedError` when another query holds it."""
+    from eos_connectors.core.checkpoint_sinks import checkpoint_query_id
+
+    query_id = checkpoint_query_id(checkpoint)
+    if query_id is None:
+        return
+    sink_id = options.sink_id_for(query_id)
+    try:
+        ensure_claimed(options, sink_id, query_id)
+    except (ClaimError, KafkaException) as exc:
+        log.warning("sink %s not claimed at the start (its tasks claim it): %s", sink_id, exc)
 
 
 def _is_ours(options: KafkaSinkOptions, sink_id: str, query_id: str, consumer: Consumer) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from pyspark.sql.datasource import DataSourceStreamWriter
 from pyspark.sql.types import StructType
 
 from eos_connectors.core import batch_job
@@ -39,6 +40,21 @@ class KafkaSinkFormat(batch_job.SinkFormat):
         from eos_connectors.sinks.kafka import parse_options as parse_sink_options
 
         return parse_sink_options(self.options)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        """Driver: as every sink's; an exactly-once stream then takes its sink id's claim,
+        once, before any task runs (:func:`~eos_connectors.sinks.kafka.claim.claim_at_start`:
+        its first tasks would otherwise all claim at once)."""
+        writer = super().streamWriter(schema, overwrite)
+        options = self.sink_config
+        if options.exactly_once:
+            from eos_connectors.sinks.kafka.claim import claim_at_start
+
+            once_per_driver(
+                start_key("eos_kafka-claim", self.options, schema),
+                lambda: claim_at_start(options, checkpoint_location(self.options)),
+            )
+        return writer
 
     def _writer(
         self, schema: StructType, overwrite: bool

@@ -3,16 +3,19 @@ same sink id writes nothing, two claims at once leave one owner, a marker is fou
 marker log after its group offsets expired or behind an open transaction, and a log that
 is no marker log is refused.
 
-Cost: ~19 s."""
+Cost: ~21 s."""
 
 from __future__ import annotations
 
+import json
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
+from pyspark.sql.types import BinaryType, StructField, StructType
 
 from eos_connectors.core.errors import ConfigError
 from eos_connectors.core.protocol import SinkClaimedError
@@ -29,6 +32,7 @@ from tests.kafka_sink_util import (
     a_task,
     expected_values,
     marker_groups,
+    new_sink_options,
     paused,
     rows_of,
     values_read,
@@ -132,6 +136,49 @@ def test_the_first_tasks_of_one_query_claiming_at_once_all_go_on(
                 done.result()
         with pytest.raises(SinkClaimedError, match="belongs to query kafka-query"):
             claim.ensure_claimed(writer.options, sink_id, "another-query")
+
+
+def test_a_streams_driver_claims_the_sink_at_start_for_its_checkpoints_query(
+    endpoints: Endpoints, unique: str, tmp_path: Path
+) -> None:
+    """A stream's driver (Spark's call of the format's ``streamWriter``) takes the claim
+    for the query id in its checkpoint's metadata, before any task: the first batch's
+    tasks then find it theirs at their first look instead of all taking it at once. A
+    second checkpoint on the sink id is refused at its start; a checkpoint the driver
+    cannot read (none given) leaves the claim to the tasks. ~2 s."""
+    from eos_connectors.formats import KafkaDataSource
+    from eos_connectors.sinks.kafka import claim
+    from eos_connectors.sinks.kafka.marker import marker_consumer
+
+    options = new_sink_options(endpoints, "kd", unique)
+    raw = {"kafka.bootstrap.servers": endpoints.kafka_bootstrap, "topic": options.topic or ""}
+    schema = StructType([StructField("key", BinaryType()), StructField("value", BinaryType())])
+
+    def start(query: str | None, sink_id: str) -> None:
+        given = {**raw, "sinkId": sink_id}
+        if query is not None:
+            (tmp_path / query).mkdir()
+            (tmp_path / query / "metadata").write_text(json.dumps({"id": query}))
+            given["checkpointLocation"] = str(tmp_path / query)
+        KafkaDataSource(given).streamWriter(schema, False)
+
+    def owner(sink_id: str) -> str:
+        consumer = marker_consumer(options, claim.claim_name(options, sink_id), "read_committed")
+        try:
+            return claim.read_claim(options, sink_id, consumer)[0]
+        finally:
+            consumer.close()
+
+    sid = options.sink_id or ""
+    start("query-a", sid)
+    assert owner(sid) == "query-a"
+    writer = KafkaExactlyOnceWriter(options)
+    writer.write_task(a_task(0, query="query-a"), iter(rows_of(0)))  # its own: it writes
+    with pytest.raises(SinkClaimedError, match=r"belongs to query query-a.*query-b"):
+        start("query-b", sid)
+    start(None, f"{sid}-unread")
+    assert owner(f"{sid}-unread") == ""
+    assert values_read(endpoints, writer, "read_committed") == expected_values(range(1))
 
 
 def test_a_marker_whose_group_offsets_expired_is_found_in_the_marker_log(

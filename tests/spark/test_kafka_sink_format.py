@@ -1,16 +1,18 @@
 """The Kafka sink as Spark's own Kafka sink behaves, in a Spark query: the topic option,
-tombstones, timestamps and Java's partitioning; the start checks.
+tombstones, timestamps and Java's partitioning; the start checks and the claim taken at
+the start.
 
-Cost: ~8 s in the session's Spark."""
+Cost: ~11 s in the session's Spark."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
 
-from eos_connectors.core.topics import read_to_end
+from eos_connectors.core.topics import create_topic, read_to_end
 from eos_connectors.dev.endpoints import Endpoints
 from tests.kafka_sink_util import (
     java_partitions,
@@ -18,6 +20,7 @@ from tests.kafka_sink_util import (
     source_topics,
     write,
 )
+from tests.sink_util import earliest
 
 pytestmark = [pytest.mark.services, pytest.mark.spark]
 
@@ -70,3 +73,44 @@ def test_wrong_types_missing_topic_and_long_timeouts_fail_at_start(
         )
     with pytest.raises(Exception, match=f"topic 'absent-{unique}', which does not exist"):
         write(spark, endpoints, source, tmp_path / "b", ["key", "value"], topic=f"absent-{unique}")
+
+
+@pytest.mark.cost(3)
+def test_a_stream_holds_its_sink_ids_claim_from_its_start_before_any_batch(
+    spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path
+) -> None:
+    """Spark's own call of the sink's ``streamWriter`` at a query's start takes the claim
+    on the sink id for the query, under the id its tasks carry (the checkpoint's): the
+    input is empty, so no batch and no task ever ran, yet the claim is the query's. The
+    first batch's tasks then find it theirs instead of all taking it at once."""
+    from eos_connectors.sinks.kafka import claim
+    from eos_connectors.sinks.kafka.marker import marker_consumer
+    from eos_connectors.sinks.kafka.options import parse_options
+
+    source, out = f"ks-in-{unique}", f"ks-out-{unique}"
+    create_topic(endpoints.kafka, source, partitions=1)
+    create_topic(endpoints.kafka, out, partitions=1)
+    sink = {"kafka.bootstrap.servers": endpoints.kafka_bootstrap, "topic": out}
+    query = (
+        earliest(spark, endpoints, source)
+        .select("key", "value")
+        .writeStream.format("eos_kafka")
+        .options(**sink)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(processingTime="1 second")
+        .start()
+    )
+    options = parse_options(sink)
+    sink_id = options.sink_id_for(query.id)
+    consumer = marker_consumer(options, claim.claim_name(options, sink_id), "read_committed")
+    try:
+        deadline, owner = time.monotonic() + 60, ""
+        while not owner and query.isActive and time.monotonic() < deadline:
+            owner = claim.read_claim(options, sink_id, consumer)[0]
+            time.sleep(0.2)
+        assert owner == query.id, query.exception() or query.status
+        assert query.lastProgress is None or query.lastProgress["numInputRows"] == 0
+    finally:
+        consumer.close()
+        query.stop()
+    assert read_to_end(endpoints.kafka, out) == []

@@ -59,9 +59,11 @@ def test_a_new_checkpoint_that_reuses_a_kafka_sink_id_writes_nothing_anywhere(
     spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path
 ) -> None:
     """The first query writes through sink id S with 2 tasks a batch; a second query, on a
-    new checkpoint with the same S, reads with 4 tasks side by side: its tasks on task
-    partitions the first query never wrote are refused too (the sink id's claim), so
-    it fails having written nothing at all."""
+    new checkpoint with the same S, reads with 4 tasks side by side: it is refused at its
+    start by the sink id's claim, which its driver tries to take, so it fails having
+    written nothing at all, also on task partitions the first query never wrote. (A
+    driver that cannot read its checkpoint leaves the claim to the tasks, which refuse
+    the same way: test_of_two_queries_sharing_a_sink_id_only_one_writes.)"""
     source, out, values = _input(endpoints, unique)
     sink_id = f"op-{unique}"
     _in_session(spark, endpoints, source, out, tmp_path / "first", sink_id, 2)
