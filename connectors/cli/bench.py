@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     kafka_cpu = benches.add_parser(
         "kafka-cpu",
         help="one Kafka sink task's CPU, its own and the local broker's, at-least-once "
-        "against exactly-once (~2 min)",
+        "against the batch and the task commit (~3 min)",
     )
     kafka_cpu.add_argument("--tasks", type=int, default=200, help="tasks per mode and round")
     kafka_cpu.add_argument("--rounds", type=int, default=3, help="rounds of each mode")

@@ -1,7 +1,7 @@
 """The benchmarks' CPU clocks find the local broker and see what transactions cost it:
 `eos bench compare`'s per-pipeline clock and `eos bench kafka-cpu`'s per-task modes.
 
-Second tier (`make full`, ~7 s): run it before a release and whenever the benchmarks'
+Second tier (`make full`, ~9 s): run it before a release and whenever the benchmarks'
 clocks (connectors/dev/compare) change.
 """
 
@@ -53,7 +53,7 @@ def test_the_clock_charges_the_local_broker_for_transactions(
     assert broker_s is not None and broker_s > 0.01  # ~40 transactions' coordinator work
 
 
-@pytest.mark.cost(4)
+@pytest.mark.cost(6)
 def test_the_kafka_cpu_bench_measures_each_mode_on_the_real_broker(
     endpoints: Endpoints, tmp_path: Path
 ) -> None:
@@ -68,7 +68,8 @@ def test_the_kafka_cpu_bench_measures_each_mode_on_the_real_broker(
 
 
 @pytest.mark.parametrize(
-    ("mode", "new_producers"), [("exactly-once", 1), ("exactly-once, moved", 9)]
+    ("mode", "new_producers"),
+    [("exactly-once, task commit", 1), ("exactly-once, task commit, moved", 9)],
 )
 def test_a_moved_task_takes_a_new_producer_and_a_staying_one_does_not(
     endpoints: Endpoints,

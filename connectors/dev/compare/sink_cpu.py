@@ -5,14 +5,19 @@ runs the broker (the local stack, ``make bench``) the broker's work for it takes
 same cores as Spark. This measures a task without Spark, on the real broker: the CPU
 time of this process (the task's Python and librdkafka's threads, between tasks
 included) and of the local broker (its idle rate, measured first, taken off), per
-task of ``ROWS`` rows into a 4-partition topic, in three modes:
+task of ``ROWS`` rows into a 4-partition topic, in four modes:
 
 * ``at-least-once``: the worker's idempotent producer, then a flush;
-* ``exactly-once``: the transactional producer of the task partition's last batch,
-  pooled in the same Python worker (the partition stayed with its worker);
-* ``exactly-once, moved``: the partition's last batch ran on another worker, whose
-  new producer fenced this worker's: the task finds its pooled producer fenced at the
-  marker's offset and starts a new one (``init_transactions()``, a marker read).
+* ``exactly-once, batch commit`` (the default ``commitMode``): the task's new
+  transactional producer, its checks, rows and marker offset, left open, then the
+  driver's commit of a batch of that one task (the decision, ``EndTxn``, the sweep),
+  all in this process: a task's cost with its whole share of the commit;
+* ``exactly-once, task commit``: the transactional producer of the task partition's
+  last batch, pooled in the same Python worker (the partition stayed with its worker);
+* ``exactly-once, task commit, moved``: the partition's last batch ran on another
+  worker, whose new producer fenced this worker's: the task finds its pooled producer
+  fenced at the marker's offset and starts a new one (``init_transactions()``, a
+  marker read).
 
 Tasks run ``GAP_SECONDS`` apart (a partition's tasks are a batch apart in a query, and
 the broker writes a transaction's markers after its commit returns). Rounds interleave
@@ -38,6 +43,7 @@ from eos_connectors.core.kafka_config import plaintext
 from eos_connectors.core.topics import create_topic
 from eos_connectors.dev.compare.process import cpu_seconds, local_broker
 from eos_connectors.sinks.kafka.at_least_once import KafkaAtLeastOnceWriter
+from eos_connectors.sinks.kafka.batch_commit import BatchCommitWriter
 from eos_connectors.sinks.kafka.exactly_once import KafkaExactlyOnceWriter
 from eos_connectors.sinks.kafka.options import KafkaSinkOptions, parse_options
 from eos_connectors.sinks.kafka.pool import ClientPool, PlainProducers
@@ -45,7 +51,12 @@ from eos_connectors.sinks.kafka.pool import ClientPool, PlainProducers
 ROWS = 2_500
 GAP_SECONDS = 0.05
 WARM_UP = 3
-MODES = ("at-least-once", "exactly-once", "exactly-once, moved")
+MODES = (
+    "at-least-once",
+    "exactly-once, batch commit",
+    "exactly-once, task commit",
+    "exactly-once, task commit, moved",
+)
 
 
 @dataclass(frozen=True)
@@ -139,6 +150,8 @@ def _task(mode: str, options: KafkaSinkOptions) -> Callable[[int], object]:
         plain = KafkaAtLeastOnceWriter(replace(options, exactly_once=False))
         producers = PlainProducers()
         return lambda b: plain.write_rows(iter([batch]), producers)
+    if mode == "exactly-once, batch commit":
+        return _batch_commit_task(options, batch)
     writer = KafkaExactlyOnceWriter(options)
     query = str(uuid.uuid4())
     # two Python workers; "moved" alternates between them, so each task finds its
@@ -149,6 +162,19 @@ def _task(mode: str, options: KafkaSinkOptions) -> Callable[[int], object]:
     def task(b: int) -> object:
         identity = TaskIdentity(query, "bench", "run", b, 0, b)
         return writer.write_task(identity, iter([batch]), pools[b % 2 if moved else 0])
+
+    return task
+
+
+def _batch_commit_task(options: KafkaSinkOptions, batch: pa.RecordBatch) -> Callable[[int], object]:
+    """A task of the batch commit for batch ``b``, then the driver's commit of it."""
+    writer = BatchCommitWriter(options)
+    query = str(uuid.uuid4())
+
+    def task(b: int) -> object:
+        prepared = writer.write_task(TaskIdentity(query, "bench", "run", b, 0, b), iter([batch]))
+        writer.commit([prepared], b)
+        return prepared
 
     return task
 
