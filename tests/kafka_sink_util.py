@@ -184,6 +184,18 @@ def late(batches: list[pa.RecordBatch], before: float, between: float = 0.0) -> 
         time.sleep(between)
 
 
+def claim_owner(options: KafkaSinkOptions, sink_id: str) -> str:
+    """The query holding the sink id's claim as its group reads stably, or ""."""
+    from eos_connectors.sinks.kafka.claim import claim_name, read_claim
+    from eos_connectors.sinks.kafka.marker import marker_consumer
+
+    consumer = marker_consumer(options, claim_name(options, sink_id), "read_committed")
+    try:
+        return read_claim(options, sink_id, consumer)[0]
+    finally:
+        consumer.close()
+
+
 def new_sink_options(
     endpoints: Endpoints, prefix: str, unique: str, **extra: str
 ) -> KafkaSinkOptions:

@@ -30,6 +30,7 @@ from eos_connectors.sinks.kafka.options import transactional_id
 from eos_connectors.sinks.kafka.pool import ClientPool
 from tests.kafka_sink_util import (
     a_task,
+    claim_owner,
     expected_values,
     marker_groups,
     new_sink_options,
@@ -147,8 +148,6 @@ def test_a_streams_driver_claims_the_sink_at_start_for_its_checkpoints_query(
     second checkpoint on the sink id is refused at its start; a checkpoint the driver
     cannot read (none given) leaves the claim to the tasks. ~2 s."""
     from eos_connectors.formats import KafkaDataSource
-    from eos_connectors.sinks.kafka import claim
-    from eos_connectors.sinks.kafka.marker import marker_consumer
 
     options = new_sink_options(endpoints, "kd", unique)
     raw = {"kafka.bootstrap.servers": endpoints.kafka_bootstrap, "topic": options.topic or ""}
@@ -162,22 +161,15 @@ def test_a_streams_driver_claims_the_sink_at_start_for_its_checkpoints_query(
             given["checkpointLocation"] = str(tmp_path / query)
         KafkaDataSource(given).streamWriter(schema, False)
 
-    def owner(sink_id: str) -> str:
-        consumer = marker_consumer(options, claim.claim_name(options, sink_id), "read_committed")
-        try:
-            return claim.read_claim(options, sink_id, consumer)[0]
-        finally:
-            consumer.close()
-
     sid = options.sink_id or ""
     start("query-a", sid)
-    assert owner(sid) == "query-a"
+    assert claim_owner(options, sid) == "query-a"
     writer = KafkaExactlyOnceWriter(options)
     writer.write_task(a_task(0, query="query-a"), iter(rows_of(0)))  # its own: it writes
     with pytest.raises(SinkClaimedError, match=r"belongs to query query-a.*query-b"):
         start("query-b", sid)
     start(None, f"{sid}-unread")
-    assert owner(f"{sid}-unread") == ""
+    assert claim_owner(options, f"{sid}-unread") == ""
     assert values_read(endpoints, writer, "read_committed") == expected_values(range(1))
 
 

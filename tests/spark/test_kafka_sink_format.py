@@ -6,7 +6,6 @@ Cost: ~11 s in the session's Spark."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -15,12 +14,14 @@ from pyspark.sql import SparkSession
 from eos_connectors.core.topics import create_topic, read_to_end
 from eos_connectors.dev.endpoints import Endpoints
 from tests.kafka_sink_util import (
+    claim_owner,
     java_partitions,
     read_written,
     source_topics,
     write,
 )
 from tests.sink_util import earliest
+from tests.source_util import wait_for
 
 pytestmark = [pytest.mark.services, pytest.mark.spark]
 
@@ -83,8 +84,6 @@ def test_a_stream_holds_its_sink_ids_claim_from_its_start_before_any_batch(
     on the sink id for the query, under the id its tasks carry (the checkpoint's): the
     input is empty, so no batch and no task ever ran, yet the claim is the query's. The
     first batch's tasks then find it theirs instead of all taking it at once."""
-    from eos_connectors.sinks.kafka import claim
-    from eos_connectors.sinks.kafka.marker import marker_consumer
     from eos_connectors.sinks.kafka.options import parse_options
 
     source, out = f"ks-in-{unique}", f"ks-out-{unique}"
@@ -102,15 +101,15 @@ def test_a_stream_holds_its_sink_ids_claim_from_its_start_before_any_batch(
     )
     options = parse_options(sink)
     sink_id = options.sink_id_for(query.id)
-    consumer = marker_consumer(options, claim.claim_name(options, sink_id), "read_committed")
     try:
-        deadline, owner = time.monotonic() + 60, ""
-        while not owner and query.isActive and time.monotonic() < deadline:
-            owner = claim.read_claim(options, sink_id, consumer)[0]
-            time.sleep(0.2)
-        assert owner == query.id, query.exception() or query.status
+        wait_for(
+            lambda: bool(claim_owner(options, sink_id)) or not query.isActive,
+            "the sink id's claim",
+            lambda: query.exception() or query.status,
+            timeout=60,
+        )
+        assert claim_owner(options, sink_id) == query.id, query.exception() or query.status
         assert query.lastProgress is None or query.lastProgress["numInputRows"] == 0
     finally:
-        consumer.close()
         query.stop()
     assert read_to_end(endpoints.kafka, out) == []
