@@ -1,7 +1,7 @@
 """The benchmarks' CPU clocks find the local broker and see what transactions cost it:
 `eos bench compare`'s per-pipeline clock and `eos bench kafka-cpu`'s per-task modes.
 
-Second tier (`make full`, ~9 s): run it before a release and whenever the benchmarks'
+Second tier (`make full`, ~11 s): run it before a release and whenever the benchmarks'
 clocks (connectors/dev/compare) change.
 """
 
@@ -18,8 +18,10 @@ from eos_connectors.core.topics import create_topic
 from eos_connectors.dev.compare import sink_cpu
 from eos_connectors.dev.compare.process import CpuClock, local_broker
 from eos_connectors.dev.endpoints import Endpoints
+from eos_connectors.sinks.kafka.decisions import read_decision
 from eos_connectors.sinks.kafka.options import KafkaSinkOptions, parse_options
 from eos_connectors.sinks.kafka.pool import ClientPool
+from tests.kafka_sink_util import read_written
 
 pytestmark = [pytest.mark.services, pytest.mark.full]
 
@@ -100,3 +102,29 @@ def test_a_moved_task_takes_a_new_producer_and_a_staying_one_does_not(
     for b in range(3 + 6):  # warm-up and measured tasks alike
         task(b)
     assert len(made) == new_producers  # moved: every task's pooled producer was fenced
+
+
+def test_a_call_of_the_four_task_mode_is_one_batch_of_four_tasks_and_its_commit(
+    endpoints: Endpoints, unique: str
+) -> None:
+    topic = f"cpu-{unique}"
+    create_topic(endpoints.kafka, topic, 4)
+    create_topic(endpoints.kafka, f"{topic}-markers", 1, **{"cleanup.policy": "compact"})
+    options = parse_options(
+        {
+            "kafka.bootstrap.servers": endpoints.kafka_bootstrap,
+            "topic": topic,
+            "markerLogTopic": f"{topic}-markers",
+        }
+    )
+    assert sink_cpu.tasks_per_call(sink_cpu.BATCH_OF_4) == 4
+    assert sink_cpu.measured_tasks(sink_cpu.BATCH_OF_4, 10) == 12  # whole batches
+    prepared = sink_cpu._task(sink_cpu.BATCH_OF_4, options)(7)
+    assert isinstance(prepared, list)
+    assert [(p.batch_id, p.partition, p.state) for p in prepared] == [
+        (7, p, "prepared") for p in range(4)
+    ]
+    decision = read_decision(options, prepared[0].sink_id, 7)
+    assert sorted(decision.txns) == [0, 1, 2, 3]  # one decision named all four
+    written = read_written(endpoints.kafka, topic)
+    assert len(written) == 4 * sink_cpu.ROWS  # each task's rows, committed once

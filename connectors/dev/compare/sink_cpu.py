@@ -5,13 +5,17 @@ runs the broker (the local stack, ``make bench``) the broker's work for it takes
 same cores as Spark. This measures a task without Spark, on the real broker: the CPU
 time of this process (the task's Python and librdkafka's threads, between tasks
 included) and of the local broker (its idle rate, measured first, taken off), per
-task of ``ROWS`` rows into a 4-partition topic, in four modes:
+task of ``ROWS`` rows into a 4-partition topic, in five modes:
 
 * ``at-least-once``: the worker's idempotent producer, then a flush;
 * ``exactly-once, batch commit`` (the default ``commitMode``): the task's new
   transactional producer, its checks, rows and marker offset, left open, then the
   driver's commit of a batch of that one task (the decision, ``EndTxn``, the sweep),
   all in this process: a task's cost with its whole share of the commit;
+* ``exactly-once, batch commit, 4 tasks a batch``: the same, the driver's commit
+  ending four tasks' transactions (task partitions 0-3) as in a query whose batches
+  have four sink tasks (the benchmark's pipeline): a task's cost with a quarter of
+  the commit;
 * ``exactly-once, task commit``: the transactional producer of the task partition's
   last batch, pooled in the same Python worker (the partition stayed with its worker);
 * ``exactly-once, task commit, moved``: the partition's last batch ran on another
@@ -20,7 +24,8 @@ task of ``ROWS`` rows into a 4-partition topic, in four modes:
   marker read).
 
 Tasks run ``GAP_SECONDS`` apart (a partition's tasks are a batch apart in a query, and
-the broker writes a transaction's markers after its commit returns). Rounds interleave
+the broker writes a transaction's markers after its commit returns); the four tasks of
+a batch of ``BATCH_OF_4`` run one after another, and its batches that far apart. Rounds interleave
 the modes; each figure is the median of the rounds.
 """
 
@@ -51,9 +56,11 @@ from eos_connectors.sinks.kafka.pool import ClientPool, PlainProducers
 ROWS = 2_500
 GAP_SECONDS = 0.05
 WARM_UP = 3
+BATCH_OF_4 = "exactly-once, batch commit, 4 tasks a batch"
 MODES = (
     "at-least-once",
     "exactly-once, batch commit",
+    BATCH_OF_4,
     "exactly-once, task commit",
     "exactly-once, task commit, moved",
 )
@@ -100,7 +107,10 @@ def run(bootstrap: str, tasks: int, rounds: int, out_dir: Path) -> list[TaskCost
         # make one idle sample high, and every cost below it negative: the lower of two
         # samples, before and after, is its floor.
         idle = min(idle_before, _idle_rate(broker, seconds=quiet))
-        measured = {m: [_less_idle(c, s, idle, tasks) for c, s in runs] for m, runs in raw.items()}
+        measured = {
+            m: [_less_idle(c, s, idle, measured_tasks(m, tasks)) for c, s in runs]
+            for m, runs in raw.items()
+        }
     finally:
         AdminClient({"bootstrap.servers": bootstrap}).delete_topics([topic, f"{topic}-markers"])
     results = [_median(costs) for costs in measured.values()]
@@ -144,14 +154,17 @@ def _with_ratio(value: float | None, base: float | None) -> str:
 
 
 def _task(mode: str, options: KafkaSinkOptions) -> Callable[[int], object]:
-    """One task of ``mode`` for batch ``b``: task partition 0, always the same rows."""
+    """One task of ``mode`` for batch ``b``: task partition 0, always the same rows (four
+    tasks of batch ``b``, partitions 0-3, in :data:`BATCH_OF_4`)."""
     batch = _rows()
     if mode == "at-least-once":
         plain = KafkaAtLeastOnceWriter(replace(options, exactly_once=False))
         producers = PlainProducers()
         return lambda b: plain.write_rows(iter([batch]), producers)
     if mode == "exactly-once, batch commit":
-        return _batch_commit_task(options, batch)
+        return _batch_commit_task(options, batch, 1)
+    if mode == BATCH_OF_4:
+        return _batch_commit_task(options, batch, 4)
     writer = KafkaExactlyOnceWriter(options)
     query = str(uuid.uuid4())
     # two Python workers; "moved" alternates between them, so each task finds its
@@ -166,17 +179,29 @@ def _task(mode: str, options: KafkaSinkOptions) -> Callable[[int], object]:
     return task
 
 
-def _batch_commit_task(options: KafkaSinkOptions, batch: pa.RecordBatch) -> Callable[[int], object]:
-    """A task of the batch commit for batch ``b``, then the driver's commit of it."""
+def _batch_commit_task(
+    options: KafkaSinkOptions, batch: pa.RecordBatch, per_batch: int
+) -> Callable[[int], object]:
+    """Batch ``b`` of the batch commit: ``per_batch`` tasks (task partitions 0 to
+    ``per_batch - 1``, one after another), then the driver's commit of them all; a call
+    is ``per_batch`` tasks (:func:`tasks_per_call`)."""
     writer = BatchCommitWriter(options)
     query = str(uuid.uuid4())
 
-    def task(b: int) -> object:
-        prepared = writer.write_task(TaskIdentity(query, "bench", "run", b, 0, b), iter([batch]))
-        writer.commit([prepared], b)
+    def tasks(b: int) -> object:
+        prepared = [
+            writer.write_task(TaskIdentity(query, "bench", "run", b, p, b), iter([batch]))
+            for p in range(per_batch)
+        ]
+        writer.commit(list(prepared), b)
         return prepared
 
-    return task
+    return tasks
+
+
+def tasks_per_call(mode: str) -> int:
+    """How many tasks one call of ``mode``'s :func:`_task` runs."""
+    return 4 if mode == BATCH_OF_4 else 1
 
 
 def _rows() -> pa.RecordBatch:
@@ -188,24 +213,32 @@ def _rows() -> pa.RecordBatch:
 def _measure(
     mode: str, task: Callable[[int], object], tasks: int, broker: psutil.Process | None
 ) -> tuple[TaskCost, float]:
-    """One mode's costs per task, the broker's CPU still with its idle work, and the
-    seconds they took."""
+    """One mode's costs per task over :func:`measured_tasks` tasks, the broker's CPU
+    still with its idle work, and the seconds they took."""
+    per_call = tasks_per_call(mode)
     for b in range(WARM_UP):
         task(b)
         time.sleep(GAP_SECONDS)
     walls = []
     began, client, broker_before = time.monotonic(), time.process_time(), cpu_seconds(broker)
-    for b in range(WARM_UP, WARM_UP + tasks):
+    for b in range(WARM_UP, WARM_UP + measured_tasks(mode, tasks) // per_call):
         time.sleep(GAP_SECONDS)
         since = time.perf_counter()
         task(b)
-        walls.append((time.perf_counter() - since) * 1000)
+        walls.append((time.perf_counter() - since) * 1000 / per_call)
     elapsed = time.monotonic() - began
-    client_ms = (time.process_time() - client) * 1000 / tasks
+    count = measured_tasks(mode, tasks)
+    client_ms = (time.process_time() - client) * 1000 / count
     broker_ms = None
     if broker is not None:
-        broker_ms = (cpu_seconds(broker) - broker_before) * 1000 / tasks
+        broker_ms = (cpu_seconds(broker) - broker_before) * 1000 / count
     return TaskCost(mode, statistics.median(walls), client_ms, broker_ms), elapsed
+
+
+def measured_tasks(mode: str, tasks: int) -> int:
+    """``tasks`` rounded up to whole calls of ``mode`` (at least one)."""
+    per_call = tasks_per_call(mode)
+    return max(1, -(-tasks // per_call)) * per_call
 
 
 def _less_idle(cost: TaskCost, elapsed: float, idle: float, tasks: int) -> TaskCost:
