@@ -77,7 +77,13 @@ from eos_connectors.core.errors import ConfigError
 from eos_connectors.core.protocol import Lineage, SinkClaimedError
 from eos_connectors.core.spark_api import StreamArrowWriter
 from eos_connectors.sinks.kafka.claim import check_owner
-from eos_connectors.sinks.kafka.clients import CALL_TIMEOUT, LIBRDKAFKA_LOG, call, produce_rows
+from eos_connectors.sinks.kafka.clients import (
+    CALL_TIMEOUT,
+    LIBRDKAFKA_LOG,
+    call,
+    produce_rows,
+    retiring,
+)
 from eos_connectors.sinks.kafka.coordinator import (
     OpenTransaction,
     TransactionClient,
@@ -230,7 +236,9 @@ class BatchCommitWriter(StreamArrowWriter):
         steps: timing.TaskSteps,
     ) -> PreparedTask:
         """Task: a new producer fenced in, the marker read stably, the transaction written
-        and flushed, every delivery checked; left open."""
+        and flushed, every delivery checked; left open. The producer is then destroyed by
+        a thread of the worker (:func:`~.clients.retiring`), which leaves the transaction
+        open too."""
         identity, failures = Identity(), DeliveryFailures()
         producer = Producer(
             {
@@ -242,54 +250,55 @@ class BatchCommitWriter(StreamArrowWriter):
                 **identity.settings(),
             }
         )
-        call(lambda: producer.init_transactions(CALL_TIMEOUT), "init_transactions")
-        known = marker.read_stable() or (0, "")  # the log holds no batch-mode marker
-        steps.add("checks and fencing", steps.began)  # before any row was waited for
-        check_owner(self.options, known, sid, task.query_id)
-        if known[0] > task.batch_id:
-            return PreparedTask(task, sid, "marked")
-        batches = (b for b in rows_in if b.num_rows)
-        first = next(batches, None)
-        if first is None:
-            return PreparedTask(task, sid, "empty")
-        opened_at = time.time()
-        call(producer.begin_transaction, "begin_transaction")
-        faults.point("before-prepare", task.batch_id, role="worker", query=task.query_name)
-        from eos_connectors.sinks.kafka.records import in_order, rows  # pyarrow: tasks only
-        from eos_connectors.sinks.kafka.task_keys import TaskKeys
+        with retiring(producer):
+            call(lambda: producer.init_transactions(CALL_TIMEOUT), "init_transactions")
+            known = marker.read_stable() or (0, "")  # the log holds no batch-mode marker
+            steps.add("checks and fencing", steps.began)  # before any row was waited for
+            check_owner(self.options, known, sid, task.query_id)
+            if known[0] > task.batch_id:
+                return PreparedTask(task, sid, "marked")
+            batches = (b for b in rows_in if b.num_rows)
+            first = next(batches, None)
+            if first is None:
+                return PreparedTask(task, sid, "empty")
+            opened_at = time.time()
+            call(producer.begin_transaction, "begin_transaction")
+            faults.point("before-prepare", task.batch_id, role="worker", query=task.query_name)
+            from eos_connectors.sinks.kafka.records import in_order, rows  # pyarrow: tasks only
+            from eos_connectors.sinks.kafka.task_keys import TaskKeys
 
-        changes = self.options.changes
-        noted = TaskKeys() if changes.applies_changes else None
-        ordered = in_order(_chain(first, batches), changes)
-        if noted is not None:
-            ordered = noted.passing(ordered)
-        count = produce_rows(producer, rows(ordered, self.options.topic, changes))
-        # The marker's offset joins the transaction while librdkafka sends the rows: the
-        # two round trips overlap, and both are in the one transaction whatever the order.
-        offsets = [marker.offset(task.batch_id + 1, task.query_id)]
-        metadata = marker.group_metadata()
-        call(
-            lambda: producer.send_offsets_to_transaction(offsets, metadata, CALL_TIMEOUT),
-            "send_offsets_to_transaction",
-        )
-        flushing = time.perf_counter()
-        left = producer.flush(CALL_TIMEOUT)
-        if left or failures.first is not None:
-            producer.abort_transaction(CALL_TIMEOUT)
-            raise KafkaSinkError(
-                f"Task partition {task.partition} of batch {task.batch_id}: "
-                + (
-                    f"{left} records were not acknowledged within {CALL_TIMEOUT:.0f} s"
-                    if left
-                    else f"a record was not delivered: {failures.first}"
-                )
-                + "; its transaction was aborted and the task fails so Spark retries it."
+            changes = self.options.changes
+            noted = TaskKeys() if changes.applies_changes else None
+            ordered = in_order(_chain(first, batches), changes)
+            if noted is not None:
+                ordered = noted.passing(ordered)
+            count = produce_rows(producer, rows(ordered, self.options.topic, changes))
+            # The marker's offset joins the transaction while librdkafka sends the rows: the
+            # two round trips overlap, and both are in the one transaction whatever the order.
+            offsets = [marker.offset(task.batch_id + 1, task.query_id)]
+            metadata = marker.group_metadata()
+            call(
+                lambda: producer.send_offsets_to_transaction(offsets, metadata, CALL_TIMEOUT),
+                "send_offsets_to_transaction",
             )
-        txn = identity.wait(producer, name, IDENTITY_TIMEOUT)
-        steps.add("flush and identity", flushing)
-        faults.point("after-prepare", task.batch_id, role="worker", query=task.query_name)
-        keys = noted.distinct() if noted is not None else None
-        return PreparedTask(task, sid, "prepared", count, txn, opened_at, keys)
+            flushing = time.perf_counter()
+            left = producer.flush(CALL_TIMEOUT)
+            if left or failures.first is not None:
+                producer.abort_transaction(CALL_TIMEOUT)
+                raise KafkaSinkError(
+                    f"Task partition {task.partition} of batch {task.batch_id}: "
+                    + (
+                        f"{left} records were not acknowledged within {CALL_TIMEOUT:.0f} s"
+                        if left
+                        else f"a record was not delivered: {failures.first}"
+                    )
+                    + "; its transaction was aborted and the task fails so Spark retries it."
+                )
+            txn = identity.wait(producer, name, IDENTITY_TIMEOUT)
+            steps.add("flush and identity", flushing)
+            faults.point("after-prepare", task.batch_id, role="worker", query=task.query_name)
+            keys = noted.distinct() if noted is not None else None
+            return PreparedTask(task, sid, "prepared", count, txn, opened_at, keys)
 
     # -- batch jobs (df.write: eos_connectors.core.batch_job) ------------------------------
 
