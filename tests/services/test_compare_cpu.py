@@ -69,6 +69,20 @@ def test_the_kafka_cpu_bench_measures_each_mode_on_the_real_broker(
     assert lines[2].startswith("| at-least-once |") and "(1.0x)" in lines[2]
 
 
+def _sink_options(endpoints: Endpoints, unique: str) -> KafkaSinkOptions:
+    """A sink on a new 4-partition topic with its own marker log, as the bench makes."""
+    topic = f"cpu-{unique}"
+    create_topic(endpoints.kafka, topic, 4)
+    create_topic(endpoints.kafka, f"{topic}-markers", 1, **{"cleanup.policy": "compact"})
+    return parse_options(
+        {
+            "kafka.bootstrap.servers": endpoints.kafka_bootstrap,
+            "topic": topic,
+            "markerLogTopic": f"{topic}-markers",
+        }
+    )
+
+
 @pytest.mark.parametrize(
     ("mode", "new_producers"),
     [("exactly-once, task commit", 1), ("exactly-once, task commit, moved", 9)],
@@ -88,17 +102,7 @@ def test_a_moved_task_takes_a_new_producer_and_a_staying_one_does_not(
         return real(pool, options, name)
 
     monkeypatch.setattr(ClientPool, "new_producer", counted)
-    topic = f"cpu-{unique}"
-    create_topic(endpoints.kafka, topic, 4)
-    options = parse_options(
-        {
-            "kafka.bootstrap.servers": endpoints.kafka_bootstrap,
-            "topic": topic,
-            "markerLogTopic": f"{topic}-markers",
-        }
-    )
-    create_topic(endpoints.kafka, f"{topic}-markers", 1, **{"cleanup.policy": "compact"})
-    task = sink_cpu._task(mode, options)
+    task = sink_cpu._task(mode, _sink_options(endpoints, unique))
     for b in range(3 + 6):  # warm-up and measured tasks alike
         task(b)
     assert len(made) == new_producers  # moved: every task's pooled producer was fenced
@@ -107,16 +111,9 @@ def test_a_moved_task_takes_a_new_producer_and_a_staying_one_does_not(
 def test_a_call_of_the_four_task_mode_is_one_batch_of_four_tasks_and_its_commit(
     endpoints: Endpoints, unique: str
 ) -> None:
-    topic = f"cpu-{unique}"
-    create_topic(endpoints.kafka, topic, 4)
-    create_topic(endpoints.kafka, f"{topic}-markers", 1, **{"cleanup.policy": "compact"})
-    options = parse_options(
-        {
-            "kafka.bootstrap.servers": endpoints.kafka_bootstrap,
-            "topic": topic,
-            "markerLogTopic": f"{topic}-markers",
-        }
-    )
+    options = _sink_options(endpoints, unique)
+    topic = options.topic
+    assert topic is not None
     assert sink_cpu.tasks_per_call(sink_cpu.BATCH_OF_4) == 4
     assert sink_cpu.measured_tasks(sink_cpu.BATCH_OF_4, 10) == 12  # whole batches
     prepared = sink_cpu._task(sink_cpu.BATCH_OF_4, options)(7)

@@ -25,8 +25,8 @@ task of ``ROWS`` rows into a 4-partition topic, in five modes:
 
 Tasks run ``GAP_SECONDS`` apart (a partition's tasks are a batch apart in a query, and
 the broker writes a transaction's markers after its commit returns); the four tasks of
-a batch of ``BATCH_OF_4`` run one after another, and its batches that far apart. Rounds interleave
-the modes; each figure is the median of the rounds.
+a batch of ``BATCH_OF_4`` run one after another, and its batches that far apart.
+Rounds interleave the modes; each figure is the median of the rounds.
 """
 
 from __future__ import annotations
@@ -161,10 +161,8 @@ def _task(mode: str, options: KafkaSinkOptions) -> Callable[[int], object]:
         plain = KafkaAtLeastOnceWriter(replace(options, exactly_once=False))
         producers = PlainProducers()
         return lambda b: plain.write_rows(iter([batch]), producers)
-    if mode == "exactly-once, batch commit":
-        return _batch_commit_task(options, batch, 1)
-    if mode == BATCH_OF_4:
-        return _batch_commit_task(options, batch, 4)
+    if mode in ("exactly-once, batch commit", BATCH_OF_4):
+        return _batch_commit_task(options, batch, tasks_per_call(mode))
     writer = KafkaExactlyOnceWriter(options)
     query = str(uuid.uuid4())
     # two Python workers; "moved" alternates between them, so each task finds its
@@ -193,7 +191,7 @@ def _batch_commit_task(
             writer.write_task(TaskIdentity(query, "bench", "run", b, p, b), iter([batch]))
             for p in range(per_batch)
         ]
-        writer.commit(list(prepared), b)
+        writer.commit(list(prepared), b)  # a list of commit messages (invariance)
         return prepared
 
     return tasks
@@ -215,19 +213,18 @@ def _measure(
 ) -> tuple[TaskCost, float]:
     """One mode's costs per task over :func:`measured_tasks` tasks, the broker's CPU
     still with its idle work, and the seconds they took."""
-    per_call = tasks_per_call(mode)
+    per_call, count = tasks_per_call(mode), measured_tasks(mode, tasks)
     for b in range(WARM_UP):
         task(b)
         time.sleep(GAP_SECONDS)
     walls = []
     began, client, broker_before = time.monotonic(), time.process_time(), cpu_seconds(broker)
-    for b in range(WARM_UP, WARM_UP + measured_tasks(mode, tasks) // per_call):
+    for b in range(WARM_UP, WARM_UP + count // per_call):
         time.sleep(GAP_SECONDS)
         since = time.perf_counter()
         task(b)
         walls.append((time.perf_counter() - since) * 1000 / per_call)
     elapsed = time.monotonic() - began
-    count = measured_tasks(mode, tasks)
     client_ms = (time.process_time() - client) * 1000 / count
     broker_ms = None
     if broker is not None:
