@@ -8,28 +8,39 @@ orphans to warn about) belong to the query's start: run at every call, they cost
 batch a connection and a scan, and repeat the orphan warning twice a batch.
 
 :func:`once_per_driver` runs them in the first call of a driver and records that they
-passed in a marker named by the parent of the Python process (the driver's JVM, or
-the Python daemon it forks its workers from: its pid and start time) and the sink's
-settings. A failed check records
+passed in a marker named by the driver's JVM (its pid and start time) and the sink's
+settings; :func:`per_driver` keeps a short answer the same way (what a broker allows).
+The driver's JVM is the process's parent, or its grandparent when the parent is the
+Python daemon Spark forked the process from (Spark 4.3 forks every planner process,
+the write's and the commit's, from a daemon of its own): the commit's first call then
+finds what the write's recorded, instead of checking again on batch 0's way to its
+commit (the Kafka sink's: 232-241 ms, now 43-44; docs/bench.md). A failed check records
 nothing, so the next call checks again. A driver that records its first marker
 deletes those of drivers that have ended. Outside a Python process started by Spark (a
 test, a script) the checks always run.
+
+:func:`together` runs a start's independent steps at once: they wait on servers.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
 import tempfile
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 log = logging.getLogger(__name__)
+
+A = TypeVar("A")
+B = TypeVar("B")
 
 #: Set by Spark in the Python processes it starts (PythonWorkerFactory). Over TCP: the
 #: secret in every one, the port only in those it starts directly; processes forked
@@ -53,17 +64,58 @@ def once_per_driver(key: str, check: Callable[[], None]) -> None:
     under the system's temporary directory): a second OS user's driver never meets the
     first one's. A marker that cannot be written (a directory the user cannot write)
     only means the checks run again at the next call."""
+
+    def checked() -> str:
+        check()
+        return ""
+
+    per_driver(key, checked)
+
+
+def per_driver(key: str, compute: Callable[[], str]) -> str:
+    """Driver: ``compute()``'s answer for ``key``, computed once under this driver and kept
+    in its marker, where the driver's later processes read it (no secret belongs in it: a
+    marker is a file, if in a directory of the user's own). ``compute`` raising records
+    nothing."""
     marker = _marker(key)
-    if marker is not None and marker.exists():
-        return
-    check()
+    if marker is not None:
+        with contextlib.suppress(OSError):
+            return marker.read_text()
+    answer = compute()
     if marker is not None:
         try:
             marker.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             forget_ended_drivers(marker.parent)
-            marker.touch()
+            _write_atomically(marker, answer)
         except OSError as exc:
-            log.info("start checks pass unrecorded (%s): they run again next time", exc)
+            log.info("a start answer goes unrecorded (%s): it is asked again next time", exc)
+    return answer
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """A reader finds the whole answer or no marker (a driver's processes may call at once)."""
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".writing-")
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(text)
+        Path(temporary).replace(path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def together(first: Callable[[], A], second: Callable[[], B]) -> tuple[A, B]:
+    """Driver: run two steps at once, ``second`` on a thread of its own; their answers,
+    once both have ended. Meant for start steps that wait on servers (a check, a claim),
+    not on the CPU. When both fail, ``first``'s error is raised: put a start check first,
+    before a step its failure would break too."""
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="eos-start") as pool:
+        later = pool.submit(second)
+        try:
+            answer = first()
+        finally:
+            wait([later])
+    return answer, later.result()
 
 
 def forget_ended_drivers(directory: Path) -> int:
@@ -87,12 +139,27 @@ def start_key(source: str, options: Mapping[str, str], schema: StructType) -> st
 def _marker(key: str) -> Path | None:
     if not any(name in os.environ for name in SPARK_WORKER_ENV):
         return None
-    driver = _process_identity(os.getppid())
+    driver = _driver_identity()
     if driver is None:
         return None
     digest = hashlib.sha256(key.encode()).hexdigest()[:24]
     folder = f"eos-start-checks-{os.getuid()}"
     return Path(tempfile.gettempdir()) / folder / f"{driver}-{digest}"
+
+
+def _driver_identity() -> str | None:
+    """The driver JVM's identity (:func:`_process_identity`): this process's parent, or
+    the parent's parent when the parent runs this process's Python (a daemon it was forked
+    from: a JVM never does)."""
+    import psutil
+
+    try:
+        parent = psutil.Process(os.getppid())
+        if parent.exe() == psutil.Process().exe():
+            return _process_identity(parent.ppid())
+    except psutil.Error:
+        return None
+    return _process_identity(parent.pid)
 
 
 def _process_identity(pid: int) -> str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import replace
 
@@ -13,6 +14,7 @@ from eos_connectors.core.checkpoint_sinks import SinkEntry, record_at_start
 from eos_connectors.core.errors import ConfigError, ServiceUnavailableError, keeping_code
 from eos_connectors.core.kafka_config import check_settings, logged
 from eos_connectors.core.kafka_errors import ClientErrors
+from eos_connectors.core.startup import per_driver
 from eos_connectors.sinks.kafka.options import TRANSACTION_TIMEOUT, KafkaSinkOptions
 
 TIMEOUT = 30.0
@@ -147,9 +149,12 @@ def with_broker_timeout(options: KafkaSinkOptions, raw: Mapping[str, str]) -> Ka
     cluster = tuple(sorted((k, str(v)) for k, v in options.client_config().items()))
     if cluster not in _BROKER_MAX:
         try:
-            _BROKER_MAX[cluster] = _broker_max(options)
+            answer = per_driver(
+                f"eos_kafka-broker-max|{cluster!r}", lambda: json.dumps(_broker_max(options))
+            )
         except KafkaException:
             return options  # the start checks say why Kafka does not answer
+        _BROKER_MAX[cluster] = json.loads(answer or "null")
     maximum = _BROKER_MAX[cluster]
     if maximum is None:
         return options
@@ -157,7 +162,9 @@ def with_broker_timeout(options: KafkaSinkOptions, raw: Mapping[str, str]) -> Ka
     return replace(options, transaction_timeout_ms=maximum, kafka=kafka)
 
 
-#: The driver's answers of :func:`_broker_max`, by cluster settings (asked once).
+#: The answers of :func:`_broker_max` in this process, by cluster settings (asked once
+#: per driver: :func:`~eos_connectors.core.startup.per_driver` keeps the first for its
+#: later processes, the commit's among them).
 _BROKER_MAX: dict[tuple[tuple[str, str], ...], int | None] = {}
 
 

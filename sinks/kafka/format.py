@@ -12,7 +12,7 @@ from pyspark.sql.types import StructType
 from eos_connectors.core import batch_job
 from eos_connectors.core.changes import check_schema as check_changes
 from eos_connectors.core.checkpoint_sinks import checkpoint_location
-from eos_connectors.core.startup import once_per_driver, start_key
+from eos_connectors.core.startup import once_per_driver, start_key, together
 
 if TYPE_CHECKING:
     from eos_connectors.sinks.kafka import KafkaAtLeastOnceWriter, KafkaExactlyOnceWriter
@@ -42,18 +42,25 @@ class KafkaSinkFormat(batch_job.SinkFormat):
         return parse_sink_options(self.options)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        """Driver: as every sink's; an exactly-once stream then takes its sink id's claim,
+        """Driver: as every sink's; an exactly-once stream also takes its sink id's claim,
         once, before any task runs (:func:`~eos_connectors.sinks.kafka.claim.claim_at_start`:
-        its first tasks would otherwise all claim at once)."""
-        writer = super().streamWriter(schema, overwrite)
+        its first tasks would otherwise all claim at once), on a thread beside the start
+        checks: both wait on the broker, and one after the other they took 0.44-0.54 s
+        of batch 0's way to its first task, at once 0.25-0.38 s (docs/bench.md)."""
         options = self.sink_config
-        if options.exactly_once:
-            from eos_connectors.sinks.kafka.claim import claim_at_start
+        if not options.exactly_once:
+            return super().streamWriter(schema, overwrite)
+        from eos_connectors.sinks.kafka.claim import claim_at_start
 
+        start = super().streamWriter
+
+        def claim() -> None:
             once_per_driver(
                 start_key("eos_kafka-claim", self.options, schema),
                 lambda: claim_at_start(options, checkpoint_location(self.options)),
             )
+
+        writer, _ = together(lambda: start(schema, overwrite), claim)
         return writer
 
     def _writer(
@@ -66,21 +73,20 @@ class KafkaSinkFormat(batch_job.SinkFormat):
         options = self.sink_config
         check_schema(schema, has_topic_option=options.topic is not None)
         check_changes(options.changes, schema, ("key",), NAME)
-        once_per_driver(
-            start_key("eos_kafka", self.options, schema),
-            lambda: start_checks(options, self.options),
-        )
-        if options.exactly_once and options.commit_mode == "batch":
-            from eos_connectors.sinks.kafka.batch_commit import BatchCommitWriter, check_start
-            from eos_connectors.sinks.kafka.checks import with_broker_timeout
 
-            options = with_broker_timeout(options, self.options)
+        def check() -> None:
             once_per_driver(
-                start_key("eos_kafka-batch-commit", self.options, schema),
-                lambda: check_start(options),
+                start_key("eos_kafka", self.options, schema),
+                lambda: start_checks(options, self.options),
             )
+
+        if options.exactly_once and options.commit_mode == "batch":
+            from eos_connectors.sinks.kafka.batch_commit import BatchCommitWriter
+
+            _, timed = together(check, lambda: self._batch_commit_start(options, schema))
             log.info("eos_kafka: commitMode=batch (the driver commits each batch's transactions)")
-            return BatchCommitWriter(options, checkpoint_location(self.options))
+            return BatchCommitWriter(timed, checkpoint_location(self.options))
+        check()
         if options.exactly_once:
             log.warning(
                 "eos_kafka: commitMode=task, the fallback: each task commits its own "
@@ -89,3 +95,19 @@ class KafkaSinkFormat(batch_job.SinkFormat):
             )
             return KafkaExactlyOnceWriter(options, checkpoint_location(self.options))
         return KafkaAtLeastOnceWriter(options)
+
+    def _batch_commit_start(
+        self, options: KafkaSinkOptions, schema: StructType
+    ) -> KafkaSinkOptions:
+        """Driver, beside the start checks: the options with the broker's transaction
+        timeout (:func:`~eos_connectors.sinks.kafka.checks.with_broker_timeout`), once the
+        driver's transaction client is found to reach the coordinators."""
+        from eos_connectors.sinks.kafka.batch_commit import check_start
+        from eos_connectors.sinks.kafka.checks import with_broker_timeout
+
+        timed = with_broker_timeout(options, self.options)
+        once_per_driver(
+            start_key("eos_kafka-batch-commit", self.options, schema),
+            lambda: check_start(timed),
+        )
+        return timed

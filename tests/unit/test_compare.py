@@ -210,12 +210,15 @@ def test_the_throughput_table_gives_per_core_figures_and_output_volume() -> None
         figures.cpu_s = {"pipeline": figures.records / 2000}  # 2,000 records a CPU-second
     for figures in eos.rounds:
         figures.outputs = 500  # one changed key's count per 20 input records
+        figures.first_commit_s = 12.5  # from the process's start, beside start-up's 0.0
     rows = report.throughput_table([eos, raw])
     assert rows[2] == (
         "| eos-kafka | exactly-once | 2 | 1,100 (1,000-1,200) | 500 | 2 | 550 | 2,000 | 50 | - "
-        "| 0.0 |"
+        "| 0.0 | 12.5 |"
     )
-    assert rows[3] == "| raw | exactly-once | 2 | 3,000 | 500 | 1 | 3,000 | 2,000 | 0 | - | 0.0 |"
+    assert rows[3] == (
+        "| raw | exactly-once | 2 | 3,000 | 500 | 1 | 3,000 | 2,000 | 0 | - | 0.0 | - |"
+    )
 
 
 def test_latency_quantiles() -> None:

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,9 +19,10 @@ import pytest
 import eos_connectors
 from eos_connectors.core.startup import (
     SPARK_WORKER_ENV,
-    _process_identity,
+    _driver_identity,
     forget_ended_drivers,
     once_per_driver,
+    together,
 )
 
 
@@ -81,7 +83,7 @@ def test_a_new_driver_deletes_the_markers_of_ended_drivers(
     monkeypatch.setenv("PYTHON_WORKER_FACTORY_SECRET", "not-a-real-secret")
     markers = tmp_path / f"eos-start-checks-{os.getuid()}"
     markers.mkdir()
-    parent = _process_identity(os.getppid())
+    parent = _driver_identity()
     assert parent is not None
     pid, started = parent.split("-")
     live_other_sink = markers / f"{parent}-{'a' * 24}"
@@ -135,3 +137,71 @@ def test_another_users_driver_runs_its_checks_beside_a_directory_it_cannot_write
         check=False,
     )
     assert (result.returncode, result.stdout) == (0, "checked\n"), result.stderr
+
+
+# A driver's Python process as Spark 4.3 starts a planner: forked from a daemon (here a
+# Python process that starts it) whose parent is the driver (the JVM; here a process of
+# this test). It asks for one answer twice and prints what it got and whether it computed.
+ASK = """
+import subprocess, sys
+worker = '''
+from eos_connectors.core.startup import per_driver
+def compute():
+    print("computed", end=" ")
+    return "answer-1"
+print(per_driver("eos_kafka-broker-max|x", compute))
+'''
+subprocess.run([sys.executable, "-c", worker], check=True)
+"""
+
+
+def _ask_as_a_forked_planner(driver: str, env: dict[str, str]) -> str:
+    """``driver``: "this" (this test's process is the driver) or "another" (a Python process
+    of its own, started here, is)."""
+    daemon = [sys.executable, "-c", ASK]
+    command = daemon if driver == "this" else [sys.executable, "-c", _RUN_DAEMON, *daemon]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+_RUN_DAEMON = "import subprocess, sys; subprocess.run(sys.argv[1:], check=True)"
+
+
+def test_the_planners_of_one_driver_share_its_answers_whatever_daemon_they_fork_from(
+    tmp_path: Path,
+) -> None:
+    """Spark 4.3 forks the write's planner and the commit's from daemons of their own: the
+    commit's must find what the write's found (the start checks, the broker's limit) under
+    the same driver, not ask the broker again on batch 0's way to its commit; another
+    driver asks on its own."""
+    env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHON_WORKER_FACTORY_SECRET": "x"}
+    env["PYTHONPATH"] = str(Path(eos_connectors.__file__).parents[1])
+    first = _ask_as_a_forked_planner("this", env)
+    second = _ask_as_a_forked_planner("this", env)
+    elsewhere = _ask_as_a_forked_planner("another", env)
+    assert (first, second, elsewhere) == ("computed answer-1", "answer-1", "computed answer-1")
+
+
+def test_steps_together_run_at_once_and_the_first_steps_error_wins() -> None:
+    both = threading.Barrier(2, timeout=5)  # neither passes unless the other runs meanwhile
+
+    def step(answer: str) -> Callable[[], str]:
+        def run() -> str:
+            both.wait()
+            return answer
+
+        return run
+
+    assert together(step("checked"), step("claimed")) == ("checked", "claimed")
+
+    def fails(what: str) -> Callable[[], None]:
+        def run() -> None:
+            raise RuntimeError(what)
+
+        return run
+
+    with pytest.raises(RuntimeError, match="broker unreachable"):
+        together(fails("broker unreachable"), fails("claim failed"))
+    with pytest.raises(RuntimeError, match="claim failed"):
+        together(lambda: None, fails("claim failed"))

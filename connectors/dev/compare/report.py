@@ -204,6 +204,7 @@ def throughput_table(results: list[Result]) -> list[str]:
                 _num(r.median(_outputs_per_1000)),
                 _spread(r, lambda x: x.commit_p50()),
                 _spread(r, lambda x: x.startup_s, 1),
+                _spread(r, lambda x: x.first_commit_s or None, 1),
             )
         )
     columns = (
@@ -215,6 +216,7 @@ def throughput_table(results: list[Result]) -> list[str]:
         "output records per 1,000 input",
         "commit p50 ms",
         "start-up s",
+        "process start to first commit s",
     )
     return _table(columns, rows)
 

@@ -69,7 +69,8 @@ class Round:
     seconds: float = 0.0
     whole_records: int = 0  # the whole run: every record, start call to last commit
     whole_seconds: float = 0.0
-    startup_s: float = 0.0
+    startup_s: float = 0.0  # the query ready to its first commit
+    first_commit_s: float = 0.0  # the process started to the first commit
     outputs: int = 0  # records written to the sink over the whole phase
     commit_ms: list[float] = field(default_factory=list)
     stages_ms: dict[str, float] = field(default_factory=dict)  # Spark's per-batch split
@@ -189,6 +190,7 @@ def throughput(
     every = process.batches()
     first, *batches = every
     figures.startup_s = first["t"] - (process.ready_at() or first["t"])
+    figures.first_commit_s = first["t"] - process.started_at
     figures.whole_records = sum(int(b["records"]) for b in every)
     figures.whole_seconds = every[-1]["t"] - process.started_at
     figures.outputs = sum(_outputs(b) for b in every)
