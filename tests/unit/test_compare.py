@@ -17,8 +17,8 @@ import psutil  # type: ignore[import-untyped]
 import pytest
 
 from eos_connectors.core.errors import ConfigError
+from eos_connectors.dev.compare import command, report, runner, schedule, stats
 from eos_connectors.dev.compare import pipelines as pl
-from eos_connectors.dev.compare import report, runner, schedule, stats
 from eos_connectors.dev.compare.command import _chosen
 from eos_connectors.dev.compare.process import CpuClock, Memory, total, workers
 
@@ -449,8 +449,6 @@ def test_a_report_is_computed_again_from_its_json_alone(tmp_path: Path) -> None:
 def test_a_bad_setting_is_named_alone() -> None:
     import argparse
 
-    from eos_connectors.dev.compare import command
-
     parser = argparse.ArgumentParser()
     command.add_arguments(parser)
     args = parser.parse_args(["--latency-seconds", "0", "--reference-rounds", "0"])
@@ -460,3 +458,19 @@ def test_a_bad_setting_is_named_alone() -> None:
     args = parser.parse_args(["--rounds", "5", "--max-rounds", "4", "--precision", "2"])
     with pytest.raises(ConfigError, match=r"--rounds must be at most .*; --precision"):
         command._settings(args)
+
+
+def test_a_runs_pipeline_folders_go_when_every_pipeline_ran_and_stay_when_one_failed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each run used to leave its folder (checkpoints, logs, specs holding the stack's
+    credentials) in the temporary directory for good."""
+    ran, failed = tmp_path / "ran", tmp_path / "failed"
+    for work in (ran, failed):
+        (work / "eos-kafka-1" / "checkpoint").mkdir(parents=True)
+        (work / "eos-kafka-1" / "pipeline.log").write_text("a log")
+    command.tidy(ran, failed=False)
+    command.tidy(failed, failed=True)
+    assert not ran.exists()
+    assert (failed / "eos-kafka-1" / "pipeline.log").read_text() == "a log"
+    assert str(failed) in capsys.readouterr().out

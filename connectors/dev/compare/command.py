@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import shutil
 import sys
 import time
 import uuid
@@ -146,7 +147,19 @@ def run_compare(args: argparse.Namespace) -> int:
         f"{len(results)} pipelines in {time.monotonic() - began:.0f} s; "
         f"report: {out / 'compare.md'}, chart: {out / 'compare.png'}"
     )
-    return 1 if any(r.error for r in results) else 0
+    failed = any(r.error for r in results)
+    tidy(settings.work_dir, failed)
+    return 1 if failed else 0
+
+
+def tidy(work: Path, failed: bool) -> None:
+    """Remove the run's pipeline folders (checkpoints, logs, and specs that hold the
+    stack's credentials) once every pipeline ran; keep them for their logs when one
+    failed (its error names its log there)."""
+    if failed:
+        print(f"the pipelines' folders, with their logs, are kept in {work}")
+        return
+    shutil.rmtree(work, ignore_errors=True)
 
 
 def _settings(args: argparse.Namespace) -> runner.Settings:
