@@ -141,7 +141,7 @@ def test_another_users_driver_runs_its_checks_beside_a_directory_it_cannot_write
 
 # A driver's Python process as Spark 4.3 starts a planner: forked from a daemon (here a
 # Python process that starts it) whose parent is the driver (the JVM; here a process of
-# this test). It asks for one answer twice and prints what it got and whether it computed.
+# this test). It asks for one answer and prints it, after "computed" when it computed it.
 ASK = """
 import subprocess, sys
 worker = '''
@@ -153,6 +153,8 @@ print(per_driver("eos_kafka-broker-max|x", compute))
 '''
 subprocess.run([sys.executable, "-c", worker], check=True)
 """
+#: Another driver: a Python process that starts the daemon above.
+_RUN_DAEMON = "import subprocess, sys; subprocess.run(sys.argv[1:], check=True)"
 
 
 def _ask_as_a_forked_planner(driver: str, env: dict[str, str]) -> str:
@@ -163,9 +165,6 @@ def _ask_as_a_forked_planner(driver: str, env: dict[str, str]) -> str:
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
-
-
-_RUN_DAEMON = "import subprocess, sys; subprocess.run(sys.argv[1:], check=True)"
 
 
 def test_the_planners_of_one_driver_share_its_answers_whatever_daemon_they_fork_from(
