@@ -82,7 +82,7 @@ def stage_frame(spark: SparkSession, spec: PipelineSpec, query: QuerySpec) -> Da
         .option("subscribe", query.topic)
         .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", str(query.max_offsets or spec.max_offsets))
-        .options(**query.source_options, **_varied(spec, query), **drain.source_options(spec))
+        .options(**query.source_options, **_varied(spec, query), **drain.source_options(query))
         .load()
     )
     if query.stage == "records":
