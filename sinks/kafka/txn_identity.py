@@ -25,6 +25,35 @@ INTERVAL_MS = 10
 OPEN_STATES = frozenset({"InTransaction", "BeginCommit", "BeginAbort"})
 
 
+_DECODER = json.JSONDecoder()
+_EOS_KEY = '"eos":'
+
+
+def eos_block(stats: str) -> dict[str, Any] | None:
+    """The ``eos`` object of librdkafka's statistics ``stats``, decoded alone.
+
+    The statistics describe every broker, topic and partition; only the top-level
+    ``eos`` object is read here, so it is found by its key and decoded on its own: a
+    task's producer emits statistics every 10 ms, and decoding the whole document each
+    time was ~2.4 ms of a ~100 ms task. The key cannot occur inside a JSON string (its
+    quotes would be escaped there); a topic called ``eos`` is a key of ``topics``,
+    which librdkafka writes before the top-level ``eos``, so the last one is taken. An
+    object without ``txn_state``, or a document without the key, is decoded whole."""
+    at = stats.rfind(_EOS_KEY)
+    if at >= 0:
+        value = at + len(_EOS_KEY)
+        while stats[value : value + 1].isspace():  # librdkafka writes '"eos": {'
+            value += 1
+        try:
+            block, _ = _DECODER.raw_decode(stats, value)
+        except ValueError:
+            block = None
+        if isinstance(block, dict) and "txn_state" in block:
+            return block
+    eos = json.loads(stats).get("eos")
+    return eos if isinstance(eos, dict) else None
+
+
 class IdentityError(EosError):
     """The producer never showed an open transaction with its id and epoch."""
 
@@ -37,8 +66,8 @@ class Identity:
         self._eos: dict[str, Any] = {}
 
     def __call__(self, stats: str) -> None:
-        eos = json.loads(stats).get("eos")
-        if isinstance(eos, dict):
+        eos = eos_block(stats)
+        if eos is not None:
             with self._lock:
                 self._eos = eos
 
