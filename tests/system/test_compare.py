@@ -66,6 +66,9 @@ def test_compare_runs_every_kind_of_pipeline_and_writes_the_report(
         assert lat[0] is not None and 0 < lat[0] <= lat[1], key
         assert figures["latency_samples"] >= 6 * 1000 * 0.8, key  # the whole window
         assert figures["recovery_s"] is not None and figures["recovery_s"] > 0, key
+        # start-up counts from the query being ready, the first commit from the process's
+        # start: the second holds the first and the start before it (a JVM, Spark's planners)
+        assert 0 < figures["startup_s"] < figures["first_commit_s"], key
         # RSS every sample, PSS every fourth: the raw loop's phase may end before a second
         assert figures["commit_ms"] and figures["rss_mb"]["driver"] > 20, key
         assert 0 < figures["pss_mb"]["driver"] <= figures["rss_mb"]["driver"], key
