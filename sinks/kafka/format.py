@@ -42,25 +42,23 @@ class KafkaSinkFormat(batch_job.SinkFormat):
         return parse_sink_options(self.options)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        """Driver: as every sink's; an exactly-once stream also takes its sink id's claim,
+        """Driver: as every sink's; an exactly-once stream then takes its sink id's claim,
         once, before any task runs (:func:`~eos_connectors.sinks.kafka.claim.claim_at_start`:
-        its first tasks would otherwise all claim at once), on a thread beside the start
-        checks: both wait on the broker, and one after the other they took 0.44-0.54 s
-        of batch 0's way to its first task, at once 0.25-0.38 s (docs/bench.md)."""
+        its first tasks would otherwise all claim at once). The claim comes after the
+        start checks, never beside them: it reads and writes the output topic's
+        partition 0 and the marker log, which the checks find or create, and a query
+        refused at its start must not hold the claim. Beside them, a missing topic was
+        named only once the claim had given up (60 s), and a bad column type let the
+        claim be taken for a query that never ran."""
+        writer = super().streamWriter(schema, overwrite)
         options = self.sink_config
-        if not options.exactly_once:
-            return super().streamWriter(schema, overwrite)
-        from eos_connectors.sinks.kafka.claim import claim_at_start
+        if options.exactly_once:
+            from eos_connectors.sinks.kafka.claim import claim_at_start
 
-        start = super().streamWriter
-
-        def claim() -> None:
             once_per_driver(
                 start_key("eos_kafka-claim", self.options, schema),
                 lambda: claim_at_start(options, checkpoint_location(self.options)),
             )
-
-        writer, _ = together(lambda: start(schema, overwrite), claim)
         return writer
 
     def _writer(

@@ -6,6 +6,7 @@ Cost: ~11 s in the session's Spark."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from pyspark.sql import SparkSession
 
 from eos_connectors.core.topics import create_topic, read_to_end
 from eos_connectors.dev.endpoints import Endpoints
+from eos_connectors.sinks.kafka.checks import check_broker
 from tests.kafka_sink_util import (
     claim_owner,
     java_partitions,
@@ -56,12 +58,22 @@ def test_the_sink_writes_as_sparks_own_kafka_sink_does(
     assert ours == java_partitions(endpoints, sorted(k for k in ours if k), unique)
 
 
+@pytest.mark.cost(6)
 def test_wrong_types_missing_topic_and_long_timeouts_fail_at_start(
     spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path
 ) -> None:
+    """Each refused at the query's start, at once, and the sink id left unclaimed: the
+    claim comes after the start checks (beside them, the missing topic was named only
+    when the claim gave up, 60 s later, and a refused query could take the claim)."""
+    from eos_connectors.sinks.kafka.options import parse_options
+
     source, out = source_topics(endpoints, unique)
+    typed = {"topic": out, "sinkId": f"typed-{unique}"}
+    options = parse_options({"kafka.bootstrap.servers": endpoints.kafka_bootstrap, **typed})
+    check_broker(options)  # the marker log exists, as after any earlier query on the broker
     with pytest.raises(Exception, match="Column 'value' must be binary or string"):
-        write(spark, endpoints, source, tmp_path / "a", ["key", "offset AS value"], topic=out)
+        write(spark, endpoints, source, tmp_path / "a", ["key", "offset AS value"], **typed)
+    assert claim_owner(options, typed["sinkId"]) == "", "a query refused at its start claimed"
     with pytest.raises(Exception, match=r"exceeds the broker's transaction\.max\.timeout\.ms"):
         write(
             spark,
@@ -72,8 +84,10 @@ def test_wrong_types_missing_topic_and_long_timeouts_fail_at_start(
             topic=out,
             **{"kafka.transaction.timeout.ms": str(24 * 3600 * 1000)},
         )
+    began = time.monotonic()
     with pytest.raises(Exception, match=f"topic 'absent-{unique}', which does not exist"):
         write(spark, endpoints, source, tmp_path / "b", ["key", "value"], topic=f"absent-{unique}")
+    assert time.monotonic() - began < 20, "the missing topic was named only after a wait"
 
 
 @pytest.mark.cost(3)
