@@ -106,9 +106,10 @@ def _write_atomically(path: Path, text: str) -> None:
 
 def together(first: Callable[[], A], second: Callable[[], B]) -> tuple[A, B]:
     """Driver: run two steps at once, ``second`` on a thread of its own; their answers,
-    once both have ended. Meant for start steps that wait on servers (a check, a claim),
-    not on the CPU. When both fail, ``first``'s error is raised: put a start check first,
-    before a step its failure would break too."""
+    once both have ended. Meant for independent start steps that wait on servers, not on
+    the CPU: never for a step that needs what the other one checks or creates (the
+    Kafka sink's claim needs the topics its start checks find). When both fail,
+    ``first``'s error is raised: put a start check first."""
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="eos-start") as pool:
         later = pool.submit(second)
         try:

@@ -44,12 +44,10 @@ class KafkaSinkFormat(batch_job.SinkFormat):
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         """Driver: as every sink's; an exactly-once stream then takes its sink id's claim,
         once, before any task runs (:func:`~eos_connectors.sinks.kafka.claim.claim_at_start`:
-        its first tasks would otherwise all claim at once). The claim comes after the
-        start checks, never beside them: it reads and writes the output topic's
-        partition 0 and the marker log, which the checks find or create, and a query
-        refused at its start must not hold the claim. Beside them, a missing topic was
-        named only once the claim had given up (60 s), and a bad column type let the
-        claim be taken for a query that never ran."""
+        its first tasks would otherwise all claim at once). After the start checks, never
+        beside them: the claim reads and writes the output topic's partition 0 and the
+        marker log, which the checks find or create, and a query refused at its start
+        must not hold it."""
         writer = super().streamWriter(schema, overwrite)
         options = self.sink_config
         if options.exactly_once:
