@@ -26,10 +26,11 @@ transaction:
    their coordinators. Then a sweep aborts the sink's open transactions that no decision
    names (a zombie's, a dead attempt's); a broker that does not answer the listing (a
    coordinator that just died) fails nothing: the next commit sweeps again. A commit
-   answered "fenced" is checked by the transaction's marker:
-   marked means committed before (a repeat); unmarked means the coordinator aborted a
-   decided transaction (its timeout, or an attempt that initialised the id between the
-   task's look at the pointer and the decision): the driver amends the decision to ask
+   answered "fenced", or refused as ended the other way at its epoch, is checked by the
+   transaction's marker: marked means committed before (a repeat); unmarked means a
+   decided transaction was aborted (the coordinator's timeout, an attempt that
+   initialised the id between the task's look at the pointer and the decision, another
+   client's abort): the driver amends the decision to ask
    for those task partitions again (``rewrite``) and fails naming them; the replay's
    tasks of those partitions write again, the others stay decided, and the commit
    names the new transactions.
@@ -87,6 +88,7 @@ from eos_connectors.sinks.kafka.clients import (
 from eos_connectors.sinks.kafka.coordinator import (
     OpenTransaction,
     TransactionClient,
+    TransactionEndedError,
     TransactionFencedError,
     check_batch_commit,
     kept_client,
@@ -447,20 +449,21 @@ class BatchCommitWriter(StreamArrowWriter):
     def _end_decided(
         self, client: TransactionClient, decision: Decision, name: str | None, sid: str
     ) -> None:
-        """Driver: EndTxn(commit) for every decided transaction; one answered "fenced" is
-        judged by its marker. Decided transactions found aborted are named in an amended
-        decision for the replay to write again, and the batch fails."""
+        """Driver: EndTxn(commit) for every decided transaction; one no longer open at its
+        epoch (fenced, or aborted by another client) is judged by its marker. Decided
+        transactions found aborted are named in an amended decision for the replay to
+        write again, and the batch fails."""
         txns = [txn for _, txn in sorted(decision.txns.items())]
         refused = client.refusals(txns[:1], commit=True)
         if len(txns) > 1:
             faults.point("between-commits", decision.batch, role="driver", query=name)
             refused |= client.refusals(txns[1:], commit=True)  # all sent, then awaited
-        lost: dict[int, TransactionFencedError] = {}
+        lost: dict[int, TransactionEndedError] = {}
         for partition, txn in sorted(decision.txns.items()):
             refusal = refused.get(txn)
             if refusal is None:
                 continue
-            if not isinstance(refusal, TransactionFencedError):
+            if not isinstance(refusal, TransactionEndedError):
                 raise refusal
             marked = read_marker(self.options, txn.transactional_id)
             if marked is None or marked[0] <= decision.batch:
@@ -500,18 +503,24 @@ def decision_margin(limit_s: float) -> float:
     return max(10.0, limit_s / 10)
 
 
-def _lost(decision: Decision, lost: dict[int, TransactionFencedError]) -> KafkaSinkError:
-    partition, fenced = next(iter(sorted(lost.items())))
+def _lost(decision: Decision, lost: dict[int, TransactionEndedError]) -> KafkaSinkError:
+    partition, refusal = next(iter(sorted(lost.items())))
     txn = decision.txns[partition]
     return KafkaSinkError(
-        f"Batch {decision.batch} was decided, but the coordinator aborted the transaction of "
-        f"task partition {partition} ({txn.transactional_id!r}, producer {txn.producer_id}, "
-        f"epoch {txn.epoch}; {fenced.code}) before the driver committed it"
+        f"Batch {decision.batch} was decided, but the transaction of task partition "
+        f"{partition} ({txn.transactional_id!r}, producer {txn.producer_id}, epoch "
+        f"{txn.epoch}; {refusal.code}) was aborted before the driver committed it"
         + (f", and {len(lost) - 1} more" if len(lost) > 1 else "")
         + f": task partitions {sorted(lost)} of the batch are not visible. The batch fails; "
         "its replay writes those task partitions again (from the batch's recorded split) and "
-        "commits them. If the commit came later than kafka.transaction.timeout.ms after the "
-        "task wrote, raise that option."
+        "commits them. "
+        + (
+            "If the commit came later than kafka.transaction.timeout.ms after the task "
+            "wrote, raise that option."
+            if isinstance(refusal, TransactionFencedError)
+            else "Another client aborted it at its epoch: make sure no other run of this "
+            "query (a driver that was paused or cut off) still writes to this sink id."
+        )
     )
 
 

@@ -32,8 +32,9 @@ moves with every transaction. The answers (checked against Kafka 4.3):
   The caller never takes an answer alone for what happened to the records: a decided
   transaction found fenced is checked by its marker (the records it wrote are there,
   committed, or not);
-* ``INVALID_TXN_STATE``: the transaction ended the other way (an abort after a commit):
-  :class:`TransactionEndError`.
+* ``INVALID_TXN_STATE``: the transaction ended the other way at its own epoch (an abort
+  after a commit, or a commit after another client's abort, which moves no epoch):
+  :class:`TransactionEndedError`, judged by its marker as a fenced one is.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ RETRIABLE = frozenset(
     | {"COORDINATOR_NOT_AVAILABLE", "NODE_NOT_READY"}
 )
 FENCED = frozenset({"INVALID_PRODUCER_EPOCH", "PRODUCER_FENCED"})
+ENDED_OTHERWISE = frozenset({"INVALID_TXN_STATE"})
 #: Requests the driver's client keeps in flight on one connection; past it a request is
 #: sent again in the next round.
 MAX_IN_FLIGHT = 1024
@@ -78,7 +80,13 @@ class TransactionEndError(EosError):
     """The coordinator refused to end a transaction (``code``: its Kafka error name)."""
 
 
-class TransactionFencedError(TransactionEndError):
+class TransactionEndedError(TransactionEndError):
+    """The transaction is no longer open at its epoch: it ended the other way (this
+    class), or its id was initialised again (:class:`TransactionFencedError`). What became
+    of its records is the transaction's marker's to say, never this answer's."""
+
+
+class TransactionFencedError(TransactionEndedError):
     """The transactional id was initialised again after the transaction was opened: the
     producer that opened it is fenced and the coordinator aborted its transaction."""
 
@@ -302,7 +310,11 @@ class TransactionClient:
         return answers
 
     def _refused(self, txn: OpenTransaction, error: str, commit: bool) -> TransactionEndError:
-        kind = TransactionFencedError if error in FENCED else TransactionEndError
+        kind: type[TransactionEndError] = TransactionEndError
+        if error in FENCED:
+            kind = TransactionFencedError
+        elif error in ENDED_OTHERWISE:
+            kind = TransactionEndedError
         refused = kind(
             f"The coordinator refused to {'commit' if commit else 'abort'} transaction "
             f"{txn.transactional_id!r} (producer {txn.producer_id}, epoch {txn.epoch}): "

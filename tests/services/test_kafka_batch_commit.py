@@ -8,7 +8,7 @@ failed before its decision is written again in full whatever its new rows; ``abo
 ends an undecided batch and never a decided one; ``eos sinks`` lists and resets it; a
 batch job's version decided by a driver that died is committed before the next version.
 
-Cost: ~24 s in CI (six tests); a seventh, the coordinator's own timeout (~22 s), is
+Cost: ~26 s in CI (seven tests); a seventh, the coordinator's own timeout (~22 s), is
 `make soak`'s."""
 
 from __future__ import annotations
@@ -202,6 +202,35 @@ def test_an_undecided_batch_is_aborted_or_rewritten_in_full_by_its_replay(
         assert _visible(endpoints, writer) == sorted(first + _expected(range(1, 2)))
     finally:
         client.close()
+
+
+def test_a_decided_transaction_another_client_aborted_is_written_again_not_stalled(
+    endpoints: Endpoints, writer: BatchCommitWriter
+) -> None:
+    """Batch 0 is decided, then one of its transactions is aborted at its own epoch before
+    the driver commits it: ``EndTxn(abort)``, as the sweep of a driver that was paused
+    since an earlier batch sends for every open transaction it lists. The commit is
+    refused (``INVALID_TXN_STATE``, not "fenced": an abort moves no epoch) and judged by
+    the marker: the commit fails naming the task partition and nothing of it is visible.
+    Before, every replay's commit was refused the same way and the query stalled for
+    good. The replay writes that task partition again; each record is visible once."""
+    from eos_connectors.sinks.kafka.coordinator import kept_client
+    from eos_connectors.sinks.kafka.decisions import Decision, write_decision
+    from eos_connectors.sinks.kafka.errors import KafkaSinkError
+
+    options, sid = writer.options, writer.options.sink_id
+    assert sid is not None
+    prepared = _prepare(writer, 0)
+    txns = {r.partition: r.txn for r in prepared if r.txn is not None}
+    write_decision(options, sid, Decision(0, prepared[0].query_id, txns, 80))
+    with kept_client(options.kafka) as client:
+        client.end([txns[1]], commit=False)  # a stale sweep's abort
+    with pytest.raises(KafkaSinkError, match=r"INVALID_TXN_STATE.*task partitions \[1\]"):
+        writer.commit(list(prepared), 0)
+    replay = _prepare(writer, 0, run="run-2")
+    assert [m.state for m in replay] == ["marked", "prepared"], "only partition 1 again"
+    writer.commit(list(replay), 0)
+    assert _visible(endpoints, writer) == _expected(range(1)), "each record once"
 
 
 def test_a_sweep_no_broker_answers_fails_no_batch_and_the_next_commit_sweeps(
