@@ -54,8 +54,9 @@ A batch write (``df.write`` with ``sinkId``/``txnVersion``) is batch ``txnVersio
 same protocol (:meth:`BatchCommitWriter.plan_job`): a rerun of a version in any shape
 writes each record once, and two runs of it at the same time write it once too (each
 claims the version and writes under ids of its own; only the newest claim decides:
-:mod:`.runs`). What this mode does not do yet (docs/protocol.md lists it):
-pooled producers.
+:mod:`.runs`). Each task takes a new producer: one kept across batches would keep its
+epoch, and a late ``EndTxn(commit)`` meant for one batch would commit the next one's
+transaction before its decision (docs/protocol.md).
 """
 
 from __future__ import annotations

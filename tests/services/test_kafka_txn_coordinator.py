@@ -2,9 +2,10 @@
 broker: nothing of a transaction is visible to read_committed readers before the
 driver's commit, all of it right after; a repeated commit is harmless, an abort after
 it refused; an id initialised again since (a zombie) fences the old transaction and
-the driver is told; a transaction whose producer's process exited is still committed.
+the driver is told; a transaction whose producer's process exited is still committed; a
+producer kept across batches would let a late commit through (why tasks take new ones).
 
-Cost: ~6 s (one short Python process)."""
+Cost: ~7 s (one short Python process)."""
 
 from __future__ import annotations
 
@@ -93,6 +94,44 @@ def test_an_id_initialised_again_fences_the_open_transaction_and_the_driver_is_t
     assert fenced.value.code in ("INVALID_PRODUCER_EPOCH", "PRODUCER_FENCED")
     wait_for_markers(endpoints.kafka, topic)
     assert read_to_end(endpoints.kafka, topic, timeout=10) == [], "a fenced txn was committed"
+
+
+def test_a_producer_kept_across_batches_would_let_a_late_commit_through(
+    endpoints: Endpoints, client: TransactionClient, unique: str
+) -> None:
+    """Why each batch's task takes a new producer: the epoch is the only thing that tells
+    one of an id's transactions from the next (librdkafka speaks transaction version 1).
+    A producer whose transaction the driver committed can commit it again itself and
+    begin the next one, but librdkafka allows no second ``init_transactions`` and its
+    abort moves no epoch: the next transaction has the same producer id and epoch, and a
+    late ``EndTxn(commit)`` meant for the first (a driver paused since, a request a
+    frozen coordinator holds) commits the second before any decision. With a new
+    producer, ``InitProducerId`` moves the epoch and the late commit is fenced."""
+    from confluent_kafka import KafkaException
+
+    topic = f"txn-kept-{unique}"
+    create_topic(endpoints.kafka, topic, partitions=2)
+    kept, first = _open_transaction(endpoints, topic, f"{topic}-0", 10, "first")
+    client.end([first], commit=True)  # the driver's commit of batch b
+    kept.commit_transaction(30)  # the producer's own, a repeat: no error
+    with pytest.raises(KafkaException, match="state"):
+        kept.init_transactions(30)  # no new epoch for a kept producer
+    kept.begin_transaction()
+    kept.produce(topic, value=b"second", partition=0)
+    assert kept.flush(30) == 0
+    client.end([first], commit=True)  # late: batch b's identity, batch b+1 undecided
+    wait_for_markers(endpoints.kafka, topic)
+    values = {r.value for r in read_to_end(endpoints.kafka, topic, timeout=10)}
+    assert b"second" in values, "the late commit no longer commits the next transaction"
+
+    _new, next_one = _open_transaction(endpoints, topic, f"{topic}-0", 1, "third")
+    assert next_one.epoch > first.epoch
+    with pytest.raises(TransactionFencedError):
+        client.end([first], commit=True)  # a new producer's epoch fences the late commit
+    client.end([next_one], commit=False)
+    wait_for_markers(endpoints.kafka, topic)
+    values = {r.value for r in read_to_end(endpoints.kafka, topic, timeout=10)}
+    assert b"third-0" not in values, "a late commit committed a new producer's transaction"
 
 
 TASK = """
