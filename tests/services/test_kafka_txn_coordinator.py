@@ -104,8 +104,8 @@ def test_a_producer_kept_across_batches_would_let_a_late_commit_through(
     A producer whose transaction the driver committed can commit it again itself and
     begin the next one, but librdkafka allows no second ``init_transactions`` and its
     abort moves no epoch: the next transaction has the same producer id and epoch, and a
-    late ``EndTxn(commit)`` meant for the first (a driver paused since, a request a
-    frozen coordinator holds) commits the second before any decision. With a new
+    late ``EndTxn(commit)`` meant for the first (from a driver paused since, say)
+    commits the second before any decision. With a new
     producer, ``InitProducerId`` moves the epoch and the late commit is fenced."""
     from confluent_kafka import KafkaException
 
