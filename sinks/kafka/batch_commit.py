@@ -24,24 +24,25 @@ transaction:
 3. **Driver, the commits.** ``EndTxn(commit)`` for each named transaction
    (:mod:`.coordinator`); records of the batch become visible within the round trips to
    their coordinators. Then a sweep aborts the sink's open transactions that no decision
-   names (a zombie's, a dead attempt's); a broker that does not answer the listing (a
-   coordinator that just died) fails nothing: the next commit sweeps again. A commit
-   answered "fenced", or refused as ended the other way at its epoch, is checked by the
-   transaction's marker: marked means committed before (a repeat); unmarked means a
-   decided transaction was aborted (the coordinator's timeout, an attempt that
-   initialised the id between the task's look at the pointer and the decision, another
-   client's abort): the driver amends the decision to ask
-   for those task partitions again (``rewrite``) and fails naming them; the replay's
-   tasks of those partitions write again, the others stay decided, and the commit
-   names the new transactions.
+   names (a zombie's, a dead attempt's) and that began before the driver's call (a
+   driver woken after the next run took over never touches that run's: :func:`_now_ms`);
+   a broker that does not answer the listing (a coordinator that just died) fails
+   nothing: the next commit sweeps again. A commit answered "fenced", or refused as
+   ended the other way at its epoch, is checked by the transaction's marker: marked
+   means committed before (a repeat); unmarked means a decided transaction was aborted
+   (the coordinator's timeout, an attempt that initialised the id between the task's
+   look at the pointer and the decision, another client's abort): the driver amends the
+   decision to ask for those task partitions again (``rewrite``) and fails naming them;
+   the replay's tasks of those partitions write again, the others stay decided, and the
+   commit names the new transactions.
 4. **Recovery.** A driver that died after the decision finds it on the replay: its tasks
    see the batch decided and write nothing, and the commit sends the recorded
    ``EndTxn(commit)`` again (a repeat is harmless).
 
 ``abort`` (Spark's, when the batch's write fails or the query is stopped mid-batch)
-ends every open transaction of the sink's ids while the batch is undecided, those of
-tasks that never reported too (the sink id found through the query id in the
-checkpoint when no task reported); a decided batch is never touched.
+ends every open transaction of the sink's ids begun before its call while the batch is
+undecided, those of tasks that never reported too (the sink id found through the query
+id in the checkpoint when no task reported); a decided batch is never touched.
 
 Before a new decision the driver refuses a batch whose oldest transaction is too close
 to ``kafka.transaction.timeout.ms`` (:func:`decision_margin`): it aborts them and fails,
@@ -369,6 +370,7 @@ class BatchCommitWriter(StreamArrowWriter):
         reports = [m for m in messages if isinstance(m, PreparedTask)]
         if not reports:
             return
+        called_ms = _now_ms()  # the sweeps end only transactions begun before this call
         query, name, sid = reports[0].query_id, reports[0].query_name, reports[0].sink_id
         decided = read_pointer(self.options, sid)
         if decided is not None and decided[0] > batchId:
@@ -377,8 +379,8 @@ class BatchCommitWriter(StreamArrowWriter):
                 write_decision(self.options, sid, decision)
             decision = decision or read_decision(self.options, sid, batchId)
         else:
-            self._refuse_if_outlived(reports, batchId, sid)
-            self._refuse_keys_across_tasks(reports, batchId, sid)
+            self._refuse_if_outlived(reports, batchId, sid, called_ms)
+            self._refuse_keys_across_tasks(reports, batchId, sid, called_ms)
             txns = {r.partition: r.txn for r in reports if r.txn is not None}
             decision = Decision(batchId, query, txns, sum(r.records for r in reports))
             if self.run is None:
@@ -392,7 +394,7 @@ class BatchCommitWriter(StreamArrowWriter):
             # Best effort: the batch is committed; a broker that cannot be asked now (a
             # coordinator that just died) fails nothing, and the next commit sweeps again.
             keep = list(decision.txns.values())
-            stray = client.sweep_if_reachable(ids_prefix(self.options, sid), keep)
+            stray = client.sweep_if_reachable(ids_prefix(self.options, sid), keep, called_ms)
         if stray is None:
             log.warning(
                 "batch %d of sink %s is committed; its sweep of open transactions no "
@@ -407,7 +409,9 @@ class BatchCommitWriter(StreamArrowWriter):
         timing.record_commit(sid, batchId, len(decision.txns), time.perf_counter() - began)
         faults.point("after-commit", batchId, role="driver", query=name)
 
-    def _refuse_if_outlived(self, reports: list[PreparedTask], batch: int, sid: str) -> None:
+    def _refuse_if_outlived(
+        self, reports: list[PreparedTask], batch: int, sid: str, called_ms: int
+    ) -> None:
         """Driver, before a decision: a batch whose oldest transaction is too close to
         ``kafka.transaction.timeout.ms`` for the decision and its commits to come first is
         never decided (the coordinator would abort decided transactions): its open
@@ -419,7 +423,7 @@ class BatchCommitWriter(StreamArrowWriter):
         age = time.time() - min(opened)
         if age <= limit_s - decision_margin(limit_s):
             return
-        self._abort_open(sid)
+        self._abort_open(sid, called_ms)
         raise KafkaSinkError(
             f"Batch {batch} of sink {sid}: its oldest transaction has been open {age:.0f} s, "
             f"too close to kafka.transaction.timeout.ms = {self.options.transaction_timeout_ms}"
@@ -431,7 +435,9 @@ class BatchCommitWriter(StreamArrowWriter):
             "task commits its own transaction."
         )
 
-    def _refuse_keys_across_tasks(self, reports: list[PreparedTask], batch: int, sid: str) -> None:
+    def _refuse_keys_across_tasks(
+        self, reports: list[PreparedTask], batch: int, sid: str, called_ms: int
+    ) -> None:
         """Driver, before a new decision: a change stream whose key reached two tasks of the
         batch cannot keep that key's order, so the batch is never decided: its open
         transactions are aborted and the batch fails, naming a key, both task partitions
@@ -443,7 +449,7 @@ class BatchCommitWriter(StreamArrowWriter):
         found = shared_key([(r.partition, r.keys) for r in reports if r.keys is not None])
         if found is None:
             return
-        self._abort_open(sid)
+        self._abort_open(sid, called_ms)
         key, low, high = found
         raise KeyAcrossTasksError(f"key={key!r}", sid, batch, (low, high), "'key'")
 
@@ -485,16 +491,31 @@ class BatchCommitWriter(StreamArrowWriter):
             sid = self.options.unreported_sink_id(self.checkpoint_location)
         if sid is None:
             return
+        called_ms = _now_ms()
         decided = read_pointer(self.options, sid)
         if decided is not None and decided[0] > batchId:
             return  # decided: never abort; the replay's commit finishes it
-        self._abort_open(sid)
+        self._abort_open(sid, called_ms)
 
-    def _abort_open(self, sid: str) -> None:
-        """Driver, for an undecided batch: every open transaction of the sink's ids ends
-        (a batch job run's own only: another run of its version may be going)."""
+    def _abort_open(self, sid: str, called_ms: int) -> None:
+        """Driver, for an undecided batch: every open transaction of the sink's ids that
+        began before the driver's call ends (a batch job run's own only: another run of
+        its version may be going)."""
         with kept_client(self.options.kafka) as client:
-            client.sweep(ids_prefix(self.options, sid), [], slot=self._slot)
+            client.sweep(ids_prefix(self.options, sid), [], self._slot, called_ms)
+
+
+def _now_ms() -> int:
+    """The driver's wall clock, as the coordinators' transaction start times count it.
+
+    Why the sweeps look only at transactions begun before the driver's call: a driver of
+    an earlier run, paused and woken after this query's next run took over (a frozen
+    driver the cluster manager replaced), would otherwise abort the new run's open
+    transactions, those it had just decided too, and fail its batch. What a sweep is
+    for, the strays of this batch and of earlier ones, began before. Clocks of the
+    driver and the brokers apart by more than a batch delay a stray's sweep to a later
+    commit (the replay's fencing ends those of its task partitions first)."""
+    return int(time.time() * 1000)
 
 
 def decision_margin(limit_s: float) -> float:

@@ -181,12 +181,15 @@ class TransactionClient:
         listed = self.admin.list_transactions(state_filters=list(states))
         return sorted({t.transactional_id for found in listed.values() for t in found})
 
-    def open_transactions(self, prefix: str, slot: int | None = None) -> list[OpenTransaction]:
+    def open_transactions(
+        self, prefix: str, slot: int | None = None, began_before_ms: int | None = None
+    ) -> list[OpenTransaction]:
         """Every ongoing transaction whose id is ``prefix`` and a task partition's number,
         alone or with a batch job run's slot (``3``, ``3r5``: ``eos-a-`` never matches sink
-        ``a-b``'s ``eos-a-b-0``); only ``slot``'s when given. Each with the producer id
-        and epoch its coordinator holds now (ListTransactions on every broker, then
-        DescribeTransactions)."""
+        ``a-b``'s ``eos-a-b-0``); only ``slot``'s when given; only those their coordinator
+        saw begin before ``began_before_ms`` (epoch milliseconds) when given. Each with
+        the producer id and epoch its coordinator holds now (ListTransactions on every
+        broker, then DescribeTransactions)."""
         ongoing = self.listed(["Ongoing"])
         mine = [i for i in ongoing if i.startswith(prefix) and _task(i[len(prefix) :], slot)]
         described = self.describe(mine) if mine else {}
@@ -194,20 +197,25 @@ class TransactionClient:
             OpenTransaction(i, d.producer_id, d.producer_epoch)
             for i, d in described.items()
             if str(getattr(d.state, "value", d.state)) == "Ongoing"
+            and (began_before_ms is None or d.transaction_start_time_ms < began_before_ms)
         ]
 
     def sweep(
-        self, prefix: str, keep: Sequence[OpenTransaction], slot: int | None = None
+        self,
+        prefix: str,
+        keep: Sequence[OpenTransaction],
+        slot: int | None = None,
+        began_before_ms: int | None = None,
     ) -> list[OpenTransaction]:
         """Abort every ongoing transaction of the task partitions' ids under ``prefix``
-        (only ``slot``'s when given: :meth:`open_transactions`) that ``keep`` does not
-        name (by id and epoch): a task attempt that died after it wrote, a zombie, a run
-        that lost its version to another. Returns what it aborted; one that ended
-        meanwhile is fine."""
+        (only ``slot``'s, only those begun before ``began_before_ms``, when given:
+        :meth:`open_transactions`) that ``keep`` does not name (by id and epoch): a task
+        attempt that died after it wrote, a zombie, a run that lost its version to
+        another. Returns what it aborted; one that ended meanwhile is fine."""
         named = {(t.transactional_id, t.producer_id, t.epoch) for t in keep}
         stray = [
             t
-            for t in self.open_transactions(prefix, slot)
+            for t in self.open_transactions(prefix, slot, began_before_ms)
             if (t.transactional_id, t.producer_id, t.epoch) not in named
         ]
         for txn in stray:
@@ -218,7 +226,7 @@ class TransactionClient:
         return stray
 
     def sweep_if_reachable(
-        self, prefix: str, keep: Sequence[OpenTransaction]
+        self, prefix: str, keep: Sequence[OpenTransaction], began_before_ms: int | None = None
     ) -> list[OpenTransaction] | None:
         """:meth:`sweep`, or None when a broker could not be asked (dead, restarting, cut
         off: ListTransactions goes to every broker): nothing is aborted then, and the
@@ -226,7 +234,7 @@ class TransactionClient:
         import kafka.errors as errors
 
         try:
-            return self.sweep(prefix, keep)
+            return self.sweep(prefix, keep, began_before_ms=began_before_ms)
         except errors.KafkaError as exc:
             # the caller says what it means for its batch (a warning); here only the cause
             log.info("open transactions of %s* not swept: %s", prefix, type(exc).__name__)

@@ -8,7 +8,7 @@ failed before its decision is written again in full whatever its new rows; ``abo
 ends an undecided batch and never a decided one; ``eos sinks`` lists and resets it; a
 batch job's version decided by a driver that died is committed before the next version.
 
-Cost: ~26 s in CI (seven tests); a seventh, the coordinator's own timeout (~22 s), is
+Cost: ~28 s in CI (eight tests); a seventh, the coordinator's own timeout (~22 s), is
 `make soak`'s."""
 
 from __future__ import annotations
@@ -231,6 +231,54 @@ def test_a_decided_transaction_another_client_aborted_is_written_again_not_stall
     assert [m.state for m in replay] == ["marked", "prepared"], "only partition 1 again"
     writer.commit(list(replay), 0)
     assert _visible(endpoints, writer) == _expected(range(1)), "each record once"
+
+
+def test_a_driver_woken_after_the_next_run_took_over_spares_its_transactions(
+    endpoints: Endpoints, writer: BatchCommitWriter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run 1's driver decides batch 0 and stops between its commits (paused: a frozen
+    driver that the cluster manager replaced). Run 2 finishes batch 0 (decided: its
+    tasks write nothing, its commit ends the transactions again) and its tasks open batch
+    1's transactions. Run 1's driver wakes and finishes its commit, sweep included. The
+    sweep ends only transactions begun before its commit was called, so run 2's stay
+    open and run 2 commits batch 1: each record once. Before, that sweep aborted them and
+    run 2's commit of batch 1 failed."""
+    import threading
+
+    from eos_connectors.core import faults
+
+    paused, resume = threading.Event(), threading.Event()
+    point = faults.point
+
+    def pausing(name: str, *args: object, **kwargs: object) -> None:
+        if name == "between-commits" and threading.current_thread().name == "run-1-driver":
+            paused.set()
+            assert resume.wait(60)
+        point(name, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(faults, "point", pausing)
+    first = _prepare(writer, 0)
+    failed: list[BaseException] = []
+
+    def run_1() -> None:
+        try:
+            writer.commit(list(first), 0)
+        except BaseException as exc:  # the assertion below names it
+            failed.append(exc)
+
+    stale = threading.Thread(target=run_1, name="run-1-driver")
+    stale.start()
+    assert paused.wait(30), "run 1's driver never reached its commits"
+    run_2 = BatchCommitWriter(writer.options)
+    replay = _prepare(run_2, 0, run="run-2")
+    assert [m.state for m in replay] == ["marked", "decided"]
+    run_2.commit(list(replay), 0)
+    second = _prepare(run_2, 1, run="run-2")
+    resume.set()
+    stale.join(60)
+    assert not stale.is_alive() and not failed, failed
+    run_2.commit(list(second), 1)
+    assert _visible(endpoints, writer) == _expected(range(2)), "each record once"
 
 
 def test_a_sweep_no_broker_answers_fails_no_batch_and_the_next_commit_sweeps(
