@@ -512,9 +512,10 @@ def _now_ms() -> int:
     an earlier run, paused and woken after this query's next run took over (a frozen
     driver the cluster manager replaced), would otherwise abort the new run's open
     transactions, those it had just decided too, and fail its batch. What a sweep is
-    for, the strays of this batch and of earlier ones, began before. Clocks of the
-    driver and the brokers apart by more than a batch delay a stray's sweep to a later
-    commit (the replay's fencing ends those of its task partitions first)."""
+    for, the strays of this batch and of earlier ones, began before. A driver's clock
+    behind the brokers' by more than a batch leaves a stray to a later commit, at worst
+    to its transaction timeout; only the ids of task partitions later batches no longer
+    have depend on the sweep (the next batch's task fences the others')."""
     return int(time.time() * 1000)
 
 
