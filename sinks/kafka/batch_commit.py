@@ -24,17 +24,16 @@ transaction:
 3. **Driver, the commits.** ``EndTxn(commit)`` for each named transaction
    (:mod:`.coordinator`); records of the batch become visible within the round trips to
    their coordinators. Then a sweep aborts the sink's open transactions that no decision
-   names (a zombie's, a dead attempt's) and that began before the driver's call (a
-   driver woken after the next run took over never touches that run's: :func:`_now_ms`);
-   a broker that does not answer the listing (a coordinator that just died) fails
-   nothing: the next commit sweeps again. A commit answered "fenced", or refused as
-   ended the other way at its epoch, is checked by the transaction's marker: marked
-   means committed before (a repeat); unmarked means a decided transaction was aborted
-   (the coordinator's timeout, an attempt that initialised the id between the task's
-   look at the pointer and the decision, another client's abort): the driver amends the
-   decision to ask for those task partitions again (``rewrite``) and fails naming them;
-   the replay's tasks of those partitions write again, the others stay decided, and the
-   commit names the new transactions.
+   names (a zombie's, a dead attempt's) and that began before the driver's call
+   ("Sweeps" below); a broker that does not answer the listing (a coordinator that just
+   died) fails nothing: the next commit sweeps again. A commit answered "fenced", or
+   refused as ended the other way at its epoch, is checked by the transaction's marker:
+   marked means committed before (a repeat); unmarked means a decided transaction was
+   aborted (the coordinator's timeout, an attempt that initialised the id between the
+   task's look at the pointer and the decision, another client's abort): the driver
+   amends the decision to ask for those task partitions again (``rewrite``) and fails
+   naming them; the replay's tasks of those partitions write again, the others stay
+   decided, and the commit names the new transactions.
 4. **Recovery.** A driver that died after the decision finds it on the replay: its tasks
    see the batch decided and write nothing, and the commit sends the recorded
    ``EndTxn(commit)`` again (a repeat is harmless).
@@ -43,6 +42,18 @@ transaction:
 ends every open transaction of the sink's ids begun before its call while the batch is
 undecided, those of tasks that never reported too (the sink id found through the query
 id in the checkpoint when no task reported); a decided batch is never touched.
+
+**Sweeps** (after a commit, before a refused decision, in ``abort``) end only
+transactions begun before the driver's call. A driver of an earlier run, paused and
+woken after this query's next run took over (a frozen driver the cluster manager
+replaced), would otherwise abort the new run's open transactions, those it had just
+decided too, and fail its batch; what a sweep is for, the strays of this batch and of
+earlier ones, began before. On Kafka 3.8+ the brokers tell by their own clocks (how long
+a transaction has run against how long the call has: :class:`.coordinator.CallTime`);
+before, a coordinator's start time is compared with the driver's wall clock, and a
+driver behind the brokers by more than a batch leaves a stray to a later commit, at
+worst to its transaction timeout (only the ids of task partitions later batches no
+longer have depend on the sweep: the next batch's task fences the others').
 
 Before a new decision the driver refuses a batch whose oldest transaction is too close
 to ``kafka.transaction.timeout.ms`` (:func:`decision_margin`): it aborts them and fails,
@@ -88,6 +99,7 @@ from eos_connectors.sinks.kafka.clients import (
     retiring,
 )
 from eos_connectors.sinks.kafka.coordinator import (
+    CallTime,
     OpenTransaction,
     TransactionClient,
     TransactionEndedError,
@@ -370,7 +382,7 @@ class BatchCommitWriter(StreamArrowWriter):
         reports = [m for m in messages if isinstance(m, PreparedTask)]
         if not reports:
             return
-        called_ms = _now_ms()  # the sweeps end only transactions begun before this call
+        called = CallTime.now()  # the sweeps end only transactions begun before this call
         query, name, sid = reports[0].query_id, reports[0].query_name, reports[0].sink_id
         decided = read_pointer(self.options, sid)
         if decided is not None and decided[0] > batchId:
@@ -379,8 +391,8 @@ class BatchCommitWriter(StreamArrowWriter):
                 write_decision(self.options, sid, decision)
             decision = decision or read_decision(self.options, sid, batchId)
         else:
-            self._refuse_if_outlived(reports, batchId, sid, called_ms)
-            self._refuse_keys_across_tasks(reports, batchId, sid, called_ms)
+            self._refuse_if_outlived(reports, batchId, sid, called)
+            self._refuse_keys_across_tasks(reports, batchId, sid, called)
             txns = {r.partition: r.txn for r in reports if r.txn is not None}
             decision = Decision(batchId, query, txns, sum(r.records for r in reports))
             if self.run is None:
@@ -394,7 +406,7 @@ class BatchCommitWriter(StreamArrowWriter):
             # Best effort: the batch is committed; a broker that cannot be asked now (a
             # coordinator that just died) fails nothing, and the next commit sweeps again.
             keep = list(decision.txns.values())
-            stray = client.sweep_if_reachable(ids_prefix(self.options, sid), keep, called_ms)
+            stray = client.sweep_if_reachable(ids_prefix(self.options, sid), keep, called)
         if stray is None:
             log.warning(
                 "batch %d of sink %s is committed; its sweep of open transactions no "
@@ -410,7 +422,7 @@ class BatchCommitWriter(StreamArrowWriter):
         faults.point("after-commit", batchId, role="driver", query=name)
 
     def _refuse_if_outlived(
-        self, reports: list[PreparedTask], batch: int, sid: str, called_ms: int
+        self, reports: list[PreparedTask], batch: int, sid: str, called: CallTime
     ) -> None:
         """Driver, before a decision: a batch whose oldest transaction is too close to
         ``kafka.transaction.timeout.ms`` for the decision and its commits to come first is
@@ -423,7 +435,7 @@ class BatchCommitWriter(StreamArrowWriter):
         age = time.time() - min(opened)
         if age <= limit_s - decision_margin(limit_s):
             return
-        self._abort_open(sid, called_ms)
+        self._abort_open(sid, called)
         raise KafkaSinkError(
             f"Batch {batch} of sink {sid}: its oldest transaction has been open {age:.0f} s, "
             f"too close to kafka.transaction.timeout.ms = {self.options.transaction_timeout_ms}"
@@ -436,7 +448,7 @@ class BatchCommitWriter(StreamArrowWriter):
         )
 
     def _refuse_keys_across_tasks(
-        self, reports: list[PreparedTask], batch: int, sid: str, called_ms: int
+        self, reports: list[PreparedTask], batch: int, sid: str, called: CallTime
     ) -> None:
         """Driver, before a new decision: a change stream whose key reached two tasks of the
         batch cannot keep that key's order, so the batch is never decided: its open
@@ -449,7 +461,7 @@ class BatchCommitWriter(StreamArrowWriter):
         found = shared_key([(r.partition, r.keys) for r in reports if r.keys is not None])
         if found is None:
             return
-        self._abort_open(sid, called_ms)
+        self._abort_open(sid, called)
         key, low, high = found
         raise KeyAcrossTasksError(f"key={key!r}", sid, batch, (low, high), "'key'")
 
@@ -491,32 +503,18 @@ class BatchCommitWriter(StreamArrowWriter):
             sid = self.options.unreported_sink_id(self.checkpoint_location)
         if sid is None:
             return
-        called_ms = _now_ms()
+        called = CallTime.now()
         decided = read_pointer(self.options, sid)
         if decided is not None and decided[0] > batchId:
             return  # decided: never abort; the replay's commit finishes it
-        self._abort_open(sid, called_ms)
+        self._abort_open(sid, called)
 
-    def _abort_open(self, sid: str, called_ms: int) -> None:
+    def _abort_open(self, sid: str, called: CallTime) -> None:
         """Driver, for an undecided batch: every open transaction of the sink's ids that
         began before the driver's call ends (a batch job run's own only: another run of
         its version may be going)."""
         with kept_client(self.options.kafka) as client:
-            client.sweep(ids_prefix(self.options, sid), [], self._slot, called_ms)
-
-
-def _now_ms() -> int:
-    """The driver's wall clock, as the coordinators' transaction start times count it.
-
-    Why the sweeps look only at transactions begun before the driver's call: a driver of
-    an earlier run, paused and woken after this query's next run took over (a frozen
-    driver the cluster manager replaced), would otherwise abort the new run's open
-    transactions, those it had just decided too, and fail its batch. What a sweep is
-    for, the strays of this batch and of earlier ones, began before. A driver's clock
-    behind the brokers' by more than a batch leaves a stray to a later commit, at worst
-    to its transaction timeout; only the ids of task partitions later batches no longer
-    have depend on the sweep (the next batch's task fences the others')."""
-    return int(time.time() * 1000)
+            client.sweep(ids_prefix(self.options, sid), [], self._slot, called)
 
 
 def decision_margin(limit_s: float) -> float:

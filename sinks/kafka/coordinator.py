@@ -76,6 +76,23 @@ class OpenTransaction:
     epoch: int
 
 
+@dataclass(frozen=True)
+class CallTime:
+    """When a driver's call began, on its wall clock (compared with a coordinator's
+    transaction start times when the broker cannot filter by duration) and its monotonic
+    clock (how long ago, which a broker compares with its own clock)."""
+
+    wall_ms: int
+    monotonic_s: float
+
+    @classmethod
+    def now(cls) -> CallTime:
+        return cls(int(time.time() * 1000), time.monotonic())
+
+    def elapsed_ms(self) -> int:
+        return int((time.monotonic() - self.monotonic_s) * 1000)
+
+
 class TransactionEndError(EosError):
     """The coordinator refused to end a transaction (``code``: its Kafka error name)."""
 
@@ -175,29 +192,48 @@ class TransactionClient:
         for transactional_id in transactional_ids:
             cached.pop((CoordinatorType.TRANSACTION, transactional_id), None)
 
-    def listed(self, states: Sequence[str]) -> list[str]:
+    def listed(self, states: Sequence[str], running_ms: int | None = None) -> list[str]:
         """Every transactional id whose transaction is in one of ``states`` (KIP-664's
-        names: ``Ongoing``, ``PrepareCommit``, ...), asked of every broker, sorted."""
-        listed = self.admin.list_transactions(state_filters=list(states))
+        names: ``Ongoing``, ``PrepareCommit``, ...), asked of every broker, sorted; only
+        those running longer than ``running_ms`` by the broker's clock when given (KIP-994,
+        Kafka 3.8+: kafka-python raises ``UnsupportedVersionError`` before it asks an
+        older broker)."""
+        listed = self.admin.list_transactions(
+            state_filters=list(states), duration_filter_ms=running_ms
+        )
         return sorted({t.transactional_id for found in listed.values() for t in found})
 
+    def _ongoing_before(self, call: CallTime | None) -> tuple[list[str], bool]:
+        """The ongoing transactions' ids, and whether the brokers kept only those begun
+        before ``call`` (by their own clocks: running longer than the call has lasted)."""
+        if call is None:
+            return self.listed(["Ongoing"]), False
+        from kafka.errors import UnsupportedVersionError
+
+        try:
+            return self.listed(["Ongoing"], running_ms=call.elapsed_ms()), True
+        except UnsupportedVersionError:  # Kafka before 3.8: start times below, clocks apart
+            return self.listed(["Ongoing"]), False
+
     def open_transactions(
-        self, prefix: str, slot: int | None = None, began_before_ms: int | None = None
+        self, prefix: str, slot: int | None = None, began_before: CallTime | None = None
     ) -> list[OpenTransaction]:
         """Every ongoing transaction whose id is ``prefix`` and a task partition's number,
         alone or with a batch job run's slot (``3``, ``3r5``: ``eos-a-`` never matches sink
-        ``a-b``'s ``eos-a-b-0``); only ``slot``'s when given; only those their coordinator
-        saw begin before ``began_before_ms`` (epoch milliseconds) when given. Each with
-        the producer id and epoch its coordinator holds now (ListTransactions on every
-        broker, then DescribeTransactions)."""
-        ongoing = self.listed(["Ongoing"])
+        ``a-b``'s ``eos-a-b-0``); only ``slot``'s when given; only those begun before the
+        call ``began_before`` when given: the brokers tell by their own clocks (Kafka
+        3.8+), else the coordinators' start times are compared with the driver's wall
+        clock. Each with the producer id and epoch its coordinator holds now
+        (ListTransactions on every broker, then DescribeTransactions)."""
+        ongoing, filtered = self._ongoing_before(began_before)
         mine = [i for i in ongoing if i.startswith(prefix) and _task(i[len(prefix) :], slot)]
         described = self.describe(mine) if mine else {}
+        before = None if began_before is None or filtered else began_before.wall_ms
         return [
             OpenTransaction(i, d.producer_id, d.producer_epoch)
             for i, d in described.items()
             if str(getattr(d.state, "value", d.state)) == "Ongoing"
-            and (began_before_ms is None or d.transaction_start_time_ms < began_before_ms)
+            and (before is None or d.transaction_start_time_ms < before)
         ]
 
     def sweep(
@@ -205,17 +241,17 @@ class TransactionClient:
         prefix: str,
         keep: Sequence[OpenTransaction],
         slot: int | None = None,
-        began_before_ms: int | None = None,
+        began_before: CallTime | None = None,
     ) -> list[OpenTransaction]:
         """Abort every ongoing transaction of the task partitions' ids under ``prefix``
-        (only ``slot``'s, only those begun before ``began_before_ms``, when given:
+        (only ``slot``'s, only those begun before the call ``began_before``, when given:
         :meth:`open_transactions`) that ``keep`` does not name (by id and epoch): a task
         attempt that died after it wrote, a zombie, a run that lost its version to
         another. Returns what it aborted; one that ended meanwhile is fine."""
         named = {(t.transactional_id, t.producer_id, t.epoch) for t in keep}
         stray = [
             t
-            for t in self.open_transactions(prefix, slot, began_before_ms)
+            for t in self.open_transactions(prefix, slot, began_before)
             if (t.transactional_id, t.producer_id, t.epoch) not in named
         ]
         for txn in stray:
@@ -226,7 +262,7 @@ class TransactionClient:
         return stray
 
     def sweep_if_reachable(
-        self, prefix: str, keep: Sequence[OpenTransaction], began_before_ms: int | None = None
+        self, prefix: str, keep: Sequence[OpenTransaction], began_before: CallTime | None = None
     ) -> list[OpenTransaction] | None:
         """:meth:`sweep`, or None when a broker could not be asked (dead, restarting, cut
         off: ListTransactions goes to every broker): nothing is aborted then, and the
@@ -234,7 +270,7 @@ class TransactionClient:
         import kafka.errors as errors
 
         try:
-            return self.sweep(prefix, keep, began_before_ms=began_before_ms)
+            return self.sweep(prefix, keep, began_before=began_before)
         except errors.KafkaError as exc:
             # the caller says what it means for its batch (a warning); here only the cause
             log.info("open transactions of %s* not swept: %s", prefix, type(exc).__name__)

@@ -3,9 +3,10 @@ broker: nothing of a transaction is visible to read_committed readers before the
 driver's commit, all of it right after; a repeated commit is harmless, an abort after
 it refused; an id initialised again since (a zombie) fences the old transaction and
 the driver is told; a transaction whose producer's process exited is still committed; a
-producer kept across batches would let a late commit through (why tasks take new ones).
+producer kept across batches would let a late commit through (why tasks take new ones);
+a sweep tells what began before its call by the brokers' clocks.
 
-Cost: ~7 s (one short Python process)."""
+Cost: ~8 s (one short Python process)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from confluent_kafka import Producer
 from eos_connectors.core.topics import create_topic, read_to_end
 from eos_connectors.dev.endpoints import Endpoints
 from eos_connectors.sinks.kafka.coordinator import (
+    CallTime,
     OpenTransaction,
     TransactionClient,
     TransactionEndError,
@@ -132,6 +134,29 @@ def test_a_producer_kept_across_batches_would_let_a_late_commit_through(
     wait_for_markers(endpoints.kafka, topic)
     values = {r.value for r in read_to_end(endpoints.kafka, topic, timeout=10)}
     assert b"third-0" not in values, "a late commit committed a new producer's transaction"
+
+
+def test_a_sweep_tells_what_began_before_its_call_by_the_brokers_clocks(
+    endpoints: Endpoints, client: TransactionClient, unique: str
+) -> None:
+    """The batch commit's sweeps end only transactions begun before the driver's call.
+    On Kafka 3.8+ the brokers tell (how long a transaction has run on their clocks,
+    against how long the call has), so a driver clock an hour off either way changes
+    nothing: a transaction begun before the call is swept, one begun after it is not."""
+    topic = f"txn-sweep-{unique}"
+    create_topic(endpoints.kafka, topic, partitions=2)
+    _a, before = _open_transaction(endpoints, topic, f"{topic}-0", 10, "before")
+    time.sleep(0.1)
+    now_ms = int(time.time() * 1000)
+    behind = CallTime(now_ms - 3_600_000, time.monotonic())  # the driver's clock an hour slow
+    ahead = CallTime(now_ms + 3_600_000, time.monotonic())  # an hour fast
+    time.sleep(0.1)
+    _b, after = _open_transaction(endpoints, topic, f"{topic}-1", 10, "after")
+    prefix = f"{topic}-"
+    assert client.open_transactions(prefix, began_before=ahead) == [before]
+    assert client.sweep(prefix, [], began_before=behind) == [before]
+    assert client.open_transactions(prefix) == [after], "the swept one is still open"
+    client.end([after], commit=False)
 
 
 TASK = """
