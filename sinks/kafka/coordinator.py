@@ -203,17 +203,19 @@ class TransactionClient:
         )
         return sorted({t.transactional_id for found in listed.values() for t in found})
 
-    def _ongoing_before(self, call: CallTime | None) -> tuple[list[str], bool]:
-        """The ongoing transactions' ids, and whether the brokers kept only those begun
-        before ``call`` (by their own clocks: running longer than the call has lasted)."""
+    def _ongoing_before(self, call: CallTime | None) -> tuple[list[str], int | None]:
+        """The ongoing transactions' ids, and the start time (driver's wall clock, ms) they
+        must still be found to precede: None when there is no ``call``, or when the
+        brokers kept only those begun before it by their own clocks (running longer than
+        the call has lasted)."""
         if call is None:
-            return self.listed(["Ongoing"]), False
+            return self.listed(["Ongoing"]), None
         from kafka.errors import UnsupportedVersionError
 
         try:
-            return self.listed(["Ongoing"], running_ms=call.elapsed_ms()), True
-        except UnsupportedVersionError:  # Kafka before 3.8: start times below, clocks apart
-            return self.listed(["Ongoing"]), False
+            return self.listed(["Ongoing"], running_ms=call.elapsed_ms()), None
+        except UnsupportedVersionError:  # Kafka before 3.8: start times, clocks apart
+            return self.listed(["Ongoing"]), call.wall_ms
 
     def open_transactions(
         self, prefix: str, slot: int | None = None, began_before: CallTime | None = None
@@ -225,10 +227,9 @@ class TransactionClient:
         3.8+), else the coordinators' start times are compared with the driver's wall
         clock. Each with the producer id and epoch its coordinator holds now
         (ListTransactions on every broker, then DescribeTransactions)."""
-        ongoing, filtered = self._ongoing_before(began_before)
+        ongoing, before = self._ongoing_before(began_before)
         mine = [i for i in ongoing if i.startswith(prefix) and _task(i[len(prefix) :], slot)]
         described = self.describe(mine) if mine else {}
-        before = None if began_before is None or filtered else began_before.wall_ms
         return [
             OpenTransaction(i, d.producer_id, d.producer_epoch)
             for i, d in described.items()
