@@ -16,11 +16,13 @@ transaction:
    from its own client: :mod:`.txn_identity`) and leaves it **open**: nothing of it is
    visible.
 2. **Driver, the decision.** The batch's transactions go to the marker log as one
-   record keyed ``<prefix>-<sink id>-decision`` (written plainly, acks from every
-   in-sync replica), then the pointer moves to ``batch + 1``:
-   the decision point. A driver that died before it leaves an undecided batch: the
-   replay's tasks fence the open transactions and write again, whatever the replay's
-   split or expressions.
+   record keyed ``<prefix>-<sink id>-decision`` and the pointer moves to ``batch + 1``,
+   in one transaction of the driver's claim of the sink's decider, the transactional
+   id of the same name (:mod:`.stream_decider`; a batch job's run: :mod:`.runs`): its
+   commit is the decision point, and a later claimer fences it, so a driver of an
+   earlier run that read the pointer before it paused never moves it back. A driver
+   that died before it leaves an undecided batch: the replay's tasks fence the open
+   transactions and write again, whatever the replay's split or expressions.
 3. **Driver, the commits.** ``EndTxn(commit)`` for each named transaction
    (:mod:`.coordinator`); records of the batch become visible within the round trips to
    their coordinators. Then a sweep aborts the sink's open transactions that no decision
@@ -75,8 +77,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaError, Producer
@@ -124,6 +127,7 @@ from eos_connectors.sinks.kafka.options import (
 )
 from eos_connectors.sinks.kafka.pool import MARKER_GROUPS
 from eos_connectors.sinks.kafka.runs import RunClaim, claim_run, decide
+from eos_connectors.sinks.kafka.stream_decider import deciding
 from eos_connectors.sinks.kafka.txn_identity import Identity
 
 if TYPE_CHECKING:
@@ -383,22 +387,21 @@ class BatchCommitWriter(StreamArrowWriter):
         if not reports:
             return
         called = CallTime.now()  # the sweeps end only transactions begun before this call
-        query, name, sid = reports[0].query_id, reports[0].query_name, reports[0].sink_id
-        decided = read_pointer(self.options, sid)
-        if decided is not None and decided[0] > batchId:
-            decision = _rewritten(read_decision(self.options, sid, batchId), reports)
-            if decision is not None:
-                write_decision(self.options, sid, decision)
-            decision = decision or read_decision(self.options, sid, batchId)
-        else:
-            self._refuse_if_outlived(reports, batchId, sid, called)
-            self._refuse_keys_across_tasks(reports, batchId, sid, called)
-            txns = {r.partition: r.txn for r in reports if r.txn is not None}
-            decision = Decision(batchId, query, txns, sum(r.records for r in reports))
-            if self.run is None:
-                write_decision(self.options, sid, decision)
-            else:  # a batch job's run: only the newest claim of the version decides
-                decision = decide(self.options, sid, self.run, decision)
+        name, sid = reports[0].query_name, reports[0].sink_id
+        if self.run is None:  # a stream: under this driver's newest claim of the decider
+            decision = deciding(
+                self.options, sid, partial(self._decision, reports, batchId, called)
+            )
+        else:  # a batch job's run: only the newest claim of the version decides
+            run = self.run
+            decision = self._decision(
+                reports,
+                batchId,
+                called,
+                read_pointer(self.options, sid),
+                lambda new: decide(self.options, sid, run, new),
+                partial(write_decision, self.options, sid),
+            )
         faults.point("after-decision", batchId, role="driver", query=name)
         began = time.perf_counter()
         with kept_client(self.options.kafka) as client:
@@ -420,6 +423,45 @@ class BatchCommitWriter(StreamArrowWriter):
             )
         timing.record_commit(sid, batchId, len(decision.txns), time.perf_counter() - began)
         faults.point("after-commit", batchId, role="driver", query=name)
+
+    def _decision(
+        self,
+        reports: list[PreparedTask],
+        batch: int,
+        called: CallTime,
+        pointed: tuple[int, str] | None,
+        write: Callable[[Decision], Decision],
+        amend: Callable[[Decision], Decision] | None = None,
+    ) -> Decision:
+        """Driver: the batch's decision, given the pointer ``pointed``: a decided batch's
+        as recorded (amended by ``amend``, else ``write``, when it asked for task
+        partitions again and the replay wrote them); else a new one, written by
+        ``write``, unless the batch is refused."""
+        sid = reports[0].sink_id
+        if pointed is not None and pointed[0] > batch:
+            recorded = read_decision(self.options, sid, batch)
+            again = _rewritten(recorded, reports)
+            return recorded if again is None else (amend or write)(again)
+        self._refuse_if_outlived(reports, batch, sid, called)
+        self._refuse_keys_across_tasks(reports, batch, sid, called)
+        txns = {r.partition: r.txn for r in reports if r.txn is not None}
+        return write(Decision(batch, reports[0].query_id, txns, sum(r.records for r in reports)))
+
+    def _amend(self, sid: str, amended: Decision) -> None:
+        """Driver: ``amended`` (the same batch, asking for task partitions again) written,
+        a stream's under its decider only while the pointer still says that batch is the
+        last decided (a later decision means the batch was finished since)."""
+        if self.run is not None:
+            write_decision(self.options, sid, amended)
+            return
+
+        def choose(
+            pointed: tuple[int, str] | None, write: Callable[[Decision], Decision]
+        ) -> Decision:
+            current = pointed is not None and pointed[0] == amended.batch + 1
+            return write(amended) if current else amended
+
+        deciding(self.options, sid, choose)
 
     def _refuse_if_outlived(
         self, reports: list[PreparedTask], batch: int, sid: str, called: CallTime
@@ -489,8 +531,7 @@ class BatchCommitWriter(StreamArrowWriter):
                 lost[partition] = refusal  # else committed before: a repeat
         if lost:
             kept = {p: t for p, t in decision.txns.items() if p not in lost}
-            amended = replace(decision, txns=kept, rewrite=tuple(sorted(lost)))
-            write_decision(self.options, sid, amended)
+            self._amend(sid, replace(decision, txns=kept, rewrite=tuple(sorted(lost))))
             raise _lost(decision, lost)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
@@ -504,7 +545,7 @@ class BatchCommitWriter(StreamArrowWriter):
         if sid is None:
             return
         called = CallTime.now()
-        decided = read_pointer(self.options, sid)
+        decided = read_pointer(self.options, sid, stable=True)
         if decided is not None and decided[0] > batchId:
             return  # decided: never abort; the replay's commit finishes it
         self._abort_open(sid, called)

@@ -3,16 +3,16 @@ transactions are kept, since Kafka has no table.
 
 * The **pointer**: the committed offset ``batch + 1`` of the group
   ``<prefix>-<sink id>-decision`` on the marker topic's partition 0, the query id as its
-  metadata, committed plainly (no transaction): tasks read it before they touch their
-  transactional id.
+  metadata: tasks read it before they touch their transactional id.
 * The **record**: the decided batch's transactions (id, producer id, epoch per task
-  partition) as one JSON value keyed by the group's name in the compacted marker log,
-  written plainly (acks from every in-sync replica) before the pointer moves, so no
-  reader of the log waits on it.
+  partition) as one JSON value keyed by the group's name in the compacted marker log.
 
-A batch job's run writes both in one transaction of the decider instead (:mod:`.runs`:
-only the newest claim of a version decides), and readers skip such a record until it
-reads committed.
+Both are written in one transaction of the sink's *decider*, the transactional id of the
+same name, by its newest claimer: a stream's driver process (:mod:`.stream_decider`) or a
+batch job's run (:mod:`.runs`). Readers skip such a record until it reads committed; a
+task's read of its marker never waits for one (its key is never a task's). Records and
+pointers written plainly (:func:`write_decision`: a batch job run's amendment, sinks
+decided before the decider) are read as before.
 
 Moving the pointer is the decision. When the group holds no offset (a new sink, or its
 offsets expired), the log's last record stands for the pointer: tasks and driver judge
@@ -38,6 +38,10 @@ from eos_connectors.sinks.kafka.marker import MarkerGroup, marker_consumer
 from eos_connectors.sinks.kafka.options import KafkaSinkOptions
 
 DECISION_SUFFIX = "-decision"
+#: A decider's transaction holds one record and one offset for milliseconds; a driver
+#: that dies inside it holds read_committed readers of the marker log back at most this
+#: long (the next claim ends it at once).
+DECIDER_TIMEOUT_MS = 30_000
 
 
 @dataclass(frozen=True)
@@ -52,8 +56,9 @@ class Decision:
     #: driver committed it: the replay writes them again, and its commit names the new
     #: transactions (an amended decision of the same batch).
     rewrite: tuple[int, ...] = ()
-    #: A batch job run's claim (the decider's producer id and epoch) when the decision
-    #: was written in the decider's transaction (:mod:`.runs`); None when written plainly.
+    #: The claim (the decider's producer id and epoch) the decision was written under,
+    #: in the decider's transaction (:mod:`.stream_decider`, :mod:`.runs`); None when
+    #: written plainly.
     claim: tuple[int, int] | None = None
 
     def encode(self) -> bytes:
@@ -92,11 +97,10 @@ def read_pointer(
 ) -> tuple[int, str] | None:
     """The decision pointer: (last decided batch + 1, query id), None before any. When
     the group holds no offset (a new sink, or its offsets expired), the marker log's last
-    decision record stands for it, read without waiting for anybody's transaction (the
-    driver writes decisions plainly): tasks and driver judge by the same rule. ``reader``:
-    the decision group's kept marker group (a task's), else a consumer made for the read;
-    ``stable``: waiting for a pointer a batch job's decision moved in a transaction that
-    committed but is not applied yet (:mod:`.runs`)."""
+    decision record stands for it, counted once committed (:func:`_decisions`): tasks and
+    driver judge by the same rule. ``reader``: the decision group's kept marker group (a
+    task's), else a consumer made for the read; ``stable``: waiting for a pointer a
+    decision moved in a transaction that committed but is not applied yet."""
     group = decision_group(options, sid)
     if reader is not None:
         pointed = reader.read_quick()
@@ -104,17 +108,23 @@ def read_pointer(
         pointed = _read_kept(options, group, "read_committed" if stable else "read_uncommitted")
     if pointed is not None:
         return pointed
+    return last_logged(options, sid)
+
+
+def last_logged(options: KafkaSinkOptions, sid: str) -> tuple[int, str] | None:
+    """What stands for the pointer when its group holds no offset: the marker log's last
+    decision of the sink (batch + 1, query id), None before any."""
     decisions = _decisions(options, sid)
     return (decisions[-1].batch + 1, decisions[-1].query) if decisions else None
 
 
 def _decisions(options: KafkaSinkOptions, sid: str) -> list[Decision]:
     """The sink's decision records in the marker log, oldest first, none before its last
-    tombstone (``eos sinks reset``); read_uncommitted: they are written plainly, and other
-    sinks' transactional records have other keys. A batch job's run decides in the
-    decider's transaction (:mod:`.runs`): such a record counts only once committed (read
-    again read_committed, to the last stable offset, only when the log holds one), so a
-    run fenced mid-decision by a later run never passes for the decision."""
+    tombstone (``eos sinks reset``); read_uncommitted first (plain records, and other
+    sinks' transactional records have other keys). A record written in the decider's
+    transaction counts only once committed (read again read_committed, to the last
+    stable offset, only when the log holds one), so a driver or run fenced mid-decision
+    by a later claimer never passes for the decision."""
     key = decision_group(options, sid).encode()
     records = read_to_end(options.client_config(), options.marker_log, "read_uncommitted")
     found: list[tuple[int, Decision]] = []
@@ -171,8 +181,10 @@ def _committed(options: KafkaSinkOptions, group: str, consumer: Consumer) -> tup
     return None if found.offset < 0 else (int(found.offset), found.metadata or "")
 
 
-def write_decision(options: KafkaSinkOptions, sid: str, decision: Decision) -> None:
-    """Driver: the decision record in the marker log, then the pointer (the decision)."""
+def write_decision(options: KafkaSinkOptions, sid: str, decision: Decision) -> Decision:
+    """Driver, a batch job run's amended decision (:mod:`.runs`): the decision record in the
+    marker log, then the pointer, written plainly; returns ``decision``. A stream decides
+    under its claim of the decider instead (:mod:`.stream_decider`)."""
     group = decision_group(options, sid)
     settings = options.client_config()
     with _DECIDERS.lent(settings_digest(settings), lambda: _decider(settings)) as producer:
@@ -189,6 +201,18 @@ def write_decision(options: KafkaSinkOptions, sid: str, decision: Decision) -> N
             lambda: c.commit(offsets=[pointer], asynchronous=False),
             f"deciding batch {decision.batch}",
         )
+    return decision
+
+
+def decider_settings(options: KafkaSinkOptions, sid: str) -> dict[str, Any]:
+    """The producer settings of the sink's decider, the transactional id both a stream's
+    driver (:mod:`.stream_decider`) and a batch job's run (:mod:`.runs`) claim."""
+    return {
+        **options.client_config(),
+        "transactional.id": decision_group(options, sid),
+        "transaction.timeout.ms": DECIDER_TIMEOUT_MS,
+        "acks": "all",
+    }
 
 
 def _decider(settings: dict[str, Any]) -> Producer:

@@ -44,7 +44,9 @@ class KafkaSinkFormat(batch_job.SinkFormat):
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         """Driver: as every sink's; an exactly-once stream then takes its sink id's claim,
         once, before any task runs (:func:`~eos_connectors.sinks.kafka.claim.claim_at_start`:
-        its first tasks would otherwise all claim at once). After the start checks, never
+        its first tasks would otherwise all claim at once), and in the batch commit its
+        decider (:func:`~eos_connectors.sinks.kafka.stream_decider.claim_at_start`: a driver
+        of an earlier run is fenced before the first batch). After the start checks, never
         beside them: the claim reads and writes the output topic's partition 0 and the
         marker log, which the checks find or create, and a query refused at its start
         must not hold it."""
@@ -56,6 +58,13 @@ class KafkaSinkFormat(batch_job.SinkFormat):
             once_per_driver(
                 start_key("eos_kafka-claim", self.options, schema),
                 lambda: claim_at_start(options, checkpoint_location(self.options)),
+            )
+        if options.exactly_once and options.commit_mode == "batch":
+            from eos_connectors.sinks.kafka import stream_decider
+
+            once_per_driver(
+                start_key("eos_kafka-decider", self.options, schema),
+                lambda: stream_decider.claim_at_start(options, checkpoint_location(self.options)),
             )
         return writer
 

@@ -32,8 +32,9 @@ the protocol's maximum (after ~16,000 runs of the job), the coordinator gives it
 producer id, and the one run that straddles the change fails as if superseded: its
 rerun writes the version.
 
-Streams never claim: a query's checkpoint already admits one run at a time
-(:mod:`.claim`), so their decisions stay plain writes.
+A stream's driver claims the same id too, once per driver process rather than per run,
+and decides in its transactions likewise (:mod:`.stream_decider`): a stream has one run
+at a time, but a driver of an earlier run may wake after the next took over.
 """
 
 from __future__ import annotations
@@ -47,7 +48,12 @@ from confluent_kafka import Producer
 from eos_connectors.core.kafka_config import logged
 from eos_connectors.sinks.kafka.clients import CALL_TIMEOUT, call, is_fenced
 from eos_connectors.sinks.kafka.coordinator import TransactionClient, kept_client
-from eos_connectors.sinks.kafka.decisions import Decision, decision_group, decision_record
+from eos_connectors.sinks.kafka.decisions import (
+    Decision,
+    decider_settings,
+    decision_group,
+    decision_record,
+)
 from eos_connectors.sinks.kafka.errors import KafkaSinkError
 from eos_connectors.sinks.kafka.marker import MarkerGroup
 from eos_connectors.sinks.kafka.options import KafkaSinkOptions, ids_prefix
@@ -57,10 +63,6 @@ log = logging.getLogger(__name__)
 
 #: How many id sets (slots) a job's runs take turns with.
 POOL = 8
-#: The decider's transaction holds one record and one offset for milliseconds; a driver
-#: that dies inside it holds the marker log's readers back at most this long (the next
-#: claim ends it at once).
-DECIDER_TIMEOUT_MS = 30_000
 #: How long a driver waits for its decider's statistics to show its producer id.
 IDENTITY_TIMEOUT = 30.0
 
@@ -168,17 +170,7 @@ def _decider(options: KafkaSinkOptions, sid: str) -> tuple[Producer, Identity]:
     """Driver: a producer of the decider's id, initialised (which fences every earlier
     one), with its statistics watched for the epoch it was given."""
     identity = Identity()
-    producer = Producer(
-        logged(
-            {
-                **options.client_config(),
-                "transactional.id": decision_group(options, sid),
-                "transaction.timeout.ms": DECIDER_TIMEOUT_MS,
-                "acks": "all",
-                **identity.settings(),
-            }
-        )
-    )
+    producer = Producer(logged({**decider_settings(options, sid), **identity.settings()}))
     try:
         call(lambda: producer.init_transactions(CALL_TIMEOUT), "claiming the decider")
     except KafkaSinkError as exc:

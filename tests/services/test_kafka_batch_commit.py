@@ -8,10 +8,12 @@ failed before its decision is written again in full whatever its new rows; ``abo
 ends an undecided batch and never a decided one; ``eos sinks`` lists and resets it; a
 batch job's version decided by a driver that died is committed before the next version.
 
-Cost: ~30 s in CI (nine tests); a seventh, the coordinator's own timeout (~22 s), is
-`make soak`'s."""
+Cost: ~25 s in CI (eleven tests; the woken driver that read the pointer before it
+paused, ~3 s); a twelfth, the coordinator's own timeout (~22 s), is `make soak`'s."""
 
 from __future__ import annotations
+
+import threading
 
 import pyarrow as pa
 import pytest
@@ -233,6 +235,24 @@ def test_a_decided_transaction_another_client_aborted_is_written_again_not_stall
     assert _visible(endpoints, writer) == _expected(range(1)), "each record once"
 
 
+def _stale_driver(
+    writer: BatchCommitWriter, reports: list[PreparedTask]
+) -> tuple[threading.Thread, list[BaseException]]:
+    """Run 1's driver committing batch 0 in a thread named ``run-1-driver`` (for a test
+    to pause it), and the list its failure goes to."""
+    failed: list[BaseException] = []
+
+    def run_1() -> None:
+        try:
+            writer.commit(list(reports), 0)
+        except BaseException as exc:  # the caller's assertion names it
+            failed.append(exc)
+
+    stale = threading.Thread(target=run_1, name="run-1-driver")
+    stale.start()
+    return stale, failed
+
+
 def test_a_driver_woken_after_the_next_run_took_over_spares_its_transactions(
     endpoints: Endpoints, writer: BatchCommitWriter, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -243,8 +263,6 @@ def test_a_driver_woken_after_the_next_run_took_over_spares_its_transactions(
     sweep ends only transactions begun before its commit was called, so run 2's stay
     open and run 2 commits batch 1: each record once. Before, that sweep aborted them and
     run 2's commit of batch 1 failed."""
-    import threading
-
     from eos_connectors.core import faults
 
     paused, resume = threading.Event(), threading.Event()
@@ -257,17 +275,7 @@ def test_a_driver_woken_after_the_next_run_took_over_spares_its_transactions(
         point(name, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(faults, "point", pausing)
-    first = _prepare(writer, 0)
-    failed: list[BaseException] = []
-
-    def run_1() -> None:
-        try:
-            writer.commit(list(first), 0)
-        except BaseException as exc:  # the assertion below names it
-            failed.append(exc)
-
-    stale = threading.Thread(target=run_1, name="run-1-driver")
-    stale.start()
+    stale, failed = _stale_driver(writer, _prepare(writer, 0))
     assert paused.wait(30), "run 1's driver never reached its commits"
     run_2 = BatchCommitWriter(writer.options)
     replay = _prepare(run_2, 0, run="run-2")
@@ -281,13 +289,56 @@ def test_a_driver_woken_after_the_next_run_took_over_spares_its_transactions(
     assert _visible(endpoints, writer) == _expected(range(2)), "each record once"
 
 
+def test_a_driver_woken_after_the_next_run_decided_never_moves_the_pointer_back(
+    endpoints: Endpoints, writer: BatchCommitWriter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run 1's driver reads the pointer for batch 0 and pauses before its decision (a
+    frozen driver the cluster manager replaced). Run 2 writes and commits batch 0, then
+    decides batch 1 and dies before its commits. Run 1's driver wakes: its decision
+    transaction was fenced by run 2's claim of the decider, so it claims again, reads
+    the pointer anew, finds batch 0 decided and finishes it as recorded. Run 2's replay
+    of batch 1 (with other rows: a non-deterministic stage) finds it decided and writes
+    nothing; its commit ends the recorded transactions: each record once. Before, run 1
+    moved the pointer back to batch 0's plain offset, and the replay wrote batch 1
+    again over its decided transactions."""
+    from eos_connectors.sinks.kafka import stream_decider
+    from eos_connectors.sinks.kafka.decisions import read_pointer
+
+    paused, resume = threading.Event(), threading.Event()
+    read = stream_decider.Decider.read
+
+    def pausing(decider: stream_decider.Decider) -> tuple[int, str] | None:
+        pointed = read(decider)
+        if threading.current_thread().name == "run-1-driver" and not paused.is_set():
+            paused.set()
+            assert resume.wait(60)
+        return pointed
+
+    monkeypatch.setattr(stream_decider.Decider, "read", pausing)
+    stale, failed = _stale_driver(writer, _prepare(writer, 0))
+    assert paused.wait(30), "run 1's driver never read the pointer"
+    run_2 = BatchCommitWriter(writer.options)
+    run_2.commit(list(_prepare(run_2, 0, run="run-2")), 0)
+    with pytest.raises(faults.SimulatedCrash), faults.simulate("after-decision@1"):
+        run_2.commit(list(_prepare(run_2, 1, run="run-2")), 1)
+    resume.set()
+    stale.join(60)
+    assert not stale.is_alive() and not failed, failed
+    sid = writer.options.sink_id or ""
+    assert read_pointer(writer.options, sid, stable=True) == (2, "kafka-query"), "moved back"
+    replay = _prepare(run_2, 1, run="run-2b", tag="-again")
+    assert [m.state for m in replay] == ["decided", "decided"]
+    run_2.commit(list(replay), 1)
+    assert _visible(endpoints, writer) == _expected(range(2)), "each record once"
+
+
 def test_the_drivers_clients_are_kept_across_commits(writer: BatchCommitWriter) -> None:
     """A query's commits run in one Python worker Spark keeps: after the first commit,
-    the next ones make no new pointer reader, decision writer or pointer committer (a
+    the next ones claim the decider no more, and make no new transaction client (a
     pointer reader made for each read was 4.5 ms of a ~15 ms commit step)."""
-    from eos_connectors.sinks.kafka import decisions
+    from eos_connectors.sinks.kafka import coordinator, stream_decider
 
-    pools = (decisions._READERS, decisions._DECIDERS, decisions._POINTERS)
+    pools = (stream_decider._KEPT, coordinator._KEPT)
     writer.commit(list(_prepare(writer, 0)), 0)
     made = [pool.created for pool in pools]
     for batch in (1, 2):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
@@ -15,6 +16,7 @@ from pyspark.sql import SparkSession
 from eos_connectors.core.topics import create_topic, read_to_end
 from eos_connectors.dev.endpoints import Endpoints
 from eos_connectors.sinks.kafka.checks import check_broker
+from eos_connectors.sinks.kafka.options import KafkaSinkOptions
 from tests.kafka_sink_util import (
     claim_owner,
     java_partitions,
@@ -97,7 +99,9 @@ def test_a_stream_holds_its_sink_ids_claim_from_its_start_before_any_batch(
     """Spark's own call of the sink's ``streamWriter`` at a query's start takes the claim
     on the sink id for the query, under the id its tasks carry (the checkpoint's): the
     input is empty, so no batch and no task ever ran, yet the claim is the query's. The
-    first batch's tasks then find it theirs instead of all taking it at once."""
+    first batch's tasks then find it theirs instead of all taking it at once. The driver
+    has claimed the sink's decider too (a driver of an earlier run is fenced)."""
+    from eos_connectors.sinks.kafka.decisions import decision_group
     from eos_connectors.sinks.kafka.options import parse_options
 
     source, out = f"ks-in-{unique}", f"ks-out-{unique}"
@@ -124,6 +128,29 @@ def test_a_stream_holds_its_sink_ids_claim_from_its_start_before_any_batch(
         )
         assert claim_owner(options, sink_id) == query.id, query.exception() or query.status
         assert query.lastProgress is None or query.lastProgress["numInputRows"] == 0
+        decider = decision_group(options, sink_id)
+        wait_for(  # the driver claims it right after the sink id
+            lambda: _described(options, decider) is not None or not query.isActive,
+            "the decider's claim",
+            lambda: query.exception() or query.status,
+            timeout=30,
+        )
+        assert _described(options, decider).producer_epoch >= 0, query.exception()
     finally:
         query.stop()
     assert read_to_end(endpoints.kafka, out) == []
+
+
+def _described(options: KafkaSinkOptions, transactional_id: str) -> Any:
+    """The coordinator's description of ``transactional_id``, None when it holds none."""
+    from kafka.errors import TransactionalIdNotFoundError
+
+    from eos_connectors.sinks.kafka.coordinator import TransactionClient
+
+    client = TransactionClient(options.kafka)
+    try:
+        return client.describe([transactional_id]).get(transactional_id)
+    except TransactionalIdNotFoundError:
+        return None
+    finally:
+        client.close()

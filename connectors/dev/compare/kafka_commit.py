@@ -7,7 +7,11 @@ the real broker and without Spark: ``BatchCommitWriter.commit`` for a batch of 4
 and 200 prepared tasks (each ``ROWS`` rows into a 4-partition topic), as the driver
 runs it. Its parts, each timed on its own afterwards against a batch of the same size:
 
-* ``decision``: the decision record in the marker log, then the pointer;
+* ``decision``: the pointer read and the decision written, record and pointer, in one
+  transaction of the driver's kept claim of the decider
+  (:mod:`eos_connectors.sinks.kafka.stream_decider`), as a stream's driver decides;
+* ``plain``: the record and the pointer written plainly, as a stream's driver decided
+  before it claimed the decider (no compare-and-set), for comparison;
 * ``end``: one ``EndTxn(commit)`` per transaction, all sent before any answer is awaited;
 * ``sweep``: ListTransactions on every broker, DescribeTransactions of the sink's ids
   (nothing stray to abort here);
@@ -37,6 +41,7 @@ from eos_connectors.sinks.kafka.batch_commit import BatchCommitWriter, PreparedT
 from eos_connectors.sinks.kafka.coordinator import TransactionClient
 from eos_connectors.sinks.kafka.decisions import Decision, write_decision
 from eos_connectors.sinks.kafka.options import ids_prefix, parse_options
+from eos_connectors.sinks.kafka.stream_decider import Choose, deciding
 
 ROWS = 100
 TASKS = (4, 32, 200)
@@ -50,6 +55,7 @@ class CommitStep:
     tasks: int
     commit_ms: float
     decision_ms: float
+    plain_ms: float
     end_ms: float
     sweep_ms: float
     client_ms: float
@@ -58,11 +64,12 @@ class CommitStep:
 def run(bootstrap: str, rounds: int, out_dir: Path) -> list[CommitStep]:
     """Measure each batch size of :data:`TASKS`, print a table, write kafka-commit.json."""
     steps = [_measure(bootstrap, tasks, rounds) for tasks in TASKS]
-    print("| tasks | commit step (ms) | decision | EndTxn all | sweep | client |")
-    print("|---:|---:|---:|---:|---:|---:|")
+    print("| tasks | commit step (ms) | decision | plain decision | EndTxn all | sweep | client |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
     for s in steps:
         print(
-            f"| {s.tasks} | {s.commit_ms:.0f} | {s.decision_ms:.0f} | {s.end_ms:.0f} "
+            f"| {s.tasks} | {s.commit_ms:.0f} | {s.decision_ms:.0f} | {s.plain_ms:.0f} "
+            f"| {s.end_ms:.0f} "
             f"| {s.sweep_ms:.0f} | {s.client_ms:.0f} |"
         )
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -81,7 +88,8 @@ def _measure(bootstrap: str, tasks: int, rounds: int) -> CommitStep:
     )
     writer = BatchCommitWriter(options)
     sid = options.sink_id or ""
-    parts: dict[str, list[float]] = {k: [] for k in ("commit", "decision", "end", "sweep")}
+    kinds = ("commit", "decision", "plain", "end", "sweep")
+    parts: dict[str, list[float]] = {k: [] for k in kinds}
     parts["client"] = []
     for batch in range(rounds * 2):
         reports = _prepare(writer, batch, tasks)
@@ -90,7 +98,8 @@ def _measure(bootstrap: str, tasks: int, rounds: int) -> CommitStep:
             continue
         txns = {r.partition: r.txn for r in reports if r.txn is not None}
         decision = Decision(batch, QUERY, txns, sum(r.records for r in reports))
-        parts["decision"].append(_ms(partial(write_decision, options, sid, decision)))
+        parts["decision"].append(_ms(partial(deciding, options, sid, _deciding(decision))))
+        parts["plain"].append(_ms(partial(write_decision, options, sid, decision)))
         began = time.perf_counter()
         client = TransactionClient(options.kafka)
         made = time.perf_counter()
@@ -107,6 +116,7 @@ def _measure(bootstrap: str, tasks: int, rounds: int) -> CommitStep:
         tasks,
         median["commit"],
         median["decision"],
+        median["plain"],
         median["end"],
         median["sweep"],
         median["client"],
@@ -129,7 +139,12 @@ def _rows(batch: int, partition: int) -> list[pa.RecordBatch]:
     return [pa.RecordBatch.from_arrays([pa.array(keys), pa.array(values)], ["key", "value"])]
 
 
-def _ms(step: Callable[[], None]) -> float:
+def _deciding(decision: Decision) -> Choose:
+    """A commit's choice that writes ``decision`` whatever the pointer says."""
+    return lambda _pointed, write: write(decision)
+
+
+def _ms(step: Callable[[], object]) -> float:
     began = time.perf_counter()
     step()
     return (time.perf_counter() - began) * 1000

@@ -1,0 +1,177 @@
+"""Driver: a stream's decisions in the Kafka sink's batch commit, written as a
+compare-and-set on the decision pointer.
+
+A driver reads the pointer, decides, then moves it. A driver of an earlier run that
+read the pointer and paused before its decision (frozen, and replaced by the cluster
+manager) would, on waking, move a plain offset back past the next run's decisions. So a
+stream's driver process **claims** the sink's decider, the transactional id
+``<prefix>-<sink id>-decision``, before its first look at the pointer:
+``init_transactions()`` gives it the id's next epoch, fences every earlier claimer and
+ends any decision transaction one left open. Every decision of the process is then
+written, record and pointer, in one transaction of that producer. A claimer that came
+later fences it: its transaction is aborted, the pointer does not move, and
+:class:`DeciderFencedError` sends the commit back to claim again and read the pointer
+anew (:func:`deciding`). So a decision is written only by a driver whose claim is the
+newest and who read the pointer after it: a woken driver of an earlier run finds the
+next run's decisions and never moves the pointer back.
+
+The claim is kept with the process (Spark keeps a query's commit worker), so a batch
+pays one short transaction, not an ``InitProducerId``. Two live drivers (a woken one and
+the current one; or two kept workers Spark lends in turn) each claim again when fenced,
+and each reads the truth after its claim; the woken one's query stops at its next write
+to the checkpoint. A batch job's runs claim the same id per run instead (:mod:`.runs`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from confluent_kafka import Producer
+
+from eos_connectors.core.kafka_config import logged
+from eos_connectors.core.kept import Kept
+from eos_connectors.core.secrets import settings_digest
+from eos_connectors.sinks.kafka.clients import CALL_TIMEOUT, call, is_fenced
+from eos_connectors.sinks.kafka.coordinator import kept_client
+from eos_connectors.sinks.kafka.decisions import (
+    Decision,
+    decider_settings,
+    decision_group,
+    decision_record,
+    last_logged,
+)
+from eos_connectors.sinks.kafka.errors import KafkaSinkError
+from eos_connectors.sinks.kafka.marker import MarkerGroup
+from eos_connectors.sinks.kafka.options import KafkaSinkOptions
+
+log = logging.getLogger(__name__)
+
+#: How many times one commit claims again after a later claimer fenced it.
+CLAIMS = 5
+
+#: What a commit does with the pointer it read under its claim: (the pointer, a
+#: function that writes a decision) -> the batch's decision.
+Choose = Callable[[tuple[int, str] | None, Callable[[Decision], Decision]], Decision]
+
+
+class DeciderFencedError(KafkaSinkError):
+    """A later claimer of the sink's decider fenced this driver's decision transaction:
+    nothing was written and the pointer did not move."""
+
+
+@dataclass
+class Decider:
+    """A driver process's claim of one sink's decider: its producer and the pointer's
+    group (stable reads; the group metadata of the pointer's move)."""
+
+    options: KafkaSinkOptions
+    sid: str
+    producer: Producer
+    pointer: MarkerGroup
+    claim: tuple[int, int]
+
+    def read(self) -> tuple[int, str] | None:
+        """The pointer, read stably (after any decision transaction that committed is
+        applied); with no offset in the group, the marker log's last decision."""
+        pointed = self.pointer.read_stable()
+        if pointed is not None:
+            return pointed
+        return last_logged(self.options, self.sid)
+
+    def write(self, decision: Decision) -> Decision:
+        """The decision record and the pointer's move, in one transaction; returns the
+        decision as written. :class:`DeciderFencedError` when a later claim fenced it."""
+        decided = replace(decision, claim=self.claim)
+        key, value = decision_record(self.options, self.sid, decided)
+        producer = self.producer
+        offsets = [self.pointer.offset(decision.batch + 1, decision.query)]
+        try:
+            call(producer.begin_transaction, "beginning the decision")
+            producer.produce(self.options.marker_log, value, key.encode(), partition=0)
+            metadata = self.pointer.group_metadata()
+            call(
+                lambda: producer.send_offsets_to_transaction(offsets, metadata, CALL_TIMEOUT),
+                "moving the decision pointer",
+            )
+            call(lambda: producer.commit_transaction(CALL_TIMEOUT), "committing the decision")
+        except KafkaSinkError as exc:
+            if is_fenced(exc):
+                raise DeciderFencedError(
+                    f"Sink {self.sid}: another driver claimed the decider after this one "
+                    f"(claim epoch {self.claim[1]}); the decision of batch "
+                    f"{decision.batch} was not written."
+                ) from exc
+            raise
+        return decided
+
+    def close(self) -> None:
+        self.pointer.close()
+        self.producer.purge()
+
+
+def deciding(options: KafkaSinkOptions, sid: str, choose: Choose) -> Decision:
+    """Driver: ``choose`` run with the pointer read under this process's newest claim of
+    the decider, and a writer of decisions under it; claimed again and run again when a
+    later claimer fenced the writer (at most :data:`CLAIMS` times)."""
+    key = _key(options, sid)
+    for attempt in range(CLAIMS):
+        try:
+            with _KEPT.lent(key, lambda: _claim(options, sid)) as decider:
+                return choose(decider.read(), decider.write)
+        except DeciderFencedError as exc:  # the pool closed that claim
+            log.info("%s; claiming it again (attempt %d of %d)", exc, attempt + 2, CLAIMS)
+    raise KafkaSinkError(
+        f"Sink {sid}: the decider {decision_group(options, sid)!r} was claimed by another "
+        f"driver {CLAIMS} times in a row while this one decided. Nothing of the batch was "
+        "decided or is visible. Another query, or another run of this one, is writing "
+        "with the same sinkId and checkpoint: stop it."
+    )
+
+
+def claim_at_start(options: KafkaSinkOptions, checkpoint: str | None) -> None:
+    """Driver, at a stream's start: the decider claimed (and kept for this process's
+    commits) for the sink id of the query the ``checkpoint`` names, so that a driver of
+    an earlier run is fenced before this run's first batch and the driver's WRITE on
+    the id is known at once. Nothing happens when the checkpoint cannot be read here:
+    the first commit claims. A claim refused fails the start, naming the fallback."""
+    from eos_connectors.core.checkpoint_sinks import checkpoint_query_id
+
+    query_id = checkpoint_query_id(checkpoint)
+    if query_id is None:
+        return
+    sid = options.sink_id_for(query_id)
+    with _KEPT.lent(_key(options, sid), lambda: _claim(options, sid)):
+        pass
+
+
+def _key(options: KafkaSinkOptions, sid: str) -> str:
+    return settings_digest({**options.client_config(), "decider": decision_group(options, sid)})
+
+
+def _claim(options: KafkaSinkOptions, sid: str) -> Decider:
+    """Driver: the decider claimed for this process (every earlier claimer fenced, a
+    decision transaction one left open ended) and its epoch asked of the coordinator."""
+    name = decision_group(options, sid)
+    producer = Producer(logged(decider_settings(options, sid)))
+    try:
+        call(lambda: producer.init_transactions(CALL_TIMEOUT), "claiming the decider")
+        with kept_client(options.kafka) as client:
+            described = client.describe([name]).get(name)
+    except Exception as exc:
+        producer.purge()
+        raise KafkaSinkError(
+            f"Sink {sid}: the driver could not claim the sink's decider, the transactional "
+            f"id {name!r} ({exc}). The batch commit's driver needs WRITE and DESCRIBE on "
+            "the sink's transactional ids; grant them, or use commitMode=task. Nothing of "
+            "the batch was decided or is visible."
+        ) from exc
+    claim = (getattr(described, "producer_id", -1), getattr(described, "producer_epoch", -1))
+    log.info("sink %s: this driver claimed its decider (epoch %d)", sid, claim[1])
+    return Decider(options, sid, producer, MarkerGroup(options, name), claim)
+
+
+#: This driver process's claims, by settings and sink (Spark keeps a query's commit
+#: worker, so a claim lasts across its commits); one that failed is made again.
+_KEPT: Kept[Decider] = Kept(Decider.close, size=8)
