@@ -16,10 +16,15 @@ newest and who read the pointer after it: a woken driver of an earlier run finds
 next run's decisions and never moves the pointer back.
 
 The claim is kept with the process (Spark keeps a query's commit worker), so a batch
-pays one short transaction, not an ``InitProducerId``. Two live drivers (a woken one and
-the current one; or two kept workers Spark lends in turn) each claim again when fenced,
-and each reads the truth after its claim; the woken one's query stops at its next write
-to the checkpoint. A batch job's runs claim the same id per run instead (:mod:`.runs`).
+pays one short transaction, not an ``InitProducerId``; but not across a broker's death
+(its producer lost a connection) nor past a call that never returned: librdkafka can wait
+for a coordinator it lost for good (:data:`~.clients.SEND_OFFSETS_LIMIT`), and a new
+claim starts from fresh metadata and ends the stuck one's transaction.
+
+Two live drivers (a woken one and the current one; or two kept workers Spark lends in
+turn) each claim again when fenced, and each reads the truth after its claim; the woken
+one's query stops at its next write to the checkpoint. A batch job's runs claim the
+same id per run instead (:mod:`.runs`).
 """
 
 from __future__ import annotations
@@ -33,7 +38,14 @@ from confluent_kafka import Producer
 from eos_connectors.core.kafka_config import logged
 from eos_connectors.core.kept import Kept
 from eos_connectors.core.secrets import settings_digest
-from eos_connectors.sinks.kafka.clients import CALL_TIMEOUT, call, is_fenced
+from eos_connectors.sinks.kafka.clients import (
+    CALL_TIMEOUT,
+    SEND_OFFSETS_LIMIT,
+    BrokerLoss,
+    StuckCallError,
+    call,
+    is_fenced,
+)
 from eos_connectors.sinks.kafka.coordinator import kept_client
 from eos_connectors.sinks.kafka.decisions import (
     Decision,
@@ -56,7 +68,12 @@ CLAIMS = 5
 Choose = Callable[[tuple[int, str] | None, Callable[[Decision], Decision]], Decision]
 
 
-class DeciderFencedError(KafkaSinkError):
+class ClaimSpentError(KafkaSinkError):
+    """This driver's claim of the decider is not to be used again: the commit claims
+    again and reads the pointer anew. Nothing was decided under it."""
+
+
+class DeciderFencedError(ClaimSpentError):
     """A later claimer of the sink's decider fenced this driver's decision transaction:
     nothing was written and the pointer did not move."""
 
@@ -71,6 +88,21 @@ class Decider:
     producer: Producer
     pointer: MarkerGroup
     claim: tuple[int, int]
+    #: What the producer's error callback saw: a claim kept across a broker's death is
+    #: never used again (librdkafka may wait for a lost coordinator for good).
+    loss: BrokerLoss
+    #: A call of the producer never returned: it is left to the thread that waits in it.
+    stuck: bool = False
+
+    def check(self) -> None:
+        """Before a use: :class:`ClaimSpentError` when the producer lost a broker connection
+        since it was claimed (its callbacks served first)."""
+        self.producer.poll(0)
+        if self.loss.seen:
+            raise ClaimSpentError(
+                f"Sink {self.sid}: the driver's claim of the decider lost a broker "
+                "connection since its last decision"
+            )
 
     def read(self) -> tuple[int, str] | None:
         """The pointer, read stably (after any decision transaction that committed is
@@ -94,8 +126,12 @@ class Decider:
             call(
                 lambda: producer.send_offsets_to_transaction(offsets, metadata, CALL_TIMEOUT),
                 "moving the decision pointer",
+                SEND_OFFSETS_LIMIT,
             )
             call(lambda: producer.commit_transaction(CALL_TIMEOUT), "committing the decision")
+        except StuckCallError as exc:
+            self.stuck = True  # nothing committed: the next claim aborts its transaction
+            raise ClaimSpentError(f"Sink {self.sid}: {exc}") from exc
         except KafkaSinkError as exc:
             if is_fenced(exc):
                 raise DeciderFencedError(
@@ -108,7 +144,8 @@ class Decider:
 
     def close(self) -> None:
         self.pointer.close()
-        self.producer.purge()
+        if not self.stuck:
+            self.producer.purge()
 
 
 def deciding(options: KafkaSinkOptions, sid: str, choose: Choose) -> Decision:
@@ -119,8 +156,9 @@ def deciding(options: KafkaSinkOptions, sid: str, choose: Choose) -> Decision:
     for attempt in range(CLAIMS):
         try:
             with _KEPT.lent(key, lambda: _claim(options, sid)) as decider:
+                decider.check()
                 return choose(decider.read(), decider.write)
-        except DeciderFencedError as exc:  # the pool closed that claim
+        except ClaimSpentError as exc:  # the pool closed that claim
             log.info("%s; claiming it again (attempt %d of %d)", exc, attempt + 2, CLAIMS)
     raise KafkaSinkError(
         f"Sink {sid}: the decider {decision_group(options, sid)!r} was claimed by another "
@@ -154,7 +192,8 @@ def _claim(options: KafkaSinkOptions, sid: str) -> Decider:
     """Driver: the decider claimed for this process (every earlier claimer fenced, a
     decision transaction one left open ended) and its epoch asked of the coordinator."""
     name = decision_group(options, sid)
-    producer = Producer(logged(decider_settings(options, sid)))
+    loss = BrokerLoss()
+    producer = Producer(logged({**decider_settings(options, sid), "error_cb": loss}))
     try:
         call(lambda: producer.init_transactions(CALL_TIMEOUT), "claiming the decider")
         with kept_client(options.kafka) as client:
@@ -169,7 +208,7 @@ def _claim(options: KafkaSinkOptions, sid: str) -> Decider:
         ) from exc
     claim = (getattr(described, "producer_id", -1), getattr(described, "producer_epoch", -1))
     log.info("sink %s: this driver claimed its decider (epoch %d)", sid, claim[1])
-    return Decider(options, sid, producer, MarkerGroup(options, name), claim)
+    return Decider(options, sid, producer, MarkerGroup(options, name), claim, loss)
 
 
 #: This driver process's claims, by settings and sink (Spark keeps a query's commit
