@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -31,6 +31,10 @@ from tests.kafka_sink_util import (
     values_read,
     wait_for_metadata_quiet,
 )
+
+if TYPE_CHECKING:
+    from eos_connectors.dev.harness.network import NetworkFaults
+    from eos_connectors.sinks.kafka.options import KafkaSinkOptions
 
 pytestmark = pytest.mark.services
 
@@ -66,6 +70,23 @@ def test_a_new_producer_has_looked_the_topic_up_before_its_first_row(
     assert sorted(r.value for r in written) == expected_values(range(1))
 
 
+def _proxied_sink(
+    endpoints: Endpoints, tmp_path: Path, name: str, partitions: int
+) -> tuple[NetworkFaults, KafkaSinkOptions]:
+    """A topic ``ks-<name>`` and a real TCP proxy in front of the broker, started, and the
+    sink's options (sink id ``name``) through it; skipped without a proxied listener."""
+    from eos_connectors.dev.harness.network import NetworkFaults
+
+    if not endpoints.kafka_proxied:
+        pytest.skip("this broker has no proxied listener (restart the stack's Kafka)")
+    topic = f"ks-{name}"
+    create_topic(endpoints.kafka, topic, partitions)
+    network, piped = NetworkFaults.start(tmp_path / "toxiproxy", endpoints, ("kafka",))
+    bootstrap = piped.kafka_bootstrap
+    options = {"kafka.bootstrap.servers": bootstrap, "topic": topic, "sinkId": name}
+    return network, sink_options(options)
+
+
 @pytest.mark.cost(8)
 def test_a_drivers_claim_of_the_decider_that_lost_its_broker_is_claimed_again(
     endpoints: Endpoints, unique: str, tmp_path: Path
@@ -77,20 +98,11 @@ def test_a_drivers_claim_of_the_decider_that_lost_its_broker_is_claimed_again(
     between a decision and its commits). The broker is cut off by a real TCP proxy for
     4 s between two commits: the next commit claims the decider again, and every record
     is visible once, with no call stuck first. 5-8 s."""
-    from eos_connectors.dev.harness.network import NetworkFaults
     from eos_connectors.sinks.kafka import stream_decider
     from eos_connectors.sinks.kafka.batch_commit import BatchCommitWriter
 
-    if not endpoints.kafka_proxied:
-        pytest.skip("this broker has no proxied listener (restart the stack's Kafka)")
-    topic = f"ks-decider-{unique}"
-    create_topic(endpoints.kafka, topic, 1)
-    network, piped = NetworkFaults.start(tmp_path / "toxiproxy", endpoints, ("kafka",))
+    network, options = _proxied_sink(endpoints, tmp_path, f"decider-{unique}", 1)
     try:
-        bootstrap = piped.kafka_bootstrap
-        options = sink_options(
-            {"kafka.bootstrap.servers": bootstrap, "topic": topic, "sinkId": f"dl-{unique}"}
-        )
         writer, claims = BatchCommitWriter(options), stream_decider._KEPT
         made = claims.created
         for batch in range(3):
@@ -106,7 +118,7 @@ def test_a_drivers_claim_of_the_decider_that_lost_its_broker_is_claimed_again(
         assert took < SEND_OFFSETS_LIMIT / 2, f"the commit after the cut took {took:.1f} s"
     finally:
         network.stop()
-    written = read_to_end(endpoints.kafka, topic, "read_committed", settled=True)
+    written = read_to_end(endpoints.kafka, options.topic or "", "read_committed", settled=True)
     assert sorted(r.value for r in written) == expected_values(range(3))
 
 
@@ -122,21 +134,12 @@ def test_a_producer_that_lost_its_broker_is_replaced_and_not_kept(
     on is not kept either. The limit is cut to 6 s here (20 s in a query). 5-12 s."""
     import threading
 
-    from eos_connectors.dev.harness.network import NetworkFaults
     from eos_connectors.sinks.kafka import exactly_once
 
     monkeypatch.setattr(exactly_once, "SEND_OFFSETS_LIMIT", 6.0)
 
-    if not endpoints.kafka_proxied:
-        pytest.skip("this broker has no proxied listener (restart the stack's Kafka)")
-    topic = f"ks-lost-{unique}"
-    create_topic(endpoints.kafka, topic, 2)
-    network, piped = NetworkFaults.start(tmp_path / "toxiproxy", endpoints, ("kafka",))
+    network, options = _proxied_sink(endpoints, tmp_path, f"lost-{unique}", 2)
     try:
-        bootstrap = piped.kafka_bootstrap
-        options = sink_options(
-            {"kafka.bootstrap.servers": bootstrap, "topic": topic, "sinkId": f"lost-{unique}"}
-        )
         writer, pool = KafkaExactlyOnceWriter(options), ClientPool()
         for batch in range(2):
             writer.write_task(a_task(batch), iter(rows_of(batch)), pool)
