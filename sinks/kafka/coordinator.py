@@ -417,18 +417,18 @@ def check_batch_commit(
         client.close()
 
 
-def describe_when_ready(client: TransactionClient, transactional_id: str, deadline: float) -> None:
-    """Describe ``transactional_id``, asking again while its coordinator answers that it is
-    not ready (a broker that has just started loads the transaction log first:
-    COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS) or cannot be reached (its
-    broker died and it has not moved yet), until ``deadline``."""
+def describe_when_ready(client: TransactionClient, transactional_id: str, deadline: float) -> Any:
+    """Describe ``transactional_id`` (its description), asking again while its coordinator
+    answers that it is not ready (a broker that has just started loads the transaction log
+    first: COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS), has moved
+    (NOT_COORDINATOR) or cannot be reached (its broker died and it has not moved yet),
+    until ``deadline``."""
     import kafka.errors as errors
 
     delay = 0.1
     while True:
         try:
-            client.describe([transactional_id])
-            return
+            return client.describe([transactional_id]).get(transactional_id)
         except errors.KafkaError as exc:
             if not exc.retriable or time.monotonic() + delay > deadline:
                 raise

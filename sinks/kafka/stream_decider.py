@@ -30,6 +30,7 @@ same id per run instead (:mod:`.runs`).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -46,7 +47,11 @@ from eos_connectors.sinks.kafka.clients import (
     call,
     is_fenced,
 )
-from eos_connectors.sinks.kafka.coordinator import kept_client
+from eos_connectors.sinks.kafka.coordinator import (
+    COORDINATOR_WAIT_S,
+    describe_when_ready,
+    kept_client,
+)
 from eos_connectors.sinks.kafka.decisions import (
     Decision,
     decider_settings,
@@ -196,8 +201,8 @@ def _claim(options: KafkaSinkOptions, sid: str) -> Decider:
     producer = Producer(logged({**decider_settings(options, sid), "error_cb": loss}))
     try:
         call(lambda: producer.init_transactions(CALL_TIMEOUT), "claiming the decider")
-        with kept_client(options.kafka) as client:
-            described = client.describe([name]).get(name)
+        with kept_client(options.kafka) as client:  # its coordinator may just have moved
+            described = describe_when_ready(client, name, time.monotonic() + COORDINATOR_WAIT_S)
     except Exception as exc:
         producer.purge()
         raise KafkaSinkError(
