@@ -78,6 +78,11 @@ class ClaimSpentError(KafkaSinkError):
     again and reads the pointer anew. Nothing was decided under it."""
 
 
+class DecisionFailedError(ClaimSpentError):
+    """The decision's transaction failed or its call never returned; whether it committed
+    is read after the next claim."""
+
+
 class DeciderFencedError(ClaimSpentError):
     """A later claimer of the sink's decider fenced this driver's decision transaction:
     nothing was written and the pointer did not move."""
@@ -136,7 +141,7 @@ class Decider:
             call(lambda: producer.commit_transaction(CALL_TIMEOUT), "committing the decision")
         except StuckCallError as exc:
             self.stuck = True  # nothing committed: the next claim aborts its transaction
-            raise ClaimSpentError(f"Sink {self.sid}: {exc}") from exc
+            raise DecisionFailedError(f"Sink {self.sid}: {exc}") from exc
         except KafkaSinkError as exc:
             if is_fenced(exc):
                 raise DeciderFencedError(
@@ -144,7 +149,12 @@ class Decider:
                     f"(claim epoch {self.claim[1]}); the decision of batch "
                     f"{decision.batch} was not written."
                 ) from exc
-            raise
+            # Its outcome may be unknown (a commit that failed after it was sent): the next
+            # claim's InitProducerId waits for the transaction to end either way, and the
+            # pointer read after it tells which.
+            raise DecisionFailedError(
+                f"Sink {self.sid}: the decision of batch {decision.batch} failed ({exc})"
+            ) from exc
         return decided
 
     def close(self) -> None:
@@ -155,21 +165,27 @@ class Decider:
 
 def deciding(options: KafkaSinkOptions, sid: str, choose: Choose) -> Decision:
     """Driver: ``choose`` run with the pointer read under this process's newest claim of
-    the decider, and a writer of decisions under it; claimed again and run again when a
-    later claimer fenced the writer (at most :data:`CLAIMS` times)."""
+    the decider, and a writer of decisions under it; claimed again and run again when the
+    writer was fenced by a later claimer or its transaction failed (at most
+    :data:`CLAIMS` times). Safe to repeat: each try reads the pointer after its claim,
+    which waits for any earlier try's transaction to end."""
     key = _key(options, sid)
+    last: ClaimSpentError | None = None
     for attempt in range(CLAIMS):
         try:
             with _KEPT.lent(key, lambda: _claim(options, sid)) as decider:
                 decider.check()
                 return choose(decider.read(), decider.write)
         except ClaimSpentError as exc:  # the pool closed that claim
-            log.info("%s; claiming it again (attempt %d of %d)", exc, attempt + 2, CLAIMS)
+            last = exc
+            level = logging.WARNING if isinstance(exc, DecisionFailedError) else logging.INFO
+            log.log(level, "%s; claiming it again (try %d of %d)", exc, attempt + 2, CLAIMS)
     raise KafkaSinkError(
-        f"Sink {sid}: the decider {decision_group(options, sid)!r} was claimed by another "
-        f"driver {CLAIMS} times in a row while this one decided. Nothing of the batch was "
-        "decided or is visible. Another query, or another run of this one, is writing "
-        "with the same sinkId and checkpoint: stop it."
+        f"Sink {sid}: no decision could be written under a claim of the decider "
+        f"{decision_group(options, sid)!r} in {CLAIMS} tries (last: {last}). The query's "
+        "restart claims it again and reads whether the batch was decided, so nothing is "
+        "lost or written twice. If another query, or another run of this one, writes with "
+        "the same sinkId and checkpoint, stop it."
     )
 
 
