@@ -279,7 +279,9 @@ def test_a_driver_woken_after_the_next_run_took_over_spares_its_transactions(
     assert paused.wait(30), "run 1's driver never reached its commits"
     run_2 = BatchCommitWriter(writer.options)
     replay = _prepare(run_2, 0, run="run-2")
-    assert [m.state for m in replay] == ["marked", "decided"]
+    # Task partition 0's transaction was committed before the pause, but the broker applies
+    # its marker's offset a moment after it answered: "decided" until then (a loaded CI).
+    assert replay[0].state in ("marked", "decided") and replay[1].state == "decided"
     run_2.commit(list(replay), 0)
     second = _prepare(run_2, 1, run="run-2")
     resume.set()
