@@ -65,7 +65,8 @@ from eos_connectors.sinks.kafka.options import KafkaSinkOptions
 
 log = logging.getLogger(__name__)
 
-#: How many times one commit claims again after a later claimer fenced it.
+#: How many claims one commit tries (a claim is spent when fenced, when its producer
+#: lost a broker connection, or when its decision's transaction failed).
 CLAIMS = 5
 
 #: What a commit does with the pointer it read under its claim: (the pointer, a
@@ -75,7 +76,8 @@ Choose = Callable[[tuple[int, str] | None, Callable[[Decision], Decision]], Deci
 
 class ClaimSpentError(KafkaSinkError):
     """This driver's claim of the decider is not to be used again: the commit claims
-    again and reads the pointer anew. Nothing was decided under it."""
+    again and reads the pointer anew, which tells whether anything was decided under
+    it."""
 
 
 class DecisionFailedError(ClaimSpentError):
