@@ -31,7 +31,7 @@ from eos_connectors.core.kafka_config import logged
 from eos_connectors.core.kept import Kept
 from eos_connectors.core.secrets import settings_digest
 from eos_connectors.core.topics import read_to_end
-from eos_connectors.sinks.kafka.clients import CALL_TIMEOUT, call
+from eos_connectors.sinks.kafka.clients import CALL_LIMIT, CALL_TIMEOUT, call
 from eos_connectors.sinks.kafka.coordinator import OpenTransaction
 from eos_connectors.sinks.kafka.errors import KafkaSinkError
 from eos_connectors.sinks.kafka.marker import MarkerGroup, marker_consumer
@@ -202,6 +202,32 @@ def write_decision(options: KafkaSinkOptions, sid: str, decision: Decision) -> D
             f"deciding batch {decision.batch}",
         )
     return decision
+
+
+def write_in_transaction(
+    options: KafkaSinkOptions,
+    sid: str,
+    producer: Producer,
+    pointer: MarkerGroup,
+    decision: Decision,
+    pointer_limit: float = CALL_LIMIT,
+) -> None:
+    """Driver: ``decision``'s record and the pointer's move (through ``pointer``, the
+    decision group) in one transaction of ``producer``, a claimed decider (a stream's:
+    :mod:`.stream_decider`; a batch job run's: :mod:`.runs`). The pointer's move is given
+    up after ``pointer_limit`` seconds (:func:`~.clients.bounded`). The caller judges a
+    failure: fenced means a later claimer aborted the transaction."""
+    key, value = decision_record(options, sid, decision)
+    call(producer.begin_transaction, "beginning the decision")
+    producer.produce(options.marker_log, value, key.encode(), partition=0)
+    offsets = [pointer.offset(decision.batch + 1, decision.query)]
+    metadata = pointer.group_metadata()
+    call(
+        lambda: producer.send_offsets_to_transaction(offsets, metadata, CALL_TIMEOUT),
+        "moving the decision pointer",
+        pointer_limit,
+    )
+    call(lambda: producer.commit_transaction(CALL_TIMEOUT), "committing the decision")
 
 
 def decider_settings(options: KafkaSinkOptions, sid: str) -> dict[str, Any]:

@@ -52,7 +52,7 @@ from eos_connectors.sinks.kafka.decisions import (
     Decision,
     decider_settings,
     decision_group,
-    decision_record,
+    write_in_transaction,
 )
 from eos_connectors.sinks.kafka.errors import KafkaSinkError
 from eos_connectors.sinks.kafka.marker import MarkerGroup
@@ -113,16 +113,7 @@ def decide(options: KafkaSinkOptions, sid: str, claim: RunClaim, decision: Decis
     decided = replace(decision, claim=(again.producer_id, again.epoch))
     pointer = MarkerGroup(options, name)
     try:
-        key, value = decision_record(options, sid, decided)
-        call(producer.begin_transaction, "beginning the decision")
-        producer.produce(options.marker_log, value, key.encode(), partition=0)
-        offsets = [pointer.offset(decision.batch + 1, decision.query)]
-        metadata = pointer.group_metadata()
-        call(
-            lambda: producer.send_offsets_to_transaction(offsets, metadata, CALL_TIMEOUT),
-            "moving the decision pointer",
-        )
-        call(lambda: producer.commit_transaction(CALL_TIMEOUT), "committing the decision")
+        write_in_transaction(options, sid, producer, pointer, decided)
     except KafkaSinkError as exc:
         if is_fenced(exc):  # a later claim aborted the decision's transaction
             _superseded(options, sid, claim, f"its decision was fenced: {exc}")

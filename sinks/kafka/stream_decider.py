@@ -32,6 +32,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 
 from confluent_kafka import Producer
@@ -56,8 +57,8 @@ from eos_connectors.sinks.kafka.decisions import (
     Decision,
     decider_settings,
     decision_group,
-    decision_record,
     last_logged,
+    write_in_transaction,
 )
 from eos_connectors.sinks.kafka.errors import KafkaSinkError
 from eos_connectors.sinks.kafka.marker import MarkerGroup
@@ -128,19 +129,10 @@ class Decider:
         """The decision record and the pointer's move, in one transaction; returns the
         decision as written. :class:`DeciderFencedError` when a later claim fenced it."""
         decided = replace(decision, claim=self.claim)
-        key, value = decision_record(self.options, self.sid, decided)
-        producer = self.producer
-        offsets = [self.pointer.offset(decision.batch + 1, decision.query)]
         try:
-            call(producer.begin_transaction, "beginning the decision")
-            producer.produce(self.options.marker_log, value, key.encode(), partition=0)
-            metadata = self.pointer.group_metadata()
-            call(
-                lambda: producer.send_offsets_to_transaction(offsets, metadata, CALL_TIMEOUT),
-                "moving the decision pointer",
-                SEND_OFFSETS_LIMIT,
+            write_in_transaction(
+                self.options, self.sid, self.producer, self.pointer, decided, SEND_OFFSETS_LIMIT
             )
-            call(lambda: producer.commit_transaction(CALL_TIMEOUT), "committing the decision")
         except StuckCallError as exc:
             self.stuck = True  # nothing committed: the next claim aborts its transaction
             raise DecisionFailedError(f"Sink {self.sid}: {exc}") from exc
@@ -171,11 +163,10 @@ def deciding(options: KafkaSinkOptions, sid: str, choose: Choose) -> Decision:
     writer was fenced by a later claimer or its transaction failed (at most
     :data:`CLAIMS` times). Safe to repeat: each try reads the pointer after its claim,
     which waits for any earlier try's transaction to end."""
-    key = _key(options, sid)
     last: ClaimSpentError | None = None
     for attempt in range(CLAIMS):
         try:
-            with _KEPT.lent(key, lambda: _claim(options, sid)) as decider:
+            with _lent(options, sid) as decider:
                 decider.check()
                 return choose(decider.read(), decider.write)
         except ClaimSpentError as exc:  # the pool closed that claim
@@ -203,12 +194,14 @@ def claim_at_start(options: KafkaSinkOptions, checkpoint: str | None) -> None:
     if query_id is None:
         return
     sid = options.sink_id_for(query_id)
-    with _KEPT.lent(_key(options, sid), lambda: _claim(options, sid)):
+    with _lent(options, sid):
         pass
 
 
-def _key(options: KafkaSinkOptions, sid: str) -> str:
-    return settings_digest({**options.client_config(), "decider": decision_group(options, sid)})
+def _lent(options: KafkaSinkOptions, sid: str) -> AbstractContextManager[Decider]:
+    """Driver: this process's claim of ``sid``'s decider, claimed on first use."""
+    key = settings_digest({**options.client_config(), "decider": decision_group(options, sid)})
+    return _KEPT.lent(key, lambda: _claim(options, sid))
 
 
 def _claim(options: KafkaSinkOptions, sid: str) -> Decider:

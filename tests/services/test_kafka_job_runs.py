@@ -19,7 +19,7 @@ from confluent_kafka import Producer
 
 from eos_connectors.core.batch_job import BatchJob, JobPlan
 from eos_connectors.core.topics import read_to_end
-from eos_connectors.sinks.kafka import runs
+from eos_connectors.sinks.kafka import decisions, runs
 from eos_connectors.sinks.kafka.batch_commit import BatchCommitWriter, PreparedTask
 from eos_connectors.sinks.kafka.coordinator import TransactionClient
 from eos_connectors.sinks.kafka.decisions import (
@@ -139,7 +139,7 @@ def test_a_driver_paused_inside_its_decision_cannot_decide_after_a_later_claim(
         return record(o, s, decision)
 
     with monkeypatch.context() as patched:
-        patched.setattr(runs, "decision_record", meanwhile)
+        patched.setattr(decisions, "decision_record", meanwhile)
         with pytest.raises(runs.RunSupersededError, match="fenced"):
             first.commit(list(a_reports), VERSION)
     assert read_pointer(options, sink, stable=True) is None, "the fenced decision moved it"
