@@ -19,7 +19,6 @@ nothing, so the next call checks again. A driver that records its first marker
 deletes those of drivers that have ended. Outside a Python process started by Spark (a
 test, a script) the checks always run.
 
-:func:`together` runs a start's independent steps at once: they wait on servers.
 """
 
 from __future__ import annotations
@@ -30,17 +29,14 @@ import logging
 import os
 import tempfile
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 log = logging.getLogger(__name__)
 
-A = TypeVar("A")
-B = TypeVar("B")
 
 #: Set by Spark in the Python processes it starts (PythonWorkerFactory). Over TCP: the
 #: secret in every one, the port only in those it starts directly; processes forked
@@ -102,21 +98,6 @@ def _write_atomically(path: Path, text: str) -> None:
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
-
-
-def together(first: Callable[[], A], second: Callable[[], B]) -> tuple[A, B]:
-    """Driver: run two steps at once, ``second`` on a thread of its own; their answers,
-    once both have ended. Meant for independent start steps that wait on servers, not on
-    the CPU: never for a step that needs what the other one checks or creates (the
-    Kafka sink's claim needs the topics its start checks find). When both fail,
-    ``first``'s error is raised: put a start check first."""
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="eos-start") as pool:
-        later = pool.submit(second)
-        try:
-            answer = first()
-        finally:
-            wait([later])
-    return answer, later.result()
 
 
 def forget_ended_drivers(directory: Path) -> int:

@@ -87,6 +87,7 @@ from pyspark.sql.datasource import WriterCommitMessage
 
 from eos_connectors.core import faults, timing
 from eos_connectors.core.ahead import RowsAhead
+from eos_connectors.core.at_once import at_once
 from eos_connectors.core.batch_job import TXN_VERSION, BatchJob, JobPlan
 from eos_connectors.core.changes import KeyAcrossTasksError
 from eos_connectors.core.context import TaskIdentity
@@ -211,22 +212,28 @@ class BatchCommitWriter(StreamArrowWriter):
         ):
             rows_in = steps.pulled("waiting for rows", iter(ahead))
             try:
-                standing = self._standing(marker, pointer, task, sid)
-                if standing is not None:
-                    return PreparedTask(task, sid, standing)
-                return self._prepare(marker, task, name, sid, rows_in, steps)
+                # Made before the checks, so that its broker connections come up while
+                # they run; it asks for nothing on the id before init_transactions().
+                fresh = TaskProducer(self.options, name)
+                with retiring(fresh.producer):
+                    standing = self._standing(marker, pointer, task, sid)
+                    if standing is not None:
+                        return PreparedTask(task, sid, standing)
+                    return self._prepare(fresh, marker, task, sid, rows_in, steps)
             finally:
                 steps.record()
 
     def _standing(
         self, marker: MarkerGroup, pointer: MarkerGroup, task: TaskIdentity, sid: str
     ) -> str | None:
-        """Task: "marked" or "decided" when the batch must not be written, else None."""
-        quick = marker.read_quick()
+        """Task: "marked" or "decided" when the batch must not be written, else None. The
+        marker and the pointer are read at once: two reads, neither waiting on the other."""
+        quick, decided = at_once(
+            marker.read_quick, partial(read_pointer, self.options, sid, pointer)
+        )
         check_owner(self.options, quick, sid, task.query_id)
         if quick is not None and quick[0] > task.batch_id:
             return "marked"
-        decided = read_pointer(self.options, sid, pointer)
         if decided is not None and decided[0] > task.batch_id:
             if decided[1] != task.query_id:
                 raise SinkClaimedError(sid, Lineage(decided[1]), task.query_id)
@@ -248,77 +255,67 @@ class BatchCommitWriter(StreamArrowWriter):
 
     def _prepare(
         self,
+        fresh: TaskProducer,
         marker: MarkerGroup,
         task: TaskIdentity,
-        name: str,
         sid: str,
         rows_in: Iterator[pa.RecordBatch],
         steps: timing.TaskSteps,
     ) -> PreparedTask:
-        """Task: a new producer fenced in, the marker read stably, the transaction written
-        and flushed, every delivery checked; left open. The producer is then destroyed by
-        a thread of the worker (:func:`~.clients.retiring`), which leaves the transaction
-        open too."""
-        identity, failures = Identity(), DeliveryFailures()
-        producer = Producer(
-            {
-                **self.options.producer_config(),
-                "transactional.id": name,
-                "delivery.report.only.error": True,
-                "on_delivery": failures,
-                "logger": LIBRDKAFKA_LOG,
-                **identity.settings(),
-            }
-        )
-        with retiring(producer):
-            call(lambda: producer.init_transactions(CALL_TIMEOUT), "init_transactions")
-            known = marker.read_stable() or (0, "")  # the log holds no batch-mode marker
-            steps.add("checks and fencing", steps.began)  # before any row was waited for
-            check_owner(self.options, known, sid, task.query_id)
-            if known[0] > task.batch_id:
-                return PreparedTask(task, sid, "marked")
-            batches = (b for b in rows_in if b.num_rows)
-            first = next(batches, None)
-            if first is None:
-                return PreparedTask(task, sid, "empty")
-            opened_at = time.time()
-            call(producer.begin_transaction, "begin_transaction")
-            faults.point("before-prepare", task.batch_id, role="worker", query=task.query_name)
-            from eos_connectors.sinks.kafka.records import in_order, rows  # pyarrow: tasks only
-            from eos_connectors.sinks.kafka.task_keys import TaskKeys
+        """Task: the new producer fenced in, the marker read stably, the transaction
+        written and flushed, every delivery checked; left open. The producer is then
+        destroyed by a thread of the worker (:func:`~.clients.retiring`), which leaves the
+        transaction open too."""
+        producer = fresh.producer
+        call(lambda: producer.init_transactions(CALL_TIMEOUT), "init_transactions")
+        known = marker.read_stable() or (0, "")  # the log holds no batch-mode marker
+        steps.add("checks and fencing", steps.began)  # before any row was waited for
+        check_owner(self.options, known, sid, task.query_id)
+        if known[0] > task.batch_id:
+            return PreparedTask(task, sid, "marked")
+        batches = (b for b in rows_in if b.num_rows)
+        first = next(batches, None)
+        if first is None:
+            return PreparedTask(task, sid, "empty")
+        opened_at = time.time()
+        call(producer.begin_transaction, "begin_transaction")
+        faults.point("before-prepare", task.batch_id, role="worker", query=task.query_name)
+        from eos_connectors.sinks.kafka.records import in_order, rows  # pyarrow: tasks only
+        from eos_connectors.sinks.kafka.task_keys import TaskKeys
 
-            changes = self.options.changes
-            noted = TaskKeys() if changes.applies_changes else None
-            ordered = in_order(_chain(first, batches), changes)
-            if noted is not None:
-                ordered = noted.passing(ordered)
-            count = produce_rows(producer, rows(ordered, self.options.topic, changes))
-            # The marker's offset joins the transaction while librdkafka sends the rows: the
-            # two round trips overlap, and both are in the one transaction whatever the order.
-            offsets = [marker.offset(task.batch_id + 1, task.query_id)]
-            metadata = marker.group_metadata()
-            call(
-                lambda: producer.send_offsets_to_transaction(offsets, metadata, CALL_TIMEOUT),
-                "send_offsets_to_transaction",
-            )
-            flushing = time.perf_counter()
-            left = producer.flush(CALL_TIMEOUT)
-            if left or failures.first is not None:
-                producer.abort_transaction(CALL_TIMEOUT)
-                raise KafkaSinkError(
-                    f"Task partition {task.partition} of batch {task.batch_id}: "
-                    + (
-                        f"{left} records were not acknowledged within {CALL_TIMEOUT:.0f} s"
-                        if left
-                        else f"a record was not delivered: {failures.first}"
-                    )
-                    + "; its transaction was aborted and the task fails so Spark retries it."
+        changes = self.options.changes
+        noted = TaskKeys() if changes.applies_changes else None
+        ordered = in_order(_chain(first, batches), changes)
+        if noted is not None:
+            ordered = noted.passing(ordered)
+        count = produce_rows(producer, rows(ordered, self.options.topic, changes))
+        # The marker's offset joins the transaction while librdkafka sends the rows: the
+        # two round trips overlap, and both are in the one transaction whatever the order.
+        # (On a thread of its own beside produce_rows(), it waited for the GIL: slower.)
+        offsets = [marker.offset(task.batch_id + 1, task.query_id)]
+        metadata = marker.group_metadata()
+        call(
+            lambda: producer.send_offsets_to_transaction(offsets, metadata, CALL_TIMEOUT),
+            "send_offsets_to_transaction",
+        )
+        flushing = time.perf_counter()
+        left = producer.flush(CALL_TIMEOUT)
+        if left or fresh.failures.first is not None:
+            producer.abort_transaction(CALL_TIMEOUT)
+            raise KafkaSinkError(
+                f"Task partition {task.partition} of batch {task.batch_id}: "
+                + (
+                    f"{left} records were not acknowledged within {CALL_TIMEOUT:.0f} s"
+                    if left
+                    else f"a record was not delivered: {fresh.failures.first}"
                 )
-            txn = identity.wait(producer, name, IDENTITY_TIMEOUT)
-            steps.add("flush and identity", flushing)
-            faults.point("after-prepare", task.batch_id, role="worker", query=task.query_name)
-            keys = noted.distinct() if noted is not None else None
-            return PreparedTask(task, sid, "prepared", count, txn, opened_at, keys)
+                + "; its transaction was aborted and the task fails so Spark retries it."
+            )
+        txn = fresh.identity.wait(producer, fresh.name, IDENTITY_TIMEOUT)
+        steps.add("flush and identity", flushing)
+        faults.point("after-prepare", task.batch_id, role="worker", query=task.query_name)
+        keys = noted.distinct() if noted is not None else None
+        return PreparedTask(task, sid, "prepared", count, txn, opened_at, keys)
 
     # -- batch jobs (df.write: eos_connectors.core.batch_job) ------------------------------
 
@@ -603,6 +600,27 @@ def _rewritten(decision: Decision, reports: list[PreparedTask]) -> Decision | No
     again = {r.partition: r.txn for r in reports if r.partition in decision.rewrite and r.txn}
     records = decision.records + sum(r.records for r in reports if r.partition in again)
     return replace(decision, txns={**decision.txns, **again}, records=records, rewrite=())
+
+
+class TaskProducer:
+    """Task: a new transactional producer of ``name``, with what watches its deliveries
+    and its transaction's identity. librdkafka asks the coordinator for nothing on the id
+    until ``init_transactions()`` (the producer id is acquired there, not when the
+    client is made), so it can be made before the task's checks."""
+
+    def __init__(self, options: KafkaSinkOptions, name: str) -> None:
+        self.name = name
+        self.identity, self.failures = Identity(), DeliveryFailures()
+        self.producer = Producer(
+            {
+                **options.producer_config(),
+                "transactional.id": name,
+                "delivery.report.only.error": True,
+                "on_delivery": self.failures,
+                "logger": LIBRDKAFKA_LOG,
+                **self.identity.settings(),
+            }
+        )
 
 
 class DeliveryFailures:

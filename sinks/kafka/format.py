@@ -10,9 +10,10 @@ from pyspark.sql.datasource import DataSourceStreamWriter
 from pyspark.sql.types import StructType
 
 from eos_connectors.core import batch_job
+from eos_connectors.core.at_once import at_once
 from eos_connectors.core.changes import check_schema as check_changes
 from eos_connectors.core.checkpoint_sinks import checkpoint_location
-from eos_connectors.core.startup import once_per_driver, start_key, together
+from eos_connectors.core.startup import once_per_driver, start_key
 
 if TYPE_CHECKING:
     from eos_connectors.sinks.kafka import KafkaAtLeastOnceWriter, KafkaExactlyOnceWriter
@@ -88,7 +89,7 @@ class KafkaSinkFormat(batch_job.SinkFormat):
         if options.exactly_once and options.commit_mode == "batch":
             from eos_connectors.sinks.kafka.batch_commit import BatchCommitWriter
 
-            _, timed = together(check, lambda: self._batch_commit_start(options, schema))
+            _, timed = at_once(check, lambda: self._batch_commit_start(options, schema))
             log.info("eos_kafka: commitMode=batch (the driver commits each batch's transactions)")
             return BatchCommitWriter(timed, checkpoint_location(self.options))
         check()

@@ -9,7 +9,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,7 +21,6 @@ from eos_connectors.core.startup import (
     _driver_identity,
     forget_ended_drivers,
     once_per_driver,
-    together,
 )
 
 
@@ -180,27 +178,3 @@ def test_the_planners_of_one_driver_share_its_answers_whatever_daemon_they_fork_
     second = _ask_as_a_forked_planner("this", env)
     elsewhere = _ask_as_a_forked_planner("another", env)
     assert (first, second, elsewhere) == ("computed answer-1", "answer-1", "computed answer-1")
-
-
-def test_steps_together_run_at_once_and_the_first_steps_error_wins() -> None:
-    both = threading.Barrier(2, timeout=5)  # neither passes unless the other runs meanwhile
-
-    def step(answer: str) -> Callable[[], str]:
-        def run() -> str:
-            both.wait()
-            return answer
-
-        return run
-
-    assert together(step("checked"), step("claimed")) == ("checked", "claimed")
-
-    def fails(what: str) -> Callable[[], None]:
-        def run() -> None:
-            raise RuntimeError(what)
-
-        return run
-
-    with pytest.raises(RuntimeError, match="broker unreachable"):
-        together(fails("broker unreachable"), fails("claim failed"))
-    with pytest.raises(RuntimeError, match="claim failed"):
-        together(lambda: None, fails("claim failed"))
