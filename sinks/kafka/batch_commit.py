@@ -292,12 +292,7 @@ class BatchCommitWriter(StreamArrowWriter):
         # The marker's offset joins the transaction while librdkafka sends the rows: the
         # two round trips overlap, and both are in the one transaction whatever the order.
         # (On a thread of its own beside produce_rows(), it waited for the GIL: slower.)
-        offsets = [marker.offset(task.batch_id + 1, task.query_id)]
-        metadata = marker.group_metadata()
-        call(
-            lambda: producer.send_offsets_to_transaction(offsets, metadata, CALL_TIMEOUT),
-            "send_offsets_to_transaction",
-        )
+        marker.join(producer, task.batch_id + 1, task.query_id, "send_offsets_to_transaction")
         flushing = time.perf_counter()
         left = producer.flush(CALL_TIMEOUT)
         if left or fresh.failures.first is not None:

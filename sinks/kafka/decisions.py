@@ -220,12 +220,8 @@ def write_in_transaction(
     key, value = decision_record(options, sid, decision)
     call(producer.begin_transaction, "beginning the decision")
     producer.produce(options.marker_log, value, key.encode(), partition=0)
-    offsets = [pointer.offset(decision.batch + 1, decision.query)]
-    metadata = pointer.group_metadata()
-    call(
-        lambda: producer.send_offsets_to_transaction(offsets, metadata, CALL_TIMEOUT),
-        "moving the decision pointer",
-        pointer_limit,
+    pointer.join(
+        producer, decision.batch + 1, decision.query, "moving the decision pointer", pointer_limit
     )
     call(lambda: producer.commit_transaction(CALL_TIMEOUT), "committing the decision")
 

@@ -423,10 +423,10 @@ def begin(producer: Producer, marker: MarkerGroup, task: TaskIdentity) -> None:
     before any record went out."""
     try:
         call(producer.begin_transaction, "begin_transaction")
-        offsets = [marker.offset(task.batch_id + 1, task.query_id)]
-        metadata = marker.group_metadata()
-        call(
-            lambda: producer.send_offsets_to_transaction(offsets, metadata, CALL_TIMEOUT),
+        marker.join(
+            producer,
+            task.batch_id + 1,
+            task.query_id,
             "send_offsets_to_transaction",
             SEND_OFFSETS_LIMIT,
         )

@@ -8,7 +8,7 @@ from typing import Any
 from confluent_kafka import Consumer, TopicPartition
 
 from eos_connectors.core.kafka_config import logged
-from eos_connectors.sinks.kafka.clients import CALL_TIMEOUT, call
+from eos_connectors.sinks.kafka.clients import CALL_LIMIT, CALL_TIMEOUT, call
 from eos_connectors.sinks.kafka.errors import KafkaSinkError
 from eos_connectors.sinks.kafka.marker_log import Marker, decode, encode, read_for
 from eos_connectors.sinks.kafka.options import CONNECT_AT_ONCE, KafkaSinkOptions
@@ -104,6 +104,26 @@ class MarkerGroup:
 
     def group_metadata(self) -> Any:
         return self.stable.consumer_group_metadata()
+
+    def join(
+        self,
+        producer: Any,
+        next_batch: int,
+        query_id: str,
+        what: str,
+        limit: float = CALL_LIMIT,
+    ) -> None:
+        """The marker's offset ``next_batch`` (with ``query_id``) added to ``producer``'s
+        open transaction: it becomes the group's committed offset when, and only when,
+        that transaction commits. Runs where the producer does (task or driver); each try
+        given up after ``limit`` seconds (:func:`~.clients.call`)."""
+        offsets = [self.offset(next_batch, query_id)]
+        metadata = self.group_metadata()
+        call(
+            lambda: producer.send_offsets_to_transaction(offsets, metadata, CALL_TIMEOUT),
+            what,
+            limit,
+        )
 
     def close(self) -> None:
         self.stable.close()
