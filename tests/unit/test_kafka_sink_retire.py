@@ -14,9 +14,16 @@ from eos_connectors.sinks.kafka.clients import retire
 
 
 def _librdkafka_threads() -> int:
-    """This process's threads that librdkafka started (named ``rdk:...``)."""
-    names = (p.read_text().strip() for p in Path("/proc/self/task").glob("*/comm"))
-    return sum(1 for name in names if name.startswith("rdk:"))
+    """This process's threads that librdkafka started (named ``rdk:...``); a thread that
+    ends while they are listed is not counted."""
+    return sum(map(_is_librdkafkas, Path("/proc/self/task").glob("*/comm")))
+
+
+def _is_librdkafkas(comm: Path) -> bool:
+    try:
+        return comm.read_text().startswith("rdk:")
+    except OSError:  # the thread ended after the listing (gone, or no such process)
+        return False
 
 
 class _Witness:
