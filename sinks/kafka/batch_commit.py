@@ -99,6 +99,7 @@ from eos_connectors.sinks.kafka.clients import (
     CALL_TIMEOUT,
     LIBRDKAFKA_LOG,
     call,
+    look_up_topic,
     produce_rows,
     retiring,
 )
@@ -262,13 +263,17 @@ class BatchCommitWriter(StreamArrowWriter):
         rows_in: Iterator[pa.RecordBatch],
         steps: timing.TaskSteps,
     ) -> PreparedTask:
-        """Task: the new producer fenced in, the marker read stably, the transaction
-        written and flushed, every delivery checked; left open. The producer is then
-        destroyed by a thread of the worker (:func:`~.clients.retiring`), which leaves the
-        transaction open too."""
+        """Task: the new producer fenced in, the marker read stably (the topic looked up
+        meanwhile: :func:`~.clients.look_up_topic`), the transaction written and flushed,
+        every delivery checked; left open. The producer is then destroyed by a thread of
+        the worker (:func:`~.clients.retiring`), which leaves the transaction open too."""
         producer = fresh.producer
         call(lambda: producer.init_transactions(CALL_TIMEOUT), "init_transactions")
-        known = marker.read_stable() or (0, "")  # the log holds no batch-mode marker
+        # The topic looked up while the marker is read: not after the rows came.
+        stable, _ = at_once(
+            marker.read_stable, partial(look_up_topic, producer, self.options.topic)
+        )
+        known = stable or (0, "")  # the log holds no batch-mode marker
         steps.add("checks and fencing", steps.began)  # before any row was waited for
         check_owner(self.options, known, sid, task.query_id)
         if known[0] > task.batch_id:

@@ -93,14 +93,19 @@ def fenced_producer(options: KafkaSinkOptions, name: str) -> TransactionalProduc
     # init_transactions() takes 5-7 ms alone (it waited ~500 ms one time in three
     # without them, and a metadata request first still left it at ~60 ms).
     call(lambda: producer.init_transactions(CALL_TIMEOUT), "init_transactions")
-    if options.topic:
-        # The topic's partitions now, while the task still waits for Spark's rows: a new
-        # producer otherwise holds its first rows until it has looked the topic up, a
-        # broker round trip after the rows came (make bench: the produce step of tasks on
-        # a new producer 5.8-6.3 ms before, 5.0 ms after, against ~2.5 ms on a pooled
-        # one). The answer fills the producer's metadata cache; producing asks for none.
-        call(lambda: producer.list_topics(options.topic, timeout=CALL_TIMEOUT), "metadata")
+    look_up_topic(producer, options.topic)
     return producer
+
+
+def look_up_topic(producer: Producer, topic: str | None) -> None:
+    """Task, after ``init_transactions()`` (a metadata request before it slows it): the
+    topic's partitions now, while the task still waits for Spark's rows. A new producer
+    otherwise holds its first rows until it has looked the topic up, a broker round trip
+    after the rows came (make bench: the produce step of tasks on a new producer 5.8-6.3
+    ms before, 5.0 ms after, against ~2.5 ms on a pooled one). The answer fills the
+    producer's metadata cache; producing asks for none. Nothing for a ``topic`` column."""
+    if topic:
+        call(lambda: producer.list_topics(topic, timeout=CALL_TIMEOUT), "metadata")
 
 
 #: librdkafka's facilities for the errors of the transactional API's calls: a fatal

@@ -1,8 +1,8 @@
 """The Kafka sink against a broker that is slow, gone or strict: a new producer's topic
-look-up, a producer that lost its broker (cut off through a real proxy), transaction
-timeouts.
+look-up (in either commit mode), a producer that lost its broker (cut off through a
+real proxy), transaction timeouts.
 
-Cost: ~47 s, most of it the lost broker's 20 s call limit and the timeouts waited out."""
+Cost: ~48 s, most of it the lost broker's 20 s call limit and the timeouts waited out."""
 
 from __future__ import annotations
 
@@ -68,6 +68,29 @@ def test_a_new_producer_has_looked_the_topic_up_before_its_first_row(
     # run read one partition as empty).
     written = read_to_end(endpoints.kafka, topic, "read_committed", settled=True)
     assert sorted(r.value for r in written) == expected_values(range(1))
+
+
+def test_a_batch_commit_task_has_looked_the_topic_up_before_its_first_row(
+    endpoints: Endpoints, unique: str, caplog: Any
+) -> None:
+    """In the batch commit too, a task's new producer looks the topic up while the marker
+    is read: its rows find the partitions known. Rows produced before the topic's look-up
+    wait in librdkafka's unassigned queue, which its topic log counts when the answer
+    comes ("Partitioning N unassigned messages"): it must count none."""
+    from eos_connectors.sinks.kafka.batch_commit import BatchCommitWriter
+
+    topic = f"kb-meta-{unique}"
+    extra = {"commitMode": "batch", "kafka.debug": "topic"}
+    options = new_sink_options(endpoints, "kb-meta", unique, **extra)
+    caplog.set_level(logging.DEBUG, logger=LIBRDKAFKA_LOG.name)
+    writer = BatchCommitWriter(options)
+    report = writer.write_task(a_task(0), iter(rows_of(0)))
+    assert (report.state, report.records) == ("prepared", 50)
+    writer.commit([report], 0)  # no transaction left open
+    lines = [r.getMessage() for r in caplog.records if r.name == LIBRDKAFKA_LOG.name]
+    counted = [line for line in lines if f"unassigned messages in topic {topic}" in line]
+    assert counted, "librdkafka's topic log shows the look-up"
+    assert all("Partitioning 0 unassigned" in line for line in counted), counted
 
 
 def _proxied_sink(
