@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
 from dataclasses import replace
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
@@ -18,6 +20,11 @@ from eos_connectors.core.startup import per_driver
 from eos_connectors.sinks.kafka.options import TRANSACTION_TIMEOUT, KafkaSinkOptions
 
 TIMEOUT = 30.0
+#: The broker's check that a transactional write belongs to an open transaction (KIP-890
+#: part 1, Kafka 3.6+, on unless turned off).
+VERIFICATION = "transaction.partition.verification.enable"
+
+log = logging.getLogger(__name__)
 
 
 def start_checks(options: KafkaSinkOptions, raw: Mapping[str, str] | None = None) -> None:
@@ -51,7 +58,9 @@ def checkpoint_entry(options: KafkaSinkOptions, query_id: str) -> SinkEntry:
 
 
 def check_broker(options: KafkaSinkOptions) -> None:
-    """The named topics exist and transaction.timeout.ms fits the broker's maximum."""
+    """Driver: the named topics exist; exactly once: transaction.timeout.ms fits the
+    broker's maximum, a warning when the broker does not verify transactional writes
+    (:func:`warn_unverified`), the marker log."""
     errors = ClientErrors()
     admin = AdminClient(errors.watching(logged(options.client_config())))
     try:
@@ -73,7 +82,11 @@ def check_broker(options: KafkaSinkOptions) -> None:
                 f"{options.bootstrap_servers}. Create it first (the sink never auto-creates)."
             )
     if options.exactly_once:
-        _check_timeout(admin, options, next(iter(metadata.brokers)))
+        broker = next(iter(metadata.brokers))
+        configs = broker_configs(admin, broker)
+        if configs is not None:  # else not allowed to describe them: nothing to check
+            _check_timeout(options, configs)
+            warn_unverified(configs, broker)
         ensure_marker_log(admin, options, options.marker_log in metadata.topics)
 
 
@@ -116,10 +129,10 @@ def ensure_marker_log(admin: AdminClient, options: KafkaSinkOptions, exists: boo
         )
 
 
-def _check_timeout(admin: AdminClient, options: KafkaSinkOptions, broker_id: int) -> None:
-    maximum = _transaction_max_ms(admin, broker_id)
+def _check_timeout(options: KafkaSinkOptions, configs: BrokerConfigs) -> None:
+    maximum = _transaction_max_ms(configs)
     if maximum is None:
-        return  # not allowed to describe broker configs: the producer reports a bad timeout
+        return
     if options.transaction_timeout_ms > maximum:
         raise ConfigError(
             f"kafka.transaction.timeout.ms = {options.transaction_timeout_ms} exceeds the "
@@ -128,13 +141,44 @@ def _check_timeout(admin: AdminClient, options: KafkaSinkOptions, broker_id: int
         )
 
 
-def _transaction_max_ms(admin: AdminClient, broker_id: int) -> int | None:
-    """The broker's ``transaction.max.timeout.ms``; None when it may not be described."""
+def warn_unverified(configs: BrokerConfigs, broker_id: int) -> None:
+    """Driver: a warning when the broker takes a transactional write without checking
+    that its transaction is open (:data:`VERIFICATION` off, or a broker before 3.6). A
+    task attempt that writes after the driver ended its transaction (an executor paused
+    past its batch) then leaves a hanging transaction on that partition: Kafka's
+    coordinator does not know it, so no sweep or timeout ends it."""
+    entry = configs.get(VERIFICATION)
+    if entry is not None and str(entry.value).lower() == "true":
+        return
+    found = f"{VERIFICATION}={entry.value}" if entry is not None else f"no {VERIFICATION}"
+    log.warning(
+        "eos_kafka: broker %s has %s, so it takes a transactional write without checking "
+        "that its transaction is still open. A task attempt that writes after the driver "
+        "ended its transaction (an executor paused past its batch) would leave a hanging "
+        "transaction on that partition, holding every read_committed reader back until "
+        "an operator aborts it (kafka-transactions.sh find-hanging, then abort). Set it "
+        "to true (Kafka 3.6+; its default): docs/kafka-sink.md",
+        broker_id,
+        found,
+    )
+
+
+#: A broker's configuration as confluent-kafka describes it, by name.
+BrokerConfigs = Mapping[str, Any]
+
+
+def broker_configs(admin: AdminClient, broker_id: int) -> BrokerConfigs | None:
+    """Driver: the broker's configuration; None when it may not be described."""
     resource = ConfigResource("BROKER", str(broker_id))
     try:
-        configs = admin.describe_configs([resource])[resource].result(timeout=TIMEOUT)
+        configs: BrokerConfigs = admin.describe_configs([resource])[resource].result(TIMEOUT)
     except KafkaException:
         return None
+    return configs
+
+
+def _transaction_max_ms(configs: BrokerConfigs) -> int | None:
+    """The broker's ``transaction.max.timeout.ms``; None when not described."""
     entry = configs.get("transaction.max.timeout.ms")
     return None if entry is None or entry.value is None else int(entry.value)
 
@@ -171,4 +215,5 @@ _BROKER_MAX: dict[tuple[tuple[str, str], ...], int | None] = {}
 def _broker_max(options: KafkaSinkOptions) -> int | None:
     admin = AdminClient(logged(options.client_config()))
     brokers = admin.list_topics(timeout=TIMEOUT).brokers
-    return _transaction_max_ms(admin, next(iter(brokers))) if brokers else None
+    configs = broker_configs(admin, next(iter(brokers))) if brokers else None
+    return _transaction_max_ms(configs) if configs is not None else None

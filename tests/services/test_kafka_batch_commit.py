@@ -5,15 +5,18 @@ the decision finishes on the replay, and an attempt that starts after the decisi
 (a zombie, a replayed task) never touches the decided transaction; a decided
 transaction aborted before its commit is written again by the replay; a batch that
 failed before its decision is written again in full whatever its new rows; ``abort``
-ends an undecided batch and never a decided one; ``eos sinks`` lists and resets it; a
-batch job's version decided by a driver that died is committed before the next version.
+ends an undecided batch and never a decided one, and a task that writes after it leaves
+no hanging transaction; ``eos sinks`` lists and resets it; a batch job's version decided
+by a driver that died is committed before the next version.
 
-Cost: ~25 s in CI (eleven tests; the woken driver that read the pointer before it
-paused, ~3 s); a twelfth, the coordinator's own timeout (~22 s), is `make soak`'s."""
+Cost: ~26 s in CI (twelve tests; the woken driver that read the pointer before it
+paused, ~3 s); a thirteenth, the coordinator's own timeout (~22 s), is `make soak`'s."""
 
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
@@ -24,6 +27,7 @@ from eos_connectors.core.topics import create_topic, read_to_end
 from eos_connectors.dev.endpoints import Endpoints
 from eos_connectors.dev.harness.checks import MARKER
 from eos_connectors.sinks.kafka.batch_commit import BatchCommitWriter, PreparedTask
+from eos_connectors.sinks.kafka.errors import KafkaSinkError
 from eos_connectors.sinks.kafka.options import KafkaSinkOptions, ids_prefix
 from eos_connectors.sinks.kafka.options import parse_options as sink_options
 from tests.kafka_sink_util import a_task, wait_for_markers
@@ -82,8 +86,6 @@ def test_a_batch_is_visible_only_once_committed_across_driver_crashes_and_zombie
     fails; the replay writes that task partition again, and nothing else. The fixture's
     leftover check finds no open transaction at the end."""
     from confluent_kafka import Producer
-
-    from eos_connectors.sinks.kafka.errors import KafkaSinkError
 
     prepared = _prepare(writer, 0)
     assert {m.state for m in prepared} == {"prepared"}
@@ -169,7 +171,6 @@ def test_an_undecided_batch_is_aborted_or_rewritten_in_full_by_its_replay(
     transaction timeout is refused before its decision and written by the replay."""
     from eos_connectors.sinks.kafka.coordinator import TransactionClient
     from eos_connectors.sinks.kafka.decisions import read_pointer
-    from eos_connectors.sinks.kafka.errors import KafkaSinkError
 
     sink_id = writer.options.sink_id
     assert sink_id is not None
@@ -206,6 +207,43 @@ def test_an_undecided_batch_is_aborted_or_rewritten_in_full_by_its_replay(
         client.close()
 
 
+@pytest.mark.cost(1)
+def test_a_task_that_writes_after_its_batch_was_aborted_leaves_no_hanging_transaction(
+    endpoints: Endpoints, writer: BatchCommitWriter
+) -> None:
+    """A task attempt paused between its rows (its executor frozen) while its batch fails
+    and the driver's abort ends the sink's open transactions, then woken: the broker
+    refuses its later records, since it checks that a transactional write belongs to an
+    open transaction (KIP-890; the start check warns of a broker that does not). The task
+    fails; nothing is visible and nothing is left open. Without that check the woken
+    task's records would start a transaction no coordinator knows of, holding every
+    read_committed reader of the partition back until an operator aborts it."""
+    from eos_connectors.dev.harness.checks import open_transactions
+    from eos_connectors.sinks.kafka.coordinator import TransactionClient
+
+    sink_id, topic = writer.options.sink_id, writer.options.topic
+    assert sink_id is not None and topic is not None
+    client = TransactionClient(writer.options.kafka)
+
+    def paused_between_its_rows() -> Iterator[pa.RecordBatch]:
+        yield _rows(0, 0)[0]
+        deadline = time.monotonic() + 30
+        while not client.open_transactions(ids_prefix(writer.options, sink_id)):
+            assert time.monotonic() < deadline, "the task's transaction never opened"
+            time.sleep(0.05)
+        writer.abort([], 0)  # the batch failed: the driver ends what its tasks left open
+        yield _rows(0, 0, "-late")[0]
+
+    try:
+        with pytest.raises(KafkaSinkError, match="was not delivered"):
+            writer.write_task(a_task(0), paused_between_its_rows())
+        assert client.open_transactions(ids_prefix(writer.options, sink_id)) == []
+        assert open_transactions(endpoints.kafka_bootstrap, topic, timeout=10) == set()
+        assert _visible(endpoints, writer) == []
+    finally:
+        client.close()
+
+
 def test_a_decided_transaction_another_client_aborted_is_written_again_not_stalled(
     endpoints: Endpoints, writer: BatchCommitWriter
 ) -> None:
@@ -218,7 +256,6 @@ def test_a_decided_transaction_another_client_aborted_is_written_again_not_stall
     good. The replay writes that task partition again; each record is visible once."""
     from eos_connectors.sinks.kafka.coordinator import kept_client
     from eos_connectors.sinks.kafka.decisions import Decision, write_decision
-    from eos_connectors.sinks.kafka.errors import KafkaSinkError
 
     options, sid = writer.options, writer.options.sink_id
     assert sid is not None
@@ -498,7 +535,6 @@ def test_a_decided_transaction_the_coordinator_timed_out_is_written_again_by_its
 
     from eos_connectors.sinks.kafka.coordinator import TransactionClient
     from eos_connectors.sinks.kafka.decisions import Decision, write_decision
-    from eos_connectors.sinks.kafka.errors import KafkaSinkError
 
     topic = f"kbt-{unique}"
     create_topic(endpoints.kafka, topic, 2)

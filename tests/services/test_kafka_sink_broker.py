@@ -1,8 +1,8 @@
 """The Kafka sink against a broker that is slow, gone or strict: a new producer's topic
 look-up (in either commit mode), a producer that lost its broker (cut off through a
-real proxy), transaction timeouts.
+real proxy), transaction timeouts, a broker that does not verify transactional writes.
 
-Cost: ~48 s, most of it the lost broker's 20 s call limit and the timeouts waited out."""
+Cost: ~49 s, most of it the lost broker's 20 s call limit and the timeouts waited out."""
 
 from __future__ import annotations
 
@@ -91,6 +91,39 @@ def test_a_batch_commit_task_has_looked_the_topic_up_before_its_first_row(
     counted = [line for line in lines if f"unassigned messages in topic {topic}" in line]
     assert counted, "librdkafka's topic log shows the look-up"
     assert all("Partitioning 0 unassigned" in line for line in counted), counted
+
+
+def test_a_broker_that_does_not_verify_transactional_writes_is_warned_of(
+    endpoints: Endpoints, unique: str, caplog: Any
+) -> None:
+    """The start check describes the broker. This one verifies transactional writes
+    (Kafka's default): no warning. Its answer with the check turned off, or without it
+    (a broker before 3.6), warns naming the setting, since a task attempt that writes
+    after the driver ended its transaction would leave a hanging transaction."""
+    from confluent_kafka.admin import AdminClient, ConfigEntry  # type: ignore[attr-defined]
+
+    from eos_connectors.sinks.kafka.checks import (
+        VERIFICATION,
+        broker_configs,
+        check_broker,
+        warn_unverified,
+    )
+
+    options = new_sink_options(endpoints, "kb-verify", unique, commitMode="batch")
+    caplog.set_level(logging.WARNING, logger="eos_connectors.sinks.kafka.checks")
+    check_broker(options)
+    assert not [r for r in caplog.records if VERIFICATION in r.getMessage()]
+    admin = AdminClient({"bootstrap.servers": endpoints.kafka_bootstrap})
+    broker = next(iter(admin.list_topics(timeout=10).brokers))
+    configs = broker_configs(admin, broker)
+    assert configs is not None and configs[VERIFICATION].value == "true"
+    off = {**configs, VERIFICATION: ConfigEntry(VERIFICATION, "false")}
+    older = {name: entry for name, entry in configs.items() if name != VERIFICATION}
+    for answer, shown in ((off, f"{VERIFICATION}=false"), (older, f"no {VERIFICATION}")):
+        caplog.clear()
+        warn_unverified(answer, broker)
+        [line] = [r.getMessage() for r in caplog.records]
+        assert f"broker {broker} has {shown}," in line and "find-hanging" in line, line
 
 
 def _proxied_sink(
