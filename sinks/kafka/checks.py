@@ -23,6 +23,8 @@ TIMEOUT = 30.0
 #: The broker's check that a transactional write belongs to an open transaction (KIP-890
 #: part 1, Kafka 3.6+, on unless turned off).
 VERIFICATION = "transaction.partition.verification.enable"
+#: A broker's configuration as confluent-kafka describes it, by name.
+BrokerConfigs = Mapping[str, Any]
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +134,7 @@ def ensure_marker_log(admin: AdminClient, options: KafkaSinkOptions, exists: boo
 def _check_timeout(options: KafkaSinkOptions, configs: BrokerConfigs) -> None:
     maximum = _transaction_max_ms(configs)
     if maximum is None:
-        return
+        return  # not described: the producer reports a bad timeout
     if options.transaction_timeout_ms > maximum:
         raise ConfigError(
             f"kafka.transaction.timeout.ms = {options.transaction_timeout_ms} exceeds the "
@@ -161,10 +163,6 @@ def warn_unverified(configs: BrokerConfigs, broker_id: int) -> None:
         broker_id,
         found,
     )
-
-
-#: A broker's configuration as confluent-kafka describes it, by name.
-BrokerConfigs = Mapping[str, Any]
 
 
 def broker_configs(admin: AdminClient, broker_id: int) -> BrokerConfigs | None:
