@@ -98,6 +98,7 @@ from eos_connectors.sinks.kafka.claim import check_owner
 from eos_connectors.sinks.kafka.clients import (
     CALL_TIMEOUT,
     LIBRDKAFKA_LOG,
+    StuckCallError,
     call,
     look_up_topic,
     produce_rows,
@@ -297,20 +298,17 @@ class BatchCommitWriter(StreamArrowWriter):
         # The marker's offset joins the transaction while librdkafka sends the rows: the
         # two round trips overlap, and both are in the one transaction whatever the order.
         # (On a thread of its own beside produce_rows(), it waited for the GIL: slower.)
-        marker.join(producer, task.batch_id + 1, task.query_id, "send_offsets_to_transaction")
+        try:
+            marker.join(producer, task.batch_id + 1, task.query_id, "send_offsets_to_transaction")
+        except StuckCallError:
+            raise
+        except KafkaSinkError:
+            # A refused record puts the transaction in error before its report is served:
+            # this call then fails as "Erroneous state". Name the record's error instead.
+            fresh.delivered(task)
+            raise
         flushing = time.perf_counter()
-        left = producer.flush(CALL_TIMEOUT)
-        if left or fresh.failures.first is not None:
-            producer.abort_transaction(CALL_TIMEOUT)
-            raise KafkaSinkError(
-                f"Task partition {task.partition} of batch {task.batch_id}: "
-                + (
-                    f"{left} records were not acknowledged within {CALL_TIMEOUT:.0f} s"
-                    if left
-                    else f"a record was not delivered: {fresh.failures.first}"
-                )
-                + "; its transaction was aborted and the task fails so Spark retries it."
-            )
+        fresh.delivered(task)
         txn = fresh.identity.wait(producer, fresh.name, IDENTITY_TIMEOUT)
         steps.add("flush and identity", flushing)
         faults.point("after-prepare", task.batch_id, role="worker", query=task.query_name)
@@ -620,6 +618,23 @@ class TaskProducer:
                 "logger": LIBRDKAFKA_LOG,
                 **self.identity.settings(),
             }
+        )
+
+    def delivered(self, task: TaskIdentity) -> None:
+        """Task: every record of the open transaction acknowledged (flushed), or the
+        transaction aborted and :class:`KafkaSinkError` naming what was not."""
+        left = self.producer.flush(CALL_TIMEOUT)
+        if not left and self.failures.first is None:
+            return
+        self.producer.abort_transaction(CALL_TIMEOUT)
+        raise KafkaSinkError(
+            f"Task partition {task.partition} of batch {task.batch_id}: "
+            + (
+                f"{left} records were not acknowledged within {CALL_TIMEOUT:.0f} s"
+                if left
+                else f"a record was not delivered: {self.failures.first}"
+            )
+            + "; its transaction was aborted and the task fails so Spark retries it."
         )
 
 
