@@ -217,11 +217,12 @@ def test_a_task_that_writes_after_its_batch_was_aborted_leaves_no_hanging_transa
     refuses its later records, since it checks that a transactional write belongs to an
     open transaction (KIP-890; the start check warns of a broker that does not). The task
     fails naming the refused record, also when the refusal came back before the marker's
-    offset was sent (that call then fails as "Erroneous state"; ``then paused`` makes it
-    so, ``then done`` mostly meets it at the flush); nothing is visible and
-    nothing is left open. Without that check the woken task's records would start a
-    transaction no coordinator knows of, holding every read_committed reader of the
-    partition back until an operator aborts it."""
+    offset was sent (that call then fails as "Erroneous state"): ``then paused`` gives
+    the broker a second to answer first, ``then done`` mostly meets the refusal at the
+    flush; either order must pass. Nothing is visible and nothing is left open. Without
+    that check the woken task's records would start a transaction no coordinator knows
+    of, holding every read_committed reader of the partition back until an operator
+    aborts it."""
     from eos_connectors.dev.harness.checks import open_transactions
     from eos_connectors.sinks.kafka.coordinator import TransactionClient
 
