@@ -82,7 +82,7 @@ from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING
 
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import Producer
 from pyspark.sql.datasource import WriterCommitMessage
 
 from eos_connectors.core import faults, timing
@@ -98,6 +98,7 @@ from eos_connectors.sinks.kafka.claim import check_owner
 from eos_connectors.sinks.kafka.clients import (
     CALL_TIMEOUT,
     LIBRDKAFKA_LOG,
+    DeliveryFailures,
     StuckCallError,
     call,
     look_up_topic,
@@ -636,17 +637,6 @@ class TaskProducer:
             )
             + "; its transaction was aborted and the task fails so Spark retries it."
         )
-
-
-class DeliveryFailures:
-    """A producer's ``on_delivery``: the first record the brokers did not take."""
-
-    def __init__(self) -> None:
-        self.first: str | None = None
-
-    def __call__(self, error: KafkaError | None, message: object) -> None:
-        if error is not None and self.first is None:
-            self.first = error.str()
 
 
 def _chain(first: pa.RecordBatch, rest: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

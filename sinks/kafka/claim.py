@@ -45,7 +45,12 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from eos_connectors.core.errors import EosError, keeping_code
 from eos_connectors.core.protocol import Lineage, SinkClaimedError
-from eos_connectors.sinks.kafka.clients import CALL_LIMIT, LIBRDKAFKA_LOG, bounded
+from eos_connectors.sinks.kafka.clients import (
+    CALL_LIMIT,
+    LIBRDKAFKA_LOG,
+    DeliveryFailures,
+    bounded,
+)
 from eos_connectors.sinks.kafka.errors import FENCED_CODES, error_of
 from eos_connectors.sinks.kafka.marker import marker_consumer
 from eos_connectors.sinks.kafka.marker_log import Marker, decode, encode, read_for
@@ -178,8 +183,15 @@ def _take(
     it try again too."""
     name = claim_name(options, sink_id)
     for attempt in range(ATTEMPTS):
+        undelivered = DeliveryFailures()
         producer = Producer(
-            {**options.producer_config(), "transactional.id": name, "logger": LIBRDKAFKA_LOG}
+            {
+                **options.producer_config(),
+                "transactional.id": name,
+                "delivery.report.only.error": True,
+                "on_delivery": undelivered,
+                "logger": LIBRDKAFKA_LOG,
+            }
         )
         try:
             producer.init_transactions(CALL_TIMEOUT)
@@ -193,7 +205,8 @@ def _take(
             if error.code() not in FENCED_CODES or attempt == ATTEMPTS - 1:
                 raise keeping_code(
                     ClaimError(
-                        f"Claiming sink {sink_id!r} for query {query_id} failed: {error.str()}. "
+                        f"Claiming sink {sink_id!r} for query {query_id} failed: "
+                        f"{_reason(options, error.str(), undelivered)}. "
                         "Nothing was written; the task fails so Spark retries it."
                     ),
                     exc,
@@ -203,6 +216,18 @@ def _take(
             if _is_ours(options, sink_id, query_id, quick):
                 return
     raise AssertionError("unreachable")
+
+
+def _reason(options: KafkaSinkOptions, said: str, undelivered: DeliveryFailures) -> str:
+    """Why the claim failed: librdkafka's commit says only that a record failed, so the
+    claim's record is named, with its own error, when that is why."""
+    if undelivered.first is None:
+        return said
+    return (
+        f"its record to the marker log {options.marker_log!r} (option markerLogTopic) was "
+        f"not delivered: {undelivered.first}; the query's start check creates that topic, "
+        "so check that it still exists and that its partition 0 has a leader"
+    )
 
 
 def _commit_claim(

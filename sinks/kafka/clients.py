@@ -50,6 +50,18 @@ SEND_OFFSETS_LIMIT = 20.0
 CALL_LIMIT = CALL_TIMEOUT + OVERRUN_SECONDS
 
 
+class DeliveryFailures:
+    """A producer's ``on_delivery`` (with ``delivery.report.only.error``): the first
+    record the brokers did not take, as librdkafka says why."""
+
+    def __init__(self) -> None:
+        self.first: str | None = None
+
+    def __call__(self, error: KafkaError | None, message: object) -> None:
+        if error is not None and self.first is None:
+            self.first = error.str()
+
+
 class StuckCallError(KafkaSinkError):
     """A librdkafka call did not return within its time limit; its producer is left to
     the thread that still waits in it, and is never used or closed again."""

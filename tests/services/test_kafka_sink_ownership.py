@@ -3,7 +3,7 @@ same sink id writes nothing, two claims at once leave one owner, a marker is fou
 marker log after its group offsets expired or behind an open transaction, and a log that
 is no marker log is refused.
 
-Cost: ~21 s."""
+Cost: ~25 s."""
 
 from __future__ import annotations
 
@@ -137,6 +137,29 @@ def test_the_first_tasks_of_one_query_claiming_at_once_all_go_on(
                 done.result()
         with pytest.raises(SinkClaimedError, match="belongs to query kafka-query"):
             claim.ensure_claimed(writer.options, sink_id, "another-query")
+
+
+def test_a_claim_whose_marker_log_is_gone_names_it(endpoints: Endpoints, unique: str) -> None:
+    """A marker log deleted after the query's start check made it (or never made, the
+    check skipped): the claim's record is never delivered, and librdkafka's commit says
+    only "1 message(s) failed delivery". The error names the topic, the option and why.
+    ~4 s: the record times out after kafka.transaction.timeout.ms."""
+    from eos_connectors.sinks.kafka import claim
+
+    create_topic(endpoints.kafka, f"gone-{unique}", 2)
+    options = sink_options(
+        {
+            "kafka.bootstrap.servers": endpoints.kafka_bootstrap,
+            "topic": f"gone-{unique}",
+            "markerLogTopic": f"gone-log-{unique}",
+            "kafka.transaction.timeout.ms": "3000",
+        }
+    )
+    with pytest.raises(claim.ClaimError) as failed:
+        claim.ensure_claimed(options, f"gone-{unique}", "kafka-query")
+    said = str(failed.value)
+    assert f"marker log 'gone-log-{unique}' (option markerLogTopic) was not delivered" in said
+    assert "Message timed out" in said and "Nothing was written" in said
 
 
 def test_a_streams_driver_claims_the_sink_at_start_for_its_checkpoints_query(
