@@ -31,6 +31,7 @@ SOAK_REPLICATED_ARGS ?= --records 1000000 --cells running-count,records,changelo
 	--step-fault coordinator --step-fault postgres --step-fault redis --step-fault postgres-partition
 soak: bootstrap ## the depth CI leaves out: soak tests, 1M records through every cell (every point a full crash), 3 rounds on a 2-worker cluster, then 1M records on a 3-broker Kafka with broker kills, step faults and network faults, checkpoints on HDFS
 	$(BIN)/python -m pytest -v -m soak $(PYTEST_ARGS)
+	$(HIGHEST_PYTHON) -m pytest -v -m 'newer_spark and soak' $(PYTEST_ARGS) tests/spark
 	$(BIN)/eos verify $(SOAK_ARGS) --report soak-report.json
 	$(BIN)/eos stack up --spark-workers 2
 	$(BIN)/eos verify $(SOAK_CLUSTER_ARGS) --report soak-cluster-report.json \
