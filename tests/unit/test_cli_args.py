@@ -4,6 +4,7 @@ subcommand's help. Cost: well under a second."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import pytest
 
@@ -44,6 +45,24 @@ def test_a_bad_cell_or_sink_is_refused_before_the_stack_starts(
         command.run_verify(parser.parse_args(["--cells", "bogus"]))
     with pytest.raises(VerifyError, match="Unknown sink 'mysql'"):
         command.run_verify(parser.parse_args(["--sinks", "mysql"]))
+
+
+def test_verifys_work_dir_is_absolute_for_the_clusters_workers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fault markers' directory (under the work dir) goes to every Python worker; on a
+    standalone cluster each executor runs in a folder of its own, so the default
+    ``verify-runs/<id>`` named a different directory per executor: a planned pause fired
+    again in every executor Spark retried its task on, until the query failed, and the
+    harness saw none fire."""
+    from eos_connectors.dev.harness.command import plan_from
+
+    monkeypatch.chdir(tmp_path)
+    parser, _ = command_parser("verify")
+    for given in ([], ["--work-dir", "runs/here"]):
+        plan = plan_from(parser.parse_args(["--master", "spark://127.0.0.1:7077", *given]))
+        assert plan.work_dir.is_absolute() and plan.work_dir.is_relative_to(tmp_path)
+        assert Path(plan.checkpoints).is_absolute()
 
 
 def test_the_running_count_over_connect_is_refused_below_4_1(

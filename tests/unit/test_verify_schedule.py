@@ -235,7 +235,7 @@ def test_checkpoints_on_a_shared_store_are_the_runs_own() -> None:
     assert first.checkpoints == first.checkpoints  # stable within a run
     assert first.checkpoints.startswith("hdfs://nn:8020/runs/verify-")
     assert first.checkpoints != second.checkpoints, "two runs would share checkpoints"
-    assert Plan(work_dir=Path("w")).checkpoints == "w/checkpoint"
+    assert Plan(work_dir=Path("w")).checkpoints == str(Path.cwd() / "w" / "checkpoint")
 
 
 def test_a_batch_is_spared_for_random_faults_only_and_the_event_time_cell_has_four() -> None:

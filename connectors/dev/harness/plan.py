@@ -94,6 +94,15 @@ class Plan:
     checkpoint_root: str | None = None  # a URI (hdfs://...): checkpoints there, not in work_dir
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
 
+    def __post_init__(self) -> None:
+        # Absolute: the fault markers' directory goes to every Python worker, and on a
+        # standalone cluster a worker's working directory is its executor's own folder
+        # under the Spark worker's, so a relative one named another folder per executor:
+        # an entry that fired in one executor fired again in the next, and the harness
+        # never saw any of them fire (`eos verify --master spark://...` from its default
+        # verify-runs/<id>).
+        object.__setattr__(self, "work_dir", self.work_dir.absolute())
+
     @property
     def checkpoints(self) -> str:
         """Where the queries checkpoint (``<this>/<query name>``): under ``checkpoint_root``
