@@ -19,7 +19,7 @@ demo: bootstrap ## the main job: word count into Kafka, PostgreSQL, Redis; crash
 verify: bootstrap ## the harness: every fault point, random kills, all three sinks (eos verify)
 	$(BIN)/eos verify
 
-SOAK_ARGS ?= --records 1000000 --cells running-count,aggregate,event-time,records,changelog --fault-rounds 3 \
+SOAK_ARGS ?= --records 1000000 --cells running-count,aggregate,event-time,records,batch-commit,changelog --fault-rounds 3 \
 	--full-crashes all --kills 3 --restart kafka --restart postgres --restart redis
 SOAK_CLUSTER_ARGS ?= --records 100000 --cells running-count,records --fault-rounds 3 --kills 2
 SOAK_REPLICATED_ARGS ?= --records 1000000 --cells running-count,records,changelog --kills 2 \
