@@ -26,7 +26,15 @@ from eos_connectors.core.errors import (
     ServiceUnavailableError,
     StackError,
 )
+from eos_connectors.core.worker_path import drop_spark_jars, in_spark_worker
 from eos_connectors.registry import register
+
+# In a Spark Python worker (a data source's planning process, a task worker), the
+# package is imported once the worker is set up: Spark's jar goes off the import path
+# there, so each later task or call of a reused process skips re-reading it
+# (core/worker_path.py).
+if in_spark_worker():
+    drop_spark_jars()
 
 __all__ = [
     "ConfigError",

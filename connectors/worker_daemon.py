@@ -8,7 +8,9 @@ worker's first source task), confluent-kafka and the connectors: a cost paid at 
 query's first batch and again after every restart, which is what recovery time
 measures. Imported here once, before the forks, they are already in every worker
 (and shared copy-on-write). Their objects are then frozen out of the garbage
-collector (:func:`freeze`), which PySpark runs after every task.
+collector (:func:`freeze`), which PySpark runs after every task. And Spark's jar,
+which every task would otherwise read again, is taken off the import path first
+(:mod:`eos_connectors.core.worker_path`).
 
 Every session this package starts sets ``spark.python.daemon.module`` to this
 module (``eos_connectors.ops.session.BASE_CONF``); a session of yours can set it too, on any
@@ -19,6 +21,8 @@ from __future__ import annotations
 
 import gc
 import importlib
+
+from eos_connectors.core.worker_path import drop_spark_jars
 
 #: What a task of this package imports. An optional one that is missing (pandas) is
 #: left to the worker, which imports what it needs when it needs it.
@@ -74,6 +78,7 @@ def freeze() -> None:
 
 
 if __name__ == "__main__":
+    drop_spark_jars()  # before the fork: no task of a worker re-reads Spark's jar
     preload()
     freeze()
     from pyspark.daemon import manager

@@ -1,5 +1,6 @@
 """Spark's Python workers fork from eos_connectors.worker_daemon, with the task modules in,
-and import PySpark compiled (eos_connectors.ops.spark_home)."""
+import PySpark compiled (eos_connectors.ops.spark_home) and have Spark's jar off their
+import path (eos_connectors.core.worker_path)."""
 
 from __future__ import annotations
 
@@ -52,6 +53,50 @@ def test_python_processes_import_pyspark_compiled(spark: SparkSession) -> None:
     spark.dataSource.register(PlannerProbe)
     planner = spark.read.format("eos_planner_probe").load().columns[0]
     expected = str(installed_spark_home() / "__init__.py")
+    assert [*workers, planner] == [expected] * 3
+
+
+def test_no_task_nor_planner_reads_sparks_jar_again(spark: SparkSession) -> None:
+    """Spark puts its core jar on every Python process's path, and PySpark invalidates
+    the import caches at every task and planning call, which on Python 3.11-3.12 reads
+    the jar's ~5,300-entry directory again (~50-120 ms of CPU a task). A task worker
+    (the daemon dropped the jar before the fork) and a planner process (the package
+    drops it on import) have no jar left on the path, so no archive is read."""
+    from pyspark.sql.datasource import DataSource
+
+    def jars_and_reads() -> str:
+        import importlib
+        import sys
+        import zipimport
+
+        read = zipimport._read_directory  # type: ignore[attr-defined]
+        reads: list[str] = []
+
+        def counted(archive: str) -> object:
+            reads.append(archive)
+            return read(archive)
+
+        zipimport._read_directory = counted  # type: ignore[attr-defined]
+        try:
+            importlib.invalidate_caches()
+        finally:
+            zipimport._read_directory = read  # type: ignore[attr-defined]
+        return f"{sum(p.endswith('.jar') for p in sys.path)}:{len(reads)}"
+
+    class JarProbe(DataSource):  # defined here: pickled by value
+        @classmethod
+        def name(cls) -> str:
+            return "eos_jar_probe"
+
+        def schema(self) -> str:  # runs in a planner process, which imports the package
+            import eos_connectors  # noqa: F401
+
+            return f"`{jars_and_reads()}` string"
+
+    workers = spark.sparkContext.parallelize(range(2), 2).map(lambda _: jars_and_reads()).collect()
+    spark.dataSource.register(JarProbe)
+    planner = spark.read.format("eos_jar_probe").load().columns[0]
+    expected = "0:0" if sys.version_info < (3, 13) else "1:0"  # 3.13+: no read, jar kept
     assert [*workers, planner] == [expected] * 3
 
 
