@@ -43,7 +43,7 @@ soak: bootstrap ## the depth CI leaves out: soak tests, 1M records through every
 		--checkpoint-root "$$EOS_HDFS_URL/soak"
 	$(BIN)/eos stack down
 
-test: bootstrap ## lint, then the CI tier against real Kafka, PostgreSQL, Redis and Spark (~16 min)
+test: bootstrap ## lint, then the CI tier against real Kafka, PostgreSQL, Redis and Spark (~14 min)
 	bash scripts/test.sh $(PYTEST_ARGS)
 
 full: bootstrap ## the CI tier and the second tier (wheel, parity, stack lifecycle, bench probes)
