@@ -2,8 +2,8 @@
 
 Spark starts every Python worker with its core jar on ``PYTHONPATH``
 (``PythonUtils.sparkPythonPath`` adds the jar of its own class; Spark 4.0's core jar
-holds ~5,300 entries and no Python module),
-and PySpark calls :func:`importlib.invalidate_caches` at the start of every task
+holds ~5,300 entries and no Python module), and PySpark calls
+:func:`importlib.invalidate_caches` at the start of every task
 (``worker_util.setup_spark_files``) and of every planning call of a Python data source.
 On Python 3.11 and 3.12 that call makes each zip importer read its archive's whole
 directory again, in Python (CPython gh-103200, lazy from 3.13 on): the jar is read once
