@@ -5,6 +5,7 @@ any point of it and run again writes each record once."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
@@ -263,12 +264,19 @@ def test_a_batch_commit_version_is_rerun_in_any_shape(
     assert written() == once
 
 
-def _slower(value: str) -> str:
-    """A UDF that takes ~50 ms a row: 200 rows keep a task busy for ~10 s."""
-    import time
+def _held_until(path: str) -> Callable[[str], str]:
+    """A UDF that holds each row until the file ``path`` exists (at most 180 s)."""
 
-    time.sleep(0.05)
-    return value
+    def held(value: str) -> str:
+        import os
+        import time
+
+        deadline = time.time() + 180
+        while not os.path.exists(path) and time.time() < deadline:
+            time.sleep(0.05)
+        return value
+
+    return held
 
 
 def _claimed(endpoints: Endpoints, job: dict[str, str], after: int = -1) -> int:
@@ -307,10 +315,10 @@ def test_two_runs_of_a_batch_commit_version_at_once_write_it_once(
     spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path
 ) -> None:
     """A scheduler's retry while the first attempt still runs: run A of version 9 (its own
-    Spark application, one task of ~6 s once B claimed) and, once A's driver claimed the
-    version, run B in this one (two tasks, another split, other ``rand()`` values, ~10 s
-    each). A comes to decide after B claimed the version (sinks/kafka/runs.py): A fails
-    saying another run started after it, with nothing of it visible, and B writes every record once.
+    Spark application, one task) and, once A's driver claimed the version, run B in this
+    one (two tasks, another split, other ``rand()`` values). A comes to decide after B
+    claimed the version and before B decides (sinks/kafka/runs.py): A fails saying another
+    run started after it, with nothing of it visible, and B writes every record once.
     (Had B decided first, A's commit would find the version decided and end B's
     transactions again, as any rerun does.)"""
     import json
@@ -324,35 +332,39 @@ def test_two_runs_of_a_batch_commit_version_at_once_write_it_once(
     rows = 400
     out = f"bruns-{unique}"
     df, job = _kafka_job(spark, endpoints, out, unique, commitMode="batch", txnVersion="9")
-    go = tmp_path / "b-claimed"
-    # Run A: its own Spark application (a scheduler's first attempt), one task that waits
-    # for the file `go` (written once run B claimed the version: by timing alone, a
-    # loaded CI machine had B claim after A decided, ci99, or decide before A, ci100),
-    # then takes ~6 s (400 rows at ~15 ms each).
+    # The order is held by files, not by timing: A's task waits for `b_claimed`, B's tasks
+    # for `a_ended`. (Timing alone failed on loaded CI machines: B claimed after A decided,
+    # ci99; B decided before A, ci100, and most likely at stop 87, where B's ~10 s tasks
+    # had to outlast A's ~6 s one.)
+    b_claimed, a_ended = tmp_path / "b-claimed", tmp_path / "a-ended"
     command = [sys.executable, "-m", "tests.pipelines.version_run", "--options", json.dumps(job)]
     run_a = subprocess.Popen(
-        [*command, "--wait-for", str(go)],
+        [*command, "--wait-for", str(b_claimed)],
         cwd=ROOT,
         env={**os.environ, "SPARK_LOCAL_DIRS": str(tmp_path)},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+    said = errors = ""
     try:
         a_claim = _claimed(endpoints, job)  # A's driver claimed the version: B starts after
 
-        # A's task goes on once B claimed it too, so A decides after B's claim, and before
-        # B's tasks (~10 s) end.
-        def after_b_claims() -> None:
-            _claimed(endpoints, job, after=a_claim)
-            go.touch()
+        def run_a_to_its_end() -> None:
+            nonlocal said, errors
+            _claimed(endpoints, job, after=a_claim)  # B's driver claimed it too
+            b_claimed.touch()
+            try:
+                said, errors = run_a.communicate(timeout=180)
+            finally:
+                a_ended.touch()
 
-        watcher = threading.Thread(target=after_b_claims, daemon=True)
+        watcher = threading.Thread(target=run_a_to_its_end, daemon=True)
         watcher.start()
         noisy = F.concat(F.col("value"), F.lit("|"), F.rand().cast("string"))
-        slower = F.udf(_slower, "string")
-        _save(df.repartition(2).select("key", slower(noisy).alias("value")), "eos_kafka", **job)
-        said, errors = run_a.communicate(timeout=180)
+        held = F.udf(_held_until(str(a_ended)), "string")
+        _save(df.repartition(2).select("key", held(noisy).alias("value")), "eos_kafka", **job)
+        watcher.join(timeout=200)
     finally:
         run_a.kill()
     assert run_a.returncode == 3, f"run A did not fail: {said[-2000:]} {errors[-2000:]}"

@@ -37,8 +37,9 @@ def _start(job: dict[str, str], master: str, log: Path, *args: str) -> subproces
 def test_two_runs_of_one_version_on_a_cluster_write_it_once(
     spark_master: str, endpoints: Endpoints, unique: str, tmp_path: Path
 ) -> None:
-    """Run A (one task, held until run B claimed the version) decides after B's claim: A
-    fails, B writes every row once, in its own split (two tasks) and its own ``rand()``."""
+    """Run A (one task, held until run B claimed the version) decides after B's claim and
+    before B decides (B's tasks are held until A ended): A fails, B writes every row once,
+    in its own split (two tasks) and its own ``rand()``."""
     out = f"cruns-{unique}"
     create_topic(endpoints.kafka, out, partitions=2)
     job = {
@@ -48,16 +49,18 @@ def test_two_runs_of_one_version_on_a_cluster_write_it_once(
         "commitMode": "batch",
         "txnVersion": "9",
     }
-    go = tmp_path / "b-claimed"
+    go, a_ended = tmp_path / "b-claimed", tmp_path / "a-ended"
     logs = tmp_path / "a.log", tmp_path / "b.log"
     run_a = _start(job, spark_master, logs[0], "--wait-for", str(go))
     run_b: subprocess.Popen[bytes] | None = None
     try:
         a_claim = _claimed(endpoints, job)
-        run_b = _start(job, spark_master, logs[1], "--partitions", "2", "--row-ms", "50")
+        run_b = _start(job, spark_master, logs[1], "--partitions", "2", "--wait-for", str(a_ended))
         _claimed(endpoints, job, after=a_claim)
         go.touch()
-        codes = run_a.wait(timeout=300), run_b.wait(timeout=300)
+        code_a = run_a.wait(timeout=300)
+        a_ended.touch()
+        codes = code_a, run_b.wait(timeout=300)
     finally:
         for proc in (run_a, run_b):
             if proc is not None:
