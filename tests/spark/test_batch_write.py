@@ -333,29 +333,36 @@ def test_two_runs_of_a_batch_commit_version_at_once_write_it_once(
     out = f"bruns-{unique}"
     df, job = _kafka_job(spark, endpoints, out, unique, commitMode="batch", txnVersion="9")
     # The order is held by files, not by timing: A's task waits for `b_claimed`, B's tasks
-    # for `a_ended`. (Timing alone failed on loaded CI machines: B claimed after A decided,
-    # ci99; B decided before A, ci100, and most likely at stop 87, where B's ~10 s tasks
-    # had to outlast A's ~6 s one.)
+    # for `a_ended` (A said how its write ended). Timing alone failed on loaded CI
+    # machines: B claimed after A decided (ci99); B decided before A (ci100, and most
+    # likely at stop 87, where B's ~10 s tasks had to outlast A's ~6 s one).
     b_claimed, a_ended = tmp_path / "b-claimed", tmp_path / "a-ended"
     command = [sys.executable, "-m", "tests.pipelines.version_run", "--options", json.dumps(job)]
-    run_a = subprocess.Popen(
-        [*command, "--wait-for", str(b_claimed)],
-        cwd=ROOT,
-        env={**os.environ, "SPARK_LOCAL_DIRS": str(tmp_path)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    said = errors = ""
+    command += ["--wait-for", str(b_claimed), "--row-ms", "0"]
+    errors = tmp_path / "run-a.err"
+    with errors.open("w") as stderr:
+        run_a = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env={**os.environ, "SPARK_LOCAL_DIRS": str(tmp_path)},
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
+    said: list[str] = []
     try:
         a_claim = _claimed(endpoints, job)  # A's driver claimed the version: B starts after
 
         def run_a_to_its_end() -> None:
-            nonlocal said, errors
             _claimed(endpoints, job, after=a_claim)  # B's driver claimed it too
             b_claimed.touch()
             try:
-                said, errors = run_a.communicate(timeout=180)
+                assert run_a.stdout is not None
+                for line in run_a.stdout:  # RUN-FAILED or RUN-WROTE: A decided, or failed to
+                    said.append(line)
+                    if line.startswith("RUN-"):
+                        a_ended.touch()
+                run_a.wait(timeout=60)
             finally:
                 a_ended.touch()
 
@@ -367,8 +374,9 @@ def test_two_runs_of_a_batch_commit_version_at_once_write_it_once(
         watcher.join(timeout=200)
     finally:
         run_a.kill()
-    assert run_a.returncode == 3, f"run A did not fail: {said[-2000:]} {errors[-2000:]}"
-    assert "started after this one" in said, said[-2000:]
+    output = "".join(said)[-2000:]
+    assert run_a.returncode == 3, f"run A did not fail: {output} {errors.read_text()[-2000:]}"
+    assert "started after this one" in output, output
     values = _kafka_values(endpoints.kafka_bootstrap, out)
     written = Counter(v.split(b"|")[0] for v in values.elements())
     assert written == Counter({f"v{i}".encode(): 1 for i in range(rows)})

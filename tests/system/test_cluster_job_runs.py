@@ -51,7 +51,7 @@ def test_two_runs_of_one_version_on_a_cluster_write_it_once(
     }
     go, a_ended = tmp_path / "b-claimed", tmp_path / "a-ended"
     logs = tmp_path / "a.log", tmp_path / "b.log"
-    run_a = _start(job, spark_master, logs[0], "--wait-for", str(go))
+    run_a = _start(job, spark_master, logs[0], "--wait-for", str(go), "--row-ms", "0")
     run_b: subprocess.Popen[bytes] | None = None
     try:
         a_claim = _claimed(endpoints, job)
