@@ -353,18 +353,22 @@ def test_two_runs_of_a_batch_commit_version_at_once_write_it_once(
     try:
         a_claim = _claimed(endpoints, job)  # A's driver claimed the version: B starts after
 
+        failures: list[BaseException] = []
+
         def run_a_to_its_end() -> None:
-            _claimed(endpoints, job, after=a_claim)  # B's driver claimed it too
-            b_claimed.touch()
             try:
+                _claimed(endpoints, job, after=a_claim)  # B's driver claimed it too
+                b_claimed.touch()
                 assert run_a.stdout is not None
                 for line in run_a.stdout:  # RUN-FAILED or RUN-WROTE: A decided, or failed to
                     said.append(line)
                     if line.startswith("RUN-"):
                         a_ended.touch()
                 run_a.wait(timeout=60)
+            except BaseException as exc:  # raised below, once B's write has ended
+                failures.append(exc)
             finally:
-                a_ended.touch()
+                a_ended.touch()  # B's tasks go on however A's watch ended
 
         watcher = threading.Thread(target=run_a_to_its_end, daemon=True)
         watcher.start()
@@ -372,8 +376,11 @@ def test_two_runs_of_a_batch_commit_version_at_once_write_it_once(
         held = F.udf(_held_until(str(a_ended)), "string")
         _save(df.repartition(2).select("key", held(noisy).alias("value")), "eos_kafka", **job)
         watcher.join(timeout=200)
+        if failures:
+            raise failures[0]
     finally:
         run_a.kill()
+        run_a.wait(timeout=30)
     output = "".join(said)[-2000:]
     assert run_a.returncode == 3, f"run A did not fail: {output} {errors.read_text()[-2000:]}"
     assert "started after this one" in output, output
