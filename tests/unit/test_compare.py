@@ -21,6 +21,7 @@ from eos_connectors.dev.compare import command, report, runner, schedule, stats
 from eos_connectors.dev.compare import pipelines as pl
 from eos_connectors.dev.compare.command import _chosen
 from eos_connectors.dev.compare.process import CpuClock, Memory, total, workers
+from eos_connectors.dev.release_venv import HIGHEST, LOWEST
 
 
 def test_a_record_is_visible_when_its_keys_count_reaches_it() -> None:
@@ -120,6 +121,19 @@ def test_a_target_pairs_rounds_and_says_when_its_interval_holds_the_bound() -> N
     assert "| 0.948x (1 round) | **no**: see the profile |" in "\n".join(near)  # not "0.95x ... no"
     postgres = "| PostgreSQL: exactly-once records/s >= 0.95x at-least-once's | not measured |"
     assert postgres in rows
+
+
+def test_a_run_on_another_release_than_the_targets_shows_them_unjudged() -> None:
+    # The same 0.90x: judged on the targets' release (and in a report older than the
+    # release's record), shown but not judged on the lowest, whose Spark costs more.
+    eos, alo = _result("eos-kafka", 900, 900), _result("eos-kafka-alo", 1000, 1000)
+    label = "| Kafka: exactly-once records/s >= 0.95x at-least-once's | 0.90x [0.90, 0.90] "
+    for release in (HIGHEST, None):
+        rows = "\n".join(report.targets_table([eos, alo], _settings(pyspark=release)))
+        assert f"{label}(2 rounds) | **no**" in rows
+    lowest = "\n".join(report.targets_table([eos, alo], _settings(pyspark=LOWEST)))
+    unjudged = f"not judged: the targets are PySpark {HIGHEST}'s, this ran {LOWEST} |"
+    assert f"{label}(2 rounds) | {unjudged}" in lowest
 
 
 def test_latency_recovery_and_memory_targets_are_at_most_their_bound() -> None:

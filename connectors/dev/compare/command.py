@@ -12,9 +12,12 @@ import uuid
 from dataclasses import asdict, fields
 from pathlib import Path
 
+import pyspark
+
 from eos_connectors.core.errors import ConfigError
 from eos_connectors.dev.compare import pipelines as pl
 from eos_connectors.dev.compare import report, runner, schedule
+from eos_connectors.dev.release_venv import HIGHEST
 
 QUIX_VERSION = "3.28.1"
 
@@ -124,6 +127,11 @@ def run_compare(args: argparse.Namespace) -> int:
         return report_only(args)
     chosen = _chosen(args.pipelines)
     settings = _settings(args)
+    if settings.pyspark != HIGHEST:
+        print(
+            f"PySpark {settings.pyspark} runs this comparison; its targets are PySpark "
+            f"{HIGHEST}'s (make bench runs there), so the report shows them unjudged"
+        )
     if any(p.engine == "quix" for p in chosen):
         ensure_quix()
     if any(p.spark for p in chosen):
@@ -203,15 +211,17 @@ def _settings(args: argparse.Namespace) -> runner.Settings:
         args.max_rounds,
         args.reference_rounds,
         args.precision,
+        pyspark.__version__,
     )
 
 
 def _command(args: argparse.Namespace) -> str:
-    """The command that reproduces this run: ``make bench`` when it ran the defaults."""
+    """The command that reproduces this run: ``make bench`` when it ran the defaults on
+    the highest release."""
     defaults = argparse.ArgumentParser()
     add_arguments(defaults)
     argv = _command_argv(args)
-    if argv == _command_argv(defaults.parse_args([])):
+    if argv == _command_argv(defaults.parse_args([])) and pyspark.__version__ == HIGHEST:
         return "make bench"
     return shlex.join(["eos", "bench", "compare", *argv])
 

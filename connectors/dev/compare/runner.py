@@ -161,6 +161,9 @@ class Settings:
     max_rounds: int = 8  # throughput only, for the pairs still too uncertain
     reference_rounds: int = 2  # Quix and the raw loop
     precision: float = 0.03  # a pair's 95% interval, +- this share of its ratio
+    # The PySpark release the pipelines ran on; None in a report written before it was
+    # kept. The targets are the highest release's (release_venv.HIGHEST, `make bench`).
+    pyspark: str | None = None
 
 
 def start(target: pl.Target, endpoints: Endpoints, max_offsets: int) -> PipelineProcess:
