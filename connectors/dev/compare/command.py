@@ -127,7 +127,7 @@ def run_compare(args: argparse.Namespace) -> int:
         return report_only(args)
     chosen = _chosen(args.pipelines)
     settings = _settings(args)
-    if settings.pyspark != HIGHEST:
+    if not settings.judged:
         print(
             f"PySpark {settings.pyspark} runs this comparison; its targets are PySpark "
             f"{HIGHEST}'s (make bench runs there), so the report shows them unjudged"
@@ -143,7 +143,7 @@ def run_compare(args: argparse.Namespace) -> int:
     fill_topic(endpoints.kafka_bootstrap, topic, args.records, args.keys)
     began = time.monotonic()
     results = schedule.run_all(chosen, topic, endpoints, settings)
-    facts, command = report.machine_facts(endpoints), _command(args)
+    facts, command = report.machine_facts(endpoints), _command(args, settings)
     out = Path(args.report_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "compare.md").write_text(report.markdown(results, settings, facts, command))
@@ -215,13 +215,13 @@ def _settings(args: argparse.Namespace) -> runner.Settings:
     )
 
 
-def _command(args: argparse.Namespace) -> str:
+def _command(args: argparse.Namespace, settings: runner.Settings) -> str:
     """The command that reproduces this run: ``make bench`` when it ran the defaults on
-    the highest release."""
+    the targets' release."""
     defaults = argparse.ArgumentParser()
     add_arguments(defaults)
     argv = _command_argv(args)
-    if argv == _command_argv(defaults.parse_args([])) and pyspark.__version__ == HIGHEST:
+    if argv == _command_argv(defaults.parse_args([])) and settings.judged:
         return "make bench"
     return shlex.join(["eos", "bench", "compare", *argv])
 
@@ -292,7 +292,7 @@ def report_only(args: argparse.Namespace) -> int:
         from eos_connectors.dev.bench import bench_endpoints
 
         facts = [*report.machine_facts(bench_endpoints()), "- (read when the report was redone)"]
-    text = report.markdown(results, settings, facts, command or _command(args))
+    text = report.markdown(results, settings, facts, command or _command(args, settings))
     (out / "compare.md").write_text(text)
     report.chart(results, out / "compare.png")
     print(f"report: {out / 'compare.md'}, chart: {out / 'compare.png'}")

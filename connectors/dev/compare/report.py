@@ -283,17 +283,22 @@ def targets_table(results: list[Result], s: Settings) -> list[str]:
         if ratio is None:
             lines.append(f"| {target.label} | not measured | - |")
             continue
-        if s.pyspark not in (None, HIGHEST):
-            verdict = f"not judged: the targets are PySpark {HIGHEST}'s, this ran {s.pyspark}"
-            lines.append(f"| {target.label} | {_ratio_text(ratio, target.bound)} | {verdict} |")
-            continue
-        verdict = "yes" if target.met(ratio) else "**no**"
-        if ratio.straddles(target.bound):
-            verdict += " (the interval holds the bound)"
-        if not target.met(ratio) and target.figure is _rate:
-            verdict += f": {_slowest(by_key[target.pipeline])}"
+        verdict = _verdict(target, ratio, by_key) if s.judged else _unjudged(s)
         lines.append(f"| {target.label} | {_ratio_text(ratio, target.bound)} | {verdict} |")
     return lines
+
+
+def _verdict(target: Target, ratio: stats.Ratio, by_key: dict[str, Result]) -> str:
+    verdict = "yes" if target.met(ratio) else "**no**"
+    if ratio.straddles(target.bound):
+        verdict += " (the interval holds the bound)"
+    if not target.met(ratio) and target.figure is _rate:
+        verdict += f": {_slowest(by_key[target.pipeline])}"
+    return verdict
+
+
+def _unjudged(s: Settings) -> str:
+    return f"not judged: the targets are PySpark {HIGHEST}'s, this ran {s.pyspark}"
 
 
 def pairs_table(results: list[Result], s: Settings) -> list[str]:

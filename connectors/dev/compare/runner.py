@@ -42,6 +42,7 @@ from eos_connectors.dev.compare import pipelines as pl
 from eos_connectors.dev.compare import process, stats
 from eos_connectors.dev.compare.process import CpuClock, PipelineProcess, local_broker
 from eos_connectors.dev.endpoints import Endpoints
+from eos_connectors.dev.release_venv import HIGHEST
 
 LATENCY_KEYS = 1_000
 LATENCY_MAX_OFFSETS = 1_000_000  # no cap: each batch takes what arrived meanwhile
@@ -164,6 +165,12 @@ class Settings:
     # The PySpark release the pipelines ran on; None in a report written before it was
     # kept. The targets are the highest release's (release_venv.HIGHEST, `make bench`).
     pyspark: str | None = None
+
+    @property
+    def judged(self) -> bool:
+        """Whether the targets judge this run: it ran on their release, or on one the
+        report did not keep."""
+        return self.pyspark in (None, HIGHEST)
 
 
 def start(target: pl.Target, endpoints: Endpoints, max_offsets: int) -> PipelineProcess:
