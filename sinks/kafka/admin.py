@@ -12,7 +12,9 @@ in ``commitMode=batch`` also has its decision pointer and record
 (:mod:`sinks.kafka.decisions`), ``<prefix>-<sink id>-decision``, listed and cleared
 like a marker.
 
-A reset takes each of them in turn the way a task does: ``init_transactions()`` of
+A reset first aborts the sink's open transactions (a batch-commit attempt's id carries
+its attempt slot, so no group's fencing below ends it), then takes each of them in turn
+the way a task does: ``init_transactions()`` of
 its transactional id fences whatever producer a live query still has and ends its
 open transaction; the marker is then read stably, checked against the reset's
 guard, and cleared in a transaction of that producer (offset 0 with no query, and
@@ -219,6 +221,8 @@ class KafkaSinkAdmin(SinkAdmin):
         groups = set(self._groups().get(sink_id, [])) | set(self._by_sink(logged).get(sink_id, []))
         ordered = sorted(g for g in groups if not g.endswith("-claim"))
         ordered += sorted(g for g in groups if g.endswith("-claim"))
+        if ordered:
+            self._end_open(sink_id)
         for group in ordered:
             self._clear(sink_id, group, logged.get(group), guard)
         job = f"{self.prefix}-{sink_id}{JOB_SUFFIX}"
@@ -237,6 +241,27 @@ class KafkaSinkAdmin(SinkAdmin):
             raise SinkAdminError(
                 f"Removing the job record {key} failed ({failed}): run the reset again."
             )
+
+    def _end_open(self, sink_id: str) -> None:
+        """Every open transaction of the sink's task ids aborted before the groups are read
+        stably: a batch-commit attempt's id (``...a<slot>``) is not the group's own, so the
+        fencing in :meth:`_clear` does not end it, and the offset it holds for the group
+        would hold the stable read back. Best effort: a cluster whose coordinators cannot
+        be asked (before Kafka 3.0, or without the ACL) leaves them to the fencing and the
+        brokers' transaction timeout, and a read that waits too long fails the reset."""
+        from eos_connectors.sinks.kafka.coordinator import TransactionClient
+
+        try:
+            client = TransactionClient(self.config, timeout_s=REACH_TIMEOUT)
+            try:
+                ended = client.sweep(f"{self.prefix}-{sink_id}-", [])
+            finally:
+                client.close()
+        except Exception as exc:  # best effort: see the docstring
+            log.warning("open transactions of sink %s not ended: %s", sink_id, type(exc).__name__)
+            return
+        if ended:
+            log.info("ended %d open transactions of sink %s", len(ended), sink_id)
 
     def _clear(self, sink_id: str, group: str, logged: Marker | None, guard: ResetGuard) -> None:
         producer = Producer(

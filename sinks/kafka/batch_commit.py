@@ -1,20 +1,29 @@
 """The Kafka sink's batch commit (``commitMode=batch``): tasks prepare, the driver commits.
 
-Each task partition keeps its transactional id (``<prefix>-<sink id>-<partition>``) and
-its progress marker (:class:`~.marker.MarkerGroup`). What changes is who ends the
-transaction:
+Each task attempt writes under its task partition's transactional id with the attempt's
+slot (``<prefix>-<sink id>-<partition>a<slot>``, none for slot 0:
+:func:`~.options.attempt_slot`); every attempt of a task partition marks one progress
+marker (:class:`~.marker.MarkerGroup`, the id without its slot). Two live attempts of one
+task partition (a stage resubmitted after an executor was lost runs it again while the
+first attempt still runs; Spark keeps whichever reaches its output commit coordinator
+first) thus never fence each other: with one id, the later attempt's
+``InitProducerId`` aborted the transaction of the attempt Spark kept, and the batch
+failed after its decision. The loser's transaction is a stray the driver's sweep ends.
+Attempts whose task attempt ids are equal modulo :data:`~.options.ATTEMPT_SLOTS` still
+share an id, and then fence as before (nothing lost; the query fails once, below).
+What changes against ``commitMode=task`` is who ends the transaction:
 
 1. **Task.** Where the task partition stands: its marker read quickly (a marked batch
    is skipped; another query's refused) and the sink's *decision pointer* (the committed
    offset ``batch + 1`` of the group ``<prefix>-<sink id>-decision``, plain, outside any
    transaction). A batch already decided is never touched: the task reports it and
    returns without ``InitProducerId`` on its id, which would abort the decided
-   transaction. Otherwise a new producer is fenced in (ending any earlier attempt's open
-   transaction), the marker read stably, and the transaction written: the rows,
-   the marker's offset; flushed, every delivery checked (a failed record aborts it and fails
-   the task). The task returns the transaction's identity (id, producer id, epoch, read
-   from its own client: :mod:`.txn_identity`) and leaves it **open**: nothing of it is
-   visible.
+   transaction if it were the same id. Otherwise a new producer of the attempt's id is
+   fenced in (ending that id's earlier open transaction only), and the transaction
+   written: the rows, the marker's offset; flushed, every delivery checked (a failed
+   record aborts it and fails the task). The task returns the transaction's identity
+   (id, producer id, epoch, read from its own client: :mod:`.txn_identity`) and leaves
+   it **open**: nothing of it is visible.
 2. **Driver, the decision.** The batch's transactions go to the marker log as one
    record keyed ``<prefix>-<sink id>-decision`` and the pointer moves to ``batch + 1``,
    in one transaction of the driver's claim of the sink's decider, the transactional
@@ -54,8 +63,8 @@ earlier ones, began before. On Kafka 3.8+ the brokers tell by their own clocks (
 a transaction has run against how long the call has: :class:`.coordinator.CallTime`);
 before, a coordinator's start time is compared with the driver's wall clock, and a
 driver behind the brokers by more than a batch leaves a stray to a later commit, at
-worst to its transaction timeout (only the ids of task partitions later batches no
-longer have depend on the sweep: the next batch's task fences the others').
+worst to its transaction timeout (a stray of an attempt slot the next batch's task of
+that partition happens to take is fenced by that task too).
 
 Before a new decision the driver refuses a batch whose oldest transaction is too close
 to ``kafka.transaction.timeout.ms`` (:func:`decision_margin`): it aborts them and fails,
@@ -126,7 +135,9 @@ from eos_connectors.sinks.kafka.errors import KafkaSinkError
 from eos_connectors.sinks.kafka.marker import MarkerGroup
 from eos_connectors.sinks.kafka.options import (
     KafkaSinkOptions,
+    attempt_slot,
     ids_prefix,
+    marker_group,
     transactional_id,
 )
 from eos_connectors.sinks.kafka.pool import MARKER_GROUPS
@@ -206,11 +217,12 @@ class BatchCommitWriter(StreamArrowWriter):
         new producer and its fencing overlap with Spark computing them."""
         steps = timing.TaskSteps("sink prepare", task.batch_id, rest="produce")
         sid = self.options.sink_id_for(task.query_id)
-        name = transactional_id(self.options, sid, task.partition, self._slot)
+        attempt = attempt_slot(task.task_attempt_id)
+        name = transactional_id(self.options, sid, task.partition, self._slot, attempt)
         pointer_group = decision_group(self.options, sid)
         with (
             RowsAhead(iterator) as ahead,
-            MARKER_GROUPS.lent(self.options, name) as marker,
+            MARKER_GROUPS.lent(self.options, marker_group(name)) as marker,
             MARKER_GROUPS.lent(self.options, pointer_group) as pointer,
         ):
             rows_in = steps.pulled("waiting for rows", iter(ahead))
@@ -265,21 +277,18 @@ class BatchCommitWriter(StreamArrowWriter):
         rows_in: Iterator[pa.RecordBatch],
         steps: timing.TaskSteps,
     ) -> PreparedTask:
-        """Task: the new producer fenced in, the marker read stably (the topic looked up
-        meanwhile: :func:`~.clients.look_up_topic`), the transaction written and flushed,
-        every delivery checked; left open. The producer is then destroyed by a thread of
-        the worker (:func:`~.clients.retiring`), which leaves the transaction open too."""
+        """Task: the new producer fenced in (its own id's earlier transaction ended),
+        the topic looked up (:func:`~.clients.look_up_topic`), the transaction written and
+        flushed, every delivery checked; left open. The producer is then destroyed by a
+        thread of the worker (:func:`~.clients.retiring`), which leaves the transaction
+        open too. The marker is not read again here: another attempt's open transaction
+        (a live attempt of this task partition under another attempt slot) holds an
+        offset for the group that a stable read would wait on, and the decision pointer,
+        read before, is what says whether the batch may be written."""
         producer = fresh.producer
         call(lambda: producer.init_transactions(CALL_TIMEOUT), "init_transactions")
-        # The topic looked up while the marker is read: not after the rows came.
-        stable, _ = at_once(
-            marker.read_stable, partial(look_up_topic, producer, self.options.topic)
-        )
-        known = stable or (0, "")  # the log holds no batch-mode marker
+        look_up_topic(producer, self.options.topic)
         steps.add("checks and fencing", steps.began)  # before any row was waited for
-        check_owner(self.options, known, sid, task.query_id)
-        if known[0] > task.batch_id:
-            return PreparedTask(task, sid, "marked")
         batches = (b for b in rows_in if b.num_rows)
         first = next(batches, None)
         if first is None:
@@ -522,7 +531,7 @@ class BatchCommitWriter(StreamArrowWriter):
                 continue
             if not isinstance(refusal, TransactionEndedError):
                 raise refusal
-            marked = read_marker(self.options, txn.transactional_id)
+            marked = read_marker(self.options, marker_group(txn.transactional_id))
             if marked is None or marked[0] <= decision.batch:
                 lost[partition] = refusal  # else committed before: a repeat
         if lost:

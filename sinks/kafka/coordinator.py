@@ -40,6 +40,7 @@ moves with every transaction. The answers (checked against Kafka 4.3):
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
@@ -438,15 +439,13 @@ def describe_when_ready(client: TransactionClient, transactional_id: str, deadli
 
 
 def _task(rest: str, slot: int | None) -> bool:
-    """Whether an id's tail after a sink's prefix names a task partition: a number, or a
-    number, ``r`` and a run's slot (only ``slot``'s when given)."""
-    partition, mark, run = rest.partition("r")
-    if not _number(partition):
+    """Whether an id's tail after a sink's prefix names a task partition: a number, then
+    ``r`` and a run's slot or not (only ``slot``'s when given), then ``a`` and an attempt
+    slot or not (``3``, ``3a7``, ``3r5``, ``3r5a7``: :func:`.options.transactional_id`)."""
+    named = _TASK_TAIL.match(rest)
+    if named is None:
         return False
-    if slot is not None:
-        return bool(mark) and run == str(slot)
-    return not mark or _number(run)
+    return slot is None or named.group("run") == str(slot)
 
 
-def _number(text: str) -> bool:
-    return text.isascii() and text.isdigit()
+_TASK_TAIL = re.compile(r"[0-9]+(?:r(?P<run>[0-9]+))?(?:a[0-9]+)?\Z")

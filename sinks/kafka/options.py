@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -264,12 +265,21 @@ def _partitioner(java_class: str) -> str:
 
 
 def transactional_id(
-    options: KafkaSinkOptions, sink_id: str, partition: int, slot: int | None = None
+    options: KafkaSinkOptions,
+    sink_id: str,
+    partition: int,
+    slot: int | None = None,
+    attempt: int = 0,
 ) -> str:
-    """``<prefix>-<sink id>-<task partition>``: stable, so a retry fences its predecessors.
-    A batch job's run in the batch commit names its own (``...-<task partition>r<slot>``,
-    :mod:`.runs`), so that two runs of one version never fence each other."""
+    """``<prefix>-<sink id>-<task partition>``: stable, so a retry fences its predecessors
+    (``commitMode=task``). A batch job's run in the batch commit names its own
+    (``...-<task partition>r<slot>``, :mod:`.runs`), so that two runs of one version never
+    fence each other; and a task attempt in the batch commit adds its attempt slot
+    (``...a<attempt>``, none for slot 0: :func:`attempt_slot`), so that two live attempts
+    of one task partition do not either."""
     tail = f"{partition}" if slot is None else f"{partition}r{slot}"
+    if attempt:
+        tail += f"a{attempt}"
     name = f"{options.transactional_id_prefix}-{sink_id}-{tail}"
     if len(name) > MAX_TRANSACTIONAL_ID:
         raise ConfigError(
@@ -277,6 +287,27 @@ def transactional_id(
             f"transactionalIdPrefix and sinkId under {MAX_TRANSACTIONAL_ID} together."
         )
     return name
+
+
+#: How many transactional ids (attempt slots) a task partition's attempts take turns with
+#: in the batch commit: what the sink leaves at the coordinators per task partition.
+ATTEMPT_SLOTS = 16
+_ATTEMPT = re.compile(r"a[0-9]+$")
+
+
+def attempt_slot(task_attempt_id: int) -> int:
+    """Task: the batch commit's attempt slot of the task attempt ``task_attempt_id``
+    (Spark's, unique within the application): two live attempts of one task partition
+    (a stage resubmitted while its first attempt still runs, a speculative copy) get
+    different slots unless their ids are equal modulo :data:`ATTEMPT_SLOTS`."""
+    return task_attempt_id % ATTEMPT_SLOTS
+
+
+def marker_group(transactional_id: str) -> str:
+    """The marker group a transactional id's transactions commit their offset to: the id
+    without its attempt slot, so every attempt of a task partition (of a run) marks one
+    group."""
+    return _ATTEMPT.sub("", transactional_id)
 
 
 def ids_prefix(options: KafkaSinkOptions, sink_id: str) -> str:

@@ -8,7 +8,8 @@ it the id's next epoch and fences every earlier claim. The claim gives the run t
 things:
 
 * **Ids of its own.** Its tasks' transactional ids are ``<prefix>-<sink id>-<task
-  partition>r<slot>``, the slot being the claim's epoch modulo :data:`POOL`. With the
+  partition>r<slot>`` (then each attempt's slot, ``a<slot>``:
+  :func:`.options.attempt_slot`), the slot being the claim's epoch modulo :data:`POOL`. With the
   stream's ids (one per task partition), a task of the later run would fence, so abort,
   the earlier run's transaction of its task partition; once the earlier run had decided,
   that task partition would end up written by the other run, in that run's split of the

@@ -9,8 +9,8 @@ ends an undecided batch and never a decided one, and a task that writes after it
 no hanging transaction; ``eos sinks`` lists and resets it; a batch job's version decided
 by a driver that died is committed before the next version.
 
-Cost: ~27 s in CI (thirteen tests; the woken driver that read the pointer before it
-paused, ~3 s); a fourteenth, the coordinator's own timeout (~22 s), is `make soak`'s."""
+Cost: ~29 s in CI (fourteen tests; the woken driver that read the pointer before it
+paused, ~3 s); a fifteenth, the coordinator's own timeout (~22 s), is `make soak`'s."""
 
 from __future__ import annotations
 
@@ -279,6 +279,32 @@ def test_a_decided_transaction_another_client_aborted_is_written_again_not_stall
     assert _visible(endpoints, writer) == _expected(range(1)), "each record once"
 
 
+def test_two_live_attempts_of_one_task_partition_never_fence_each_other(
+    endpoints: Endpoints, writer: BatchCommitWriter
+) -> None:
+    """A stage resubmitted after an executor was lost runs task partition 1 again while its
+    first attempt still runs (tests/system/test_distributed.py saw it): the second attempt
+    prepares after the first one reported, and Spark keeps the first one's report. With
+    one transactional id per task partition the second attempt's InitProducerId aborted
+    the kept transaction, and the batch failed after its decision. Each attempt has its
+    own id now (its attempt slot): the kept transaction commits, the other attempt's is a
+    stray the commit's sweep ends, and nothing else is visible or left open."""
+    from eos_connectors.sinks.kafka.coordinator import TransactionClient
+
+    sink_id = writer.options.sink_id
+    assert sink_id is not None
+    kept = _prepare(writer, 0)
+    loser = writer.write_task(a_task(0, partition=1), iter(_rows(0, 1, "-second-attempt")))
+    assert loser.state == "prepared" and loser.txn is not None and kept[1].txn is not None
+    writer.commit(list(kept), 0)
+    assert _visible(endpoints, writer) == _expected(range(1)), "the kept attempt's rows, once"
+    client = TransactionClient(writer.options.kafka)
+    try:
+        assert client.open_transactions(ids_prefix(writer.options, sink_id)) == []
+    finally:
+        client.close()
+
+
 def _stale_driver(
     writer: BatchCommitWriter, reports: list[PreparedTask]
 ) -> tuple[threading.Thread, list[BaseException]]:
@@ -401,10 +427,10 @@ def test_a_sweep_no_broker_answers_fails_no_batch_and_the_next_commit_sweeps(
     """The sweep after a batch's commits asks every broker for its open transactions; a
     broker that does not answer (tests/system/test_distributed.py: the coordinator
     killed between the decision and the commits, which failed the query) leaves the
-    batch committed, says so, and the next batch's commit sweeps the stray (a task
-    partition the replay no longer had), which held read_committed readers back until
-    then. ListTransactions is made to fail here; the commits, the stray and its abort
-    are the real broker's."""
+    batch committed, says so, and the next batch's commit sweeps the strays (a task
+    partition the replay no longer had, an attempt under another attempt slot), which
+    held read_committed readers back until then. ListTransactions is made to fail here;
+    the commits, the strays and their aborts are the real broker's."""
     import kafka.errors
 
     from eos_connectors.sinks.kafka.coordinator import TransactionClient
@@ -412,7 +438,9 @@ def test_a_sweep_no_broker_answers_fails_no_batch_and_the_next_commit_sweeps(
     sink_id = writer.options.sink_id
     assert sink_id is not None
     prefix = ids_prefix(writer.options, sink_id)
-    _prepare(writer, 0)  # an attempt the driver never heard of: a stray of task partition 1
+    # attempts the driver never heard of: strays (of task partition 1, which the replay no
+    # longer has, and of 0, whose replay takes another attempt slot)
+    strays = {r.txn.transactional_id for r in _prepare(writer, 0) if r.txn is not None}
     replay = _prepare(writer, 0, run="run-2", tasks=1)
 
     def unreachable(*_: object, **__: object) -> None:
@@ -425,7 +453,7 @@ def test_a_sweep_no_broker_answers_fails_no_batch_and_the_next_commit_sweeps(
     assert "sweep of open transactions no decision names waits" in caplog.text
     client = TransactionClient(writer.options.kafka)
     try:
-        assert [t.transactional_id for t in client.open_transactions(prefix)] == [f"{prefix}1"]
+        assert {t.transactional_id for t in client.open_transactions(prefix)} == strays
         writer.commit(list(_prepare(writer, 1, tasks=1)), 1)
         assert client.open_transactions(prefix) == [], "the next commit swept the stray"
     finally:
