@@ -14,6 +14,7 @@ paused, ~3 s); a fifteenth, the coordinator's own timeout (~22 s), is `make soak
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Iterator
@@ -494,7 +495,10 @@ def test_eos_sinks_lists_and_resets_a_batch_commit_sink(
 ) -> None:
     """The decision pointer and record are the sink's bookkeeping too: listed with the
     owner query and last decided batch, and forgotten by a reset, so a new query with
-    the same sinkId may write (it is refused before)."""
+    the same sinkId may write (it is refused before). An attempt left open under another
+    attempt slot (a zombie of the stopped query) holds an offset for its task
+    partition's group: the reset ends it first, else its stable read of that group would
+    wait for it and fail."""
     from eos_connectors.cli import main
     from eos_connectors.core.protocol import SinkClaimedError
 
@@ -512,6 +516,9 @@ def test_eos_sinks_lists_and_resets_a_batch_commit_sink(
     assert listed.split()[:4] == ["kafka", sink_id, "kafka-query", "0"], listed
     with pytest.raises(SinkClaimedError):
         writer.write_task(a_task(1, query="new-query"), iter(_rows(1, 0)))
+    slot_1 = dataclasses.replace(a_task(1), task_attempt_id=1)  # not the group's own id
+    zombie = writer.write_task(slot_1, iter(_rows(1, 0)))
+    assert zombie.state == "prepared", "no open transaction for the reset to end"
     reset = eos("reset", sink_id, "--checkpoint-deleted", "--quiet-seconds", "0", "--yes")
     assert "bookkeeping forgotten" in reset
     assert sink_id not in eos("list")
