@@ -54,7 +54,8 @@ ends every open transaction of the sink's ids begun before its call while the ba
 undecided, those of tasks that never reported too (the sink id found through the query
 id in the checkpoint when no task reported); a decided batch is never touched.
 
-**Sweeps** (after a commit, before a refused decision, in ``abort``) end only
+**Sweeps** (after a commit, before a refused decision, in ``abort``; and at a stream's
+start, :func:`.stream_decider.sweep_at_start`) end only
 transactions begun before the driver's call. A driver of an earlier run, paused and
 woken after this query's next run took over (a frozen driver the cluster manager
 replaced), would otherwise abort the new run's open transactions, those it had just

@@ -50,6 +50,8 @@ from eos_connectors.sinks.kafka.clients import (
 )
 from eos_connectors.sinks.kafka.coordinator import (
     COORDINATOR_WAIT_S,
+    CallTime,
+    OpenTransaction,
     describe_when_ready,
     kept_client,
 )
@@ -58,11 +60,13 @@ from eos_connectors.sinks.kafka.decisions import (
     decider_settings,
     decision_group,
     last_logged,
+    read_decision,
+    read_pointer,
     write_in_transaction,
 )
 from eos_connectors.sinks.kafka.errors import KafkaSinkError
 from eos_connectors.sinks.kafka.marker import MarkerGroup
-from eos_connectors.sinks.kafka.options import KafkaSinkOptions
+from eos_connectors.sinks.kafka.options import KafkaSinkOptions, ids_prefix
 
 log = logging.getLogger(__name__)
 
@@ -196,6 +200,30 @@ def claim_at_start(options: KafkaSinkOptions, checkpoint: str | None) -> None:
     sid = options.sink_id_for(query_id)
     with _lent(options, sid):
         pass
+    sweep_at_start(options, sid, query_id)
+
+
+def sweep_at_start(
+    options: KafkaSinkOptions, sid: str, query_id: str
+) -> list[OpenTransaction] | None:
+    """Driver, at a stream's start, after its claim of the decider fenced every earlier
+    driver: the sink's open transactions that its last decision does not name aborted
+    (an attempt that wrote after the previous run's last commit, which no later commit
+    swept: a zombie woken then, the attempt Spark did not keep). The last decision's are
+    kept: the previous driver may have died before its commits, which the replay
+    finishes. Only the query's own sink: a pointer of another query (a sink id not yet
+    reset) is left alone. Best effort, as the commits' sweep: None when a broker did not
+    answer, else what was aborted."""
+    called = CallTime.now()
+    pointed = read_pointer(options, sid, stable=True)
+    if pointed is None or pointed[1] != query_id:
+        return []
+    keep = list(read_decision(options, sid, pointed[0] - 1).txns.values())
+    with kept_client(options.kafka) as client:
+        stray = client.sweep_if_reachable(ids_prefix(options, sid), keep, called)
+    if stray:
+        log.info("sink %s: aborted %d open transactions at start", sid, len(stray))
+    return stray
 
 
 def _lent(options: KafkaSinkOptions, sid: str) -> AbstractContextManager[Decider]:

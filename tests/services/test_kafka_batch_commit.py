@@ -6,11 +6,12 @@ the decision finishes on the replay, and an attempt that starts after the decisi
 transaction aborted before its commit is written again by the replay; a batch that
 failed before its decision is written again in full whatever its new rows; ``abort``
 ends an undecided batch and never a decided one, and a task that writes after it leaves
-no hanging transaction; ``eos sinks`` lists and resets it; a batch job's version decided
-by a driver that died is committed before the next version.
+no hanging transaction; a stream's start aborts what its last decision does not name;
+``eos sinks`` lists and resets it; a batch job's version decided by a driver that died
+is committed before the next version.
 
-Cost: ~29 s in CI (fourteen tests; the woken driver that read the pointer before it
-paused, ~3 s); a fifteenth, the coordinator's own timeout (~22 s), is `make soak`'s."""
+Cost: ~31 s in CI (fifteen tests; the woken driver that read the pointer before it
+paused, ~3 s); a sixteenth, the coordinator's own timeout (~22 s), is `make soak`'s."""
 
 from __future__ import annotations
 
@@ -304,6 +305,41 @@ def test_two_live_attempts_of_one_task_partition_never_fence_each_other(
         assert client.open_transactions(ids_prefix(writer.options, sink_id)) == []
     finally:
         client.close()
+
+
+@pytest.mark.cost(2)
+def test_a_streams_start_aborts_what_its_last_decision_does_not_name(
+    endpoints: Endpoints, writer: BatchCommitWriter
+) -> None:
+    """Batch 1 is decided and its driver dies before its commits, while an attempt of
+    batch 1 that Spark did not keep (another attempt slot) is still open: no later
+    commit of that run sweeps it. The next run's start aborts it and keeps the decided
+    transactions, which the replay's commit ends: each record once, nothing left open.
+    A start for another query's pointer (a sink id not yet reset) aborts nothing."""
+    from eos_connectors.sinks.kafka.coordinator import TransactionClient
+    from eos_connectors.sinks.kafka.stream_decider import sweep_at_start
+
+    sid = writer.options.sink_id
+    assert sid is not None
+    writer.commit(list(_prepare(writer, 0)), 0)
+    prepared = _prepare(writer, 1)
+    lost = writer.write_task(a_task(1, partition=0), iter(_rows(1, 0, "-not-kept")))
+    assert lost.txn is not None
+    with pytest.raises(faults.SimulatedCrash), faults.simulate("after-decision@1"):
+        writer.commit(list(prepared), 1)
+    assert sweep_at_start(writer.options, sid, "another-query") == []
+    aborted = sweep_at_start(writer.options, sid, "kafka-query")
+    assert [t.transactional_id for t in aborted or []] == [lost.txn.transactional_id]
+    client = TransactionClient(writer.options.kafka)
+    try:
+        left = set(client.open_transactions(ids_prefix(writer.options, sid)))
+        assert left == {r.txn for r in prepared}, "a decided transaction was aborted"
+    finally:
+        client.close()
+    replay = _prepare(writer, 1, run="run-2")
+    assert {m.state for m in replay} == {"decided"}
+    writer.commit(list(replay), 1)
+    assert _visible(endpoints, writer) == _expected(range(2)), "each record once"
 
 
 def _stale_driver(
