@@ -252,11 +252,8 @@ class KafkaSinkAdmin(SinkAdmin):
         from eos_connectors.sinks.kafka.coordinator import TransactionClient
 
         try:
-            client = TransactionClient(self.config, timeout_s=REACH_TIMEOUT)
-            try:
+            with contextlib.closing(TransactionClient(self.config, REACH_TIMEOUT)) as client:
                 ended = client.sweep(f"{self.prefix}-{sink_id}-", [])
-            finally:
-                client.close()
         except Exception as exc:  # best effort: see the docstring
             log.warning("open transactions of sink %s not ended: %s", sink_id, type(exc).__name__)
             return

@@ -61,7 +61,6 @@ from eos_connectors.sinks.kafka.decisions import (
     decision_group,
     last_logged,
     read_decision,
-    read_pointer,
     write_in_transaction,
 )
 from eos_connectors.sinks.kafka.errors import KafkaSinkError
@@ -190,24 +189,23 @@ def claim_at_start(options: KafkaSinkOptions, checkpoint: str | None) -> None:
     """Driver, at a stream's start: the decider claimed (and kept for this process's
     commits) for the sink id of the query the ``checkpoint`` names, so that a driver of
     an earlier run is fenced before this run's first batch and the driver's WRITE on
-    the id is known at once. Nothing happens when the checkpoint cannot be read here:
-    the first commit claims. A claim refused fails the start, naming the fallback."""
+    the id is known at once; then the sink's strays swept (:func:`sweep_at_start`).
+    Nothing happens when the checkpoint cannot be read here: the first commit claims. A
+    claim refused fails the start, naming the fallback."""
     from eos_connectors.core.checkpoint_sinks import checkpoint_query_id
 
     query_id = checkpoint_query_id(checkpoint)
     if query_id is None:
         return
-    sid = options.sink_id_for(query_id)
-    with _lent(options, sid):
-        pass
-    sweep_at_start(options, sid, query_id)
+    sweep_at_start(options, options.sink_id_for(query_id), query_id)
 
 
 def sweep_at_start(
     options: KafkaSinkOptions, sid: str, query_id: str
 ) -> list[OpenTransaction] | None:
-    """Driver, at a stream's start, after its claim of the decider fenced every earlier
-    driver: the sink's open transactions that its last decision does not name aborted
+    """Driver, at a stream's start, under its claim of the decider (claimed here if this
+    process has none yet: every earlier driver fenced), the pointer read through it: the
+    sink's open transactions that its last decision does not name aborted
     (an attempt that wrote after the previous run's last commit, which no later commit
     swept: a zombie woken then, the attempt Spark did not keep). The last decision's are
     kept: the previous driver may have died before its commits, which the replay
@@ -215,7 +213,8 @@ def sweep_at_start(
     reset) is left alone. Best effort, as the commits' sweep: None when a broker did not
     answer, else what was aborted."""
     called = CallTime.now()
-    pointed = read_pointer(options, sid, stable=True)
+    with _lent(options, sid) as decider:
+        pointed = decider.read()
     if pointed is None or pointed[1] != query_id:
         return []
     keep = list(read_decision(options, sid, pointed[0] - 1).txns.values())
