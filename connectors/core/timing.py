@@ -42,6 +42,10 @@ def record_task(
         _append(line if began is None else {**line, "began": round(began, 3)})
 
 
+#: The name under which :class:`TaskSteps` records when its task took its first rows.
+FIRST_ROWS = "first rows at"
+
+
 class TaskSteps:
     """Task: where one task's time goes, step by step, for ``eos bench``'s profile.
 
@@ -49,7 +53,12 @@ class TaskSteps:
     waiting for an iterator's next item (rows from Spark).
     ``record`` writes the task's whole time as ``stage`` and each step as
     ``"<stage>: <step>"``, the time no step covers as ``"<stage>: <rest>"``. Only a
-    few clock reads per Arrow batch, so it is always on.
+    few clock reads per Arrow batch, so it is always on. It also writes when the task
+    took its first item from ``pulled`` as ``"<stage>: first rows at"`` (from the task's
+    start; not a step: it overlaps the steps before it). A sink task that gets ready
+    while Spark computes its rows (:class:`~eos_connectors.core.ahead.RowsAhead`) takes
+    them when both are done, so set against a task that does not get ready first, it
+    says whether getting ready was hidden.
     """
 
     def __init__(self, stage: str, batch_id: int | None, rest: str) -> None:
@@ -57,6 +66,7 @@ class TaskSteps:
         self.began = time.perf_counter()
         self.began_at = time.time()
         self.seconds: dict[str, float] = defaultdict(float)
+        self.first_rows: float | None = None  # seconds from the start to the first item
 
     def add(self, step: str, since: float) -> float:
         """Count the time from ``since`` to now as ``step``; return now."""
@@ -73,7 +83,9 @@ class TaskSteps:
             except StopIteration:
                 self.add(step, since)
                 return
-            self.add(step, since)
+            now = self.add(step, since)
+            if self.first_rows is None:
+                self.first_rows = now - self.began
             yield item
 
     def record(self) -> None:
@@ -82,6 +94,8 @@ class TaskSteps:
         for step, seconds in self.seconds.items():
             record_task(f"{self.stage}: {step}", self.batch_id, seconds)
         record_task(f"{self.stage}: {self.rest}", self.batch_id, total - sum(self.seconds.values()))
+        if self.first_rows is not None:
+            record_task(f"{self.stage}: {FIRST_ROWS}", self.batch_id, self.first_rows)
 
 
 def _append(line: dict[str, object]) -> None:
