@@ -44,6 +44,7 @@ from pyspark.sql.types import StructType
 
 from eos_connectors.core import options as opt
 from eos_connectors.core.context import NotInStreamingTaskError, TaskIdentity
+from eos_connectors.core.driver_gc import settle
 from eos_connectors.core.errors import ConfigError
 from eos_connectors.core.protocol import TwoPhaseCommitWriter
 
@@ -202,7 +203,9 @@ class SinkFormat(DataSource):
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         """Driver: check the options against the stream, run the start checks once per
-        driver, and return the writer (its ``write`` runs in tasks)."""
+        driver, and return the writer (its ``write`` runs in tasks). Spark calls it twice
+        a batch, in processes it keeps (:func:`~eos_connectors.core.driver_gc.settle`)."""
+        settle()
         refuse_in_stream(self.options, self.connector)
         writer: DataSourceStreamWriter = self._writer(schema, overwrite)
         return writer
@@ -211,6 +214,7 @@ class SinkFormat(DataSource):
         """Driver: a batch write (``df.write``) as batch ``txnVersion`` of job ``sinkId``:
         Overwrite and the job's identity checked first, before any network call or DDL,
         then the sink's streaming writer (its checks run), wrapped for the job."""
+        settle()
         refuse_overwrite(overwrite, self.connector, self.instead_of_overwrite)
         options = self.sink_config
         job = batch_job(self.options, self.connector, options.exactly_once, options.sink_id)
