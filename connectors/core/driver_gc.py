@@ -23,9 +23,8 @@ writer) nothing is frozen.
 from __future__ import annotations
 
 import gc
-import os
 
-from eos_connectors.core.startup import SPARK_WORKER_ENV
+from eos_connectors.core.startup import started_by_spark
 
 #: Calls between two full walks (a thaw, then a freeze at the next call).
 REFREEZE = 256
@@ -38,7 +37,7 @@ def settle() -> None:
     process's second call, what is alive is frozen out of the collector (see the module's
     docstring); every :data:`REFREEZE` calls it is thawed for one call."""
     global _calls
-    if not any(name in os.environ for name in SPARK_WORKER_ENV):
+    if not started_by_spark():
         return
     _calls += 1
     if _calls % REFREEZE == 0:

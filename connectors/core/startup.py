@@ -118,8 +118,13 @@ def start_key(source: str, options: Mapping[str, str], schema: StructType) -> st
     return "|".join((source, repr(sorted(options.items())), schema.json()))
 
 
+def started_by_spark() -> bool:
+    """Whether this is a Python process Spark started (a worker, a planner, a commit)."""
+    return any(name in os.environ for name in SPARK_WORKER_ENV)
+
+
 def _marker(key: str) -> Path | None:
-    if not any(name in os.environ for name in SPARK_WORKER_ENV):
+    if not started_by_spark():
         return None
     driver = _driver_identity()
     if driver is None:
