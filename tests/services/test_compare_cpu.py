@@ -11,12 +11,13 @@ import json
 import time
 from pathlib import Path
 
+import psutil  # type: ignore[import-untyped]
 import pytest
 from confluent_kafka import Producer
 
 from eos_connectors.core.topics import create_topic
 from eos_connectors.dev.compare import sink_cpu
-from eos_connectors.dev.compare.process import CpuClock, local_broker
+from eos_connectors.dev.compare.process import THREAD_LIST_EVERY, CpuClock, local_broker
 from eos_connectors.dev.endpoints import Endpoints
 from eos_connectors.sinks.kafka.decisions import read_decision
 from eos_connectors.sinks.kafka.options import KafkaSinkOptions, parse_options
@@ -50,9 +51,24 @@ def test_the_clock_charges_the_local_broker_for_transactions(
     clock.sample([])
     used = clock.between(began, ended)
     assert used is not None
-    pipeline, broker_s = used
-    assert pipeline == 0.0  # an empty tree
-    assert broker_s is not None and broker_s > 0.01  # ~40 transactions' coordinator work
+    assert used["pipeline"] == 0.0  # an empty tree
+    assert used["broker"] > 0.01  # ~40 transactions' coordinator work
+
+
+def test_the_clock_finds_a_real_jvms_gc_and_jit_threads(endpoints: Endpoints) -> None:
+    # The broker stands in for a pipeline's JVM: a HotSpot JVM (Java 17) in the tree.
+    broker = local_broker(endpoints.kafka_bootstrap)
+    assert broker is not None
+    clock = CpuClock()
+    tree = [psutil.Process(), broker]
+    for _ in range(THREAD_LIST_EVERY + 1):
+        clock.sample(tree)
+        time.sleep(0.01)
+    kinds = set(clock._thread_kind.values())
+    assert kinds == {"jvm-gc", "jvm-jit"}, kinds
+    last = clock.samples[-1][1]
+    assert last["jvm"] > last["jvm-gc"] + last["jvm-jit"] > 0  # a JVM's life so far
+    assert last["pipeline"] == last["jvm"] + last["driver"]
 
 
 @pytest.mark.cost(6)

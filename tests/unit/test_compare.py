@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 import threading
@@ -17,7 +18,7 @@ import psutil  # type: ignore[import-untyped]
 import pytest
 
 from eos_connectors.core.errors import ConfigError
-from eos_connectors.dev.compare import command, report, runner, schedule, stats
+from eos_connectors.dev.compare import command, process, report, runner, schedule, stats
 from eos_connectors.dev.compare import pipelines as pl
 from eos_connectors.dev.compare.command import _chosen
 from eos_connectors.dev.compare.process import CpuClock, Memory, total, workers
@@ -346,23 +347,39 @@ def test_the_cpu_clock_counts_a_process_tree_between_two_moments() -> None:
     spinning = clock.between(began, spun[0])
     sleeping = clock.between(spun[0] + 0.1, spun[0] + 0.5)
     assert spinning is not None and sleeping is not None
-    assert 0.4 < spinning[0] < 0.7 and spinning[1] is None  # no broker on this clock
-    assert sleeping[0] < 0.05
+    assert 0.4 < spinning["pipeline"] < 0.7 and "broker" not in spinning  # no broker here
+    assert spinning["driver"] == spinning["pipeline"]  # the tree's first process: the driver
+    assert spinning["tasks"] == spinning["jvm"] == spinning["jvm-gc"] == 0.0
+    assert sleeping["pipeline"] < 0.05
     whole = clock.between(began, ended)
-    assert whole is not None and whole[0] >= 0.45  # the exited child keeps what it used
+    assert whole is not None and whole["pipeline"] >= 0.45  # the exited child keeps its CPU
     assert clock.between(began - 10, ended) is None  # before the first sample: unknown
     assert clock.between(began, ended + 10) is None  # after the last one: unknown
 
 
 def test_the_cpu_table_gives_microseconds_a_record() -> None:
     eo, alo, raw = _result("eos-kafka", 2000), _result("eos-kafka-alo", 2000), _result("raw", 10)
-    eo.rounds[0].cpu_s = {"pipeline": 0.03, "broker": 0.01}
-    alo.rounds[0].cpu_s = {"pipeline": 0.02}  # the broker is not on this machine
+    eo.rounds[0].cpu_s = {"pipeline": 0.03, "broker": 0.01, "jvm": 0.02, "jvm-gc": 0.002}
+    eo.rounds[0].cpu_s |= {"jvm-jit": 0.001, "tasks": 0.008, "planners": 0.002, "driver": 0.0}
+    alo.rounds[0].cpu_s = {"pipeline": 0.02}  # the broker is not on this machine, no parts
     lines = report.cpu_table([eo, alo, raw])
-    assert "| eos-kafka | exactly-once | 1 | 15.0 | 5.0 | 20.0 |" in lines
-    assert "| eos-kafka-alo | at-least-once | 1 | 10.0 | - | - |" in lines
+    parts = "10.0 | 1.0 | 0.5 | 4.0 | 1.0 | 0.0"  # JVM, GC, JIT, tasks, planners, driver
+    assert f"| eos-kafka | exactly-once | 1 | 15.0 | 5.0 | 20.0 | {parts} |" in lines
+    assert "| eos-kafka-alo | at-least-once | 1 | 10.0 | - | - | - | - | - | - | - | - |" in lines
     assert len(lines) == 4  # raw: not measured
     assert report.cpu_table([raw]) == []
+
+
+def test_the_cpu_clock_tells_the_jvms_gc_and_jit_threads_by_name() -> None:
+    assert process._thread_kind("GC Thread#1") == "jvm-gc"
+    assert process._thread_kind("G1 Conc#0") == process._thread_kind("VM Thread") == "jvm-gc"
+    assert process._thread_kind("C2 CompilerThre") == "jvm-jit"
+    assert process._thread_kind("Executor task l") is None
+    assert process._thread_kind(None) is None
+    ticks = os.sysconf("SC_CLK_TCK")
+    stat = f"42 (GC Thread#0) S 1 1 1 0 -1 0 0 0 0 0 {3 * ticks} {ticks} 0 0 20 0 1 0"
+    assert process._thread_cpu(stat) == 4.0  # user 3 s and system 1 s
+    assert process._thread_cpu("7 (a (b) c) R " + " ".join(["0"] * 10) + " 5 6") == 11 / ticks
 
 
 def test_the_kafka_sinks_prepare_is_its_tasks_share_of_a_record() -> None:
@@ -391,6 +408,26 @@ def test_records_per_second_leaves_the_first_half_of_the_phase_out_as_warm_up() 
     assert clock["t"] == 0.0 and len(measured) == 3
     with pytest.raises(AssertionError, match="too few to leave out a warm-up"):
         runner.warmed_up([{"records": 100, "t": 0.0}], "raw")
+
+
+def test_a_longer_run_also_measures_the_default_runs_window() -> None:
+    # A run of 30 batches of 100 records stands for one of 1,000 (the default, scaled):
+    # its first 10 batches are where such a run stops, the start-up batch included.
+    every = [{"batch": i, "records": 100, "t": float(i)} for i in range(30)]
+    assert [b["batch"] for b in runner.first_records(every, 1000)] == list(range(10))
+    assert runner.first_records(every, 10_000) == every  # shorter than asked: all of it
+    assert runner.Round(1, early_records=500, early_seconds=2.0).early_rate == 250.0
+    assert runner.Round(1).early_rate is None  # not measured
+    # The pairs table shows the two measures side by side only for a longer run.
+    eo, alo = _result("eos-kafka", 900, 1000), _result("eos-kafka-alo", 1000, 1000)
+    for figures, early in zip(eo.rounds + alo.rounds, (800, 800, 1000, 1000), strict=True):
+        figures.early_records, figures.early_seconds = early, 1.0
+    longer = report.pairs_table([eo, alo], _settings(records=runner.RECORDS + 1))
+    assert "steady over the first 2,000,000 records" in longer[0]
+    assert longer[2].startswith("| eos-kafka / eos-kafka-alo | 0.95x [")
+    assert "| 0.80x [0.80, 0.80] (2 rounds) |" in longer[2]
+    default = report.pairs_table([eo, alo], _settings())
+    assert "first" not in default[0] and default[2].count("|") == longer[2].count("|") - 1
 
 
 def test_a_batch_without_the_sinks_figure_wrote_its_state_in_complete_mode() -> None:

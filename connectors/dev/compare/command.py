@@ -26,8 +26,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--records",
         type=int,
-        default=2_000_000,
-        help="throughput phase (default 2000000); steady records/s is of the second half",
+        default=runner.RECORDS,
+        help=(
+            f"throughput phase (default {runner.RECORDS}); steady records/s is of the "
+            f"second half (a longer run also gives that of its first {runner.RECORDS})"
+        ),
     )
     parser.add_argument(
         "--batch-records",

@@ -91,43 +91,122 @@ def workers(parts: dict[str, float]) -> float:
     return parts.get("workers", 0.0) + sum(parts.get(p, 0.0) for p in WORKERS)
 
 
+#: The JVM's own threads whose CPU the clock counts apart, by how their names begin
+#: (``/proc/PID/task/TID/comm``, cut to 15 characters): HotSpot's garbage collection
+#: (with the VM thread, which runs its pauses) and its JIT compilers.
+JVM_THREADS = {
+    "jvm-gc": ("GC Thread", "G1 ", "VM Thread"),
+    "jvm-jit": ("C1 CompilerThre", "C2 CompilerThre"),
+}
+#: Every how many samples the JVM's threads are listed again (G1 starts GC threads as
+#: it needs them); in between only the known ones' CPU is read.
+THREAD_LIST_EVERY = 4
+
+
 @dataclass
 class CpuClock:
     """CPU seconds (user and system) used so far by the pipeline (every process of its
     tree, the JVM and Python workers included; a process that exited keeps what it
-    used) and by the Kafka broker when it runs on this machine, sampled over time and
-    read between two moments (a phase's first and last batch): what a pipeline costs the
-    machine per record, the broker's share included, which transactions raise."""
+    used), by each of its parts (:data:`PARTS`, and the JVM's garbage collection and
+    JIT threads: :data:`JVM_THREADS`) and by the Kafka broker when it runs on this
+    machine, sampled over time and read between two moments (a phase's first and last
+    batch): what a pipeline costs the machine per record, the broker's share included,
+    which transactions raise, and where in the pipeline it goes. A JVM thread found at
+    a listing counts from that sample on with all it used before (a GC thread G1 starts
+    mid-phase moves its first CPU to that sample)."""
 
     broker: psutil.Process | None = None
-    #: (wall clock, pipeline CPU s, broker CPU s): the broker's 0 when it is not local
-    samples: list[tuple[float, float, float]] = field(default_factory=list)
-    _used: dict[tuple[int, float], float] = field(default_factory=dict)
+    #: (wall clock, CPU s so far by "pipeline", each part, "jvm-gc", "jvm-jit", "broker")
+    samples: list[tuple[float, dict[str, float]]] = field(default_factory=list)
+    _used: dict[tuple[int, float], tuple[str, float]] = field(default_factory=dict)
+    _threads: dict[str, float] = field(default_factory=dict)  # /proc stat path -> CPU s
+    _thread_kind: dict[str, str] = field(default_factory=dict)  # same path -> its kind
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def sample(self, tree: list[psutil.Process]) -> None:
-        """Sampler thread, and the kill (a last sample, so the phase's end is covered)."""
+        """Sampler thread, and the kill (a last sample, so the phase's end is covered).
+        ``tree``: the launched process first, then its descendants."""
         with self._lock:
             for proc in tree:
                 with contextlib.suppress(psutil.Error):  # gone: it keeps its last sample
-                    self._used[(proc.pid, proc.create_time())] = _busy(proc)
-            self.samples.append((time.time(), sum(self._used.values()), cpu_seconds(self.broker)))
+                    # Asked every time: Spark's launcher script becomes the JVM (exec).
+                    part = part_of(tree[0], proc)
+                    self._used[(proc.pid, proc.create_time())] = (part, _busy(proc))
+                    if part == "jvm":
+                        self._jvm_threads(proc.pid, len(self.samples))
+            used = dict.fromkeys((*PARTS, *JVM_THREADS), 0.0)
+            for part, seconds in self._used.values():
+                used[part] += seconds
+            for path, seconds in self._threads.items():
+                used[self._thread_kind[path]] += seconds
+            used["pipeline"] = sum(used[p] for p in PARTS)
+            used["broker"] = cpu_seconds(self.broker)
+            self.samples.append((time.time(), used))
 
-    def between(self, start: float, end: float) -> tuple[float, float | None] | None:
-        """(pipeline, broker) CPU seconds from ``start`` to ``end`` (``time.time()``),
-        interpolated between samples; the broker's None when it is not on this machine;
-        None when the samples do not span the interval."""
+    def _jvm_threads(self, pid: int, count: int) -> None:
+        """The CPU so far of the JVM's GC and JIT threads (listed again every
+        :data:`THREAD_LIST_EVERY` samples)."""
+        if count % THREAD_LIST_EVERY == 0:
+            for task in _listed(Path(f"/proc/{pid}/task")):
+                path = str(task / "stat")
+                kind = _thread_kind(_read(str(task / "comm")))
+                if kind is not None and path not in self._thread_kind:
+                    self._thread_kind[path] = kind
+        for path in self._thread_kind:
+            if path.startswith(f"/proc/{pid}/"):
+                seconds = _thread_cpu(_read(path))
+                if seconds is not None:  # an exited thread keeps its last reading
+                    self._threads[path] = seconds
+
+    def between(self, start: float, end: float) -> dict[str, float] | None:
+        """CPU seconds from ``start`` to ``end`` (``time.time()``), interpolated between
+        samples: ``pipeline``, each of :data:`PARTS`, ``jvm-gc`` and ``jvm-jit`` (part of
+        ``jvm``), and ``broker`` when it is on this machine; None when the samples do not
+        span the interval."""
         if len(self.samples) < 2 or not self.samples[0][0] <= start < end <= self.samples[-1][0]:
             return None
         first, last = self._at(start), self._at(end)
-        broker = last[1] - first[1] if self.broker is not None else None
-        return last[0] - first[0], broker
+        used = {who: last[who] - first[who] for who in first}
+        if self.broker is None:
+            del used["broker"]
+        return used
 
-    def _at(self, moment: float) -> tuple[float, float]:
+    def _at(self, moment: float) -> dict[str, float]:
         i = max(1, bisect_left(self.samples, moment, key=lambda s: s[0]))
-        (t0, p0, b0), (t1, p1, b1) = self.samples[i - 1], self.samples[i]
+        (t0, before), (t1, after) = self.samples[i - 1], self.samples[i]
         share = (moment - t0) / (t1 - t0) if t1 > t0 else 1.0
-        return p0 + (p1 - p0) * share, b0 + (b1 - b0) * share
+        return {who: before[who] + (after[who] - before[who]) * share for who in before}
+
+
+def _thread_kind(name: str | None) -> str | None:
+    """The :data:`JVM_THREADS` kind of a thread named ``name``, None for any other."""
+    if name is None:
+        return None
+    return next((k for k, starts in JVM_THREADS.items() if name.startswith(starts)), None)
+
+
+def _thread_cpu(stat: str | None) -> float | None:
+    """User and system CPU seconds in a ``/proc/.../stat`` line (fields 14 and 15, after
+    the name in parentheses, which may hold spaces)."""
+    if stat is None:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as file:
+            return file.read().strip()
+    except OSError:  # the thread or process is gone
+        return None
+
+
+def _listed(folder: Path) -> list[Path]:
+    try:
+        return list(folder.iterdir())
+    except OSError:  # the process is gone
+        return []
 
 
 def cpu_seconds(proc: psutil.Process | None) -> float:

@@ -13,7 +13,7 @@ from pathlib import Path
 from eos_connectors.core.errors import ConfigError
 from eos_connectors.dev.compare import process, stats
 from eos_connectors.dev.compare.pipelines import PAIRS, PIPELINES, QUIX_PYTHON
-from eos_connectors.dev.compare.runner import Result, Round, Settings
+from eos_connectors.dev.compare.runner import RECORDS, Result, Round, Settings
 from eos_connectors.dev.endpoints import Endpoints
 from eos_connectors.dev.release_venv import HIGHEST
 
@@ -302,12 +302,16 @@ def _unjudged(s: Settings) -> str:
 
 
 def pairs_table(results: list[Result], s: Settings) -> list[str]:
-    """Each pair's records/s ratio, steady and whole run, with its interval's width."""
+    """Each pair's records/s ratio, steady and whole run, with its interval's width; a
+    run longer than the default also gives the steady ratio of its first
+    :data:`~.runner.RECORDS` records (the default run's measure), side by side."""
     by_key = {r.pipeline.key: r for r in results}
+    longer = s.records > RECORDS
+    early_head = f" steady over the first {RECORDS:,} records |" if longer else ""
     lines = [
-        "| pair | steady, 95% interval | +- | whole run, 95% interval | within +-"
-        f"{s.precision:.0%} |",
-        "|---|--:|--:|--:|---|",
+        f"| pair | steady, 95% interval | +- |{early_head} whole run, 95% interval | "
+        f"within +-{s.precision:.0%} |",
+        "|---|--:|--:|" + ("--:|" if longer else "") + "--:|---|",
     ]
     for mine, other in PAIRS:
         steady = Target("", mine, other, 1.0).ratio(by_key)
@@ -316,9 +320,13 @@ def pairs_table(results: list[Result], s: Settings) -> list[str]:
             continue
         width = steady.half_width
         narrow = "yes" if steady.narrower_than(s.precision) else "**no**"
+        early = ""
+        if longer:
+            first = Target("", mine, other, 1.0, lambda x: x.early_rate).ratio(by_key)
+            early = f" {first.text() if first else '-'} |"
         lines.append(
             f"| {mine} / {other} | {steady.text()} | "
-            f"{'-' if width is None else f'{width:.1%}'} | "
+            f"{'-' if width is None else f'{width:.1%}'} |{early} "
             f"{whole.text() if whole else '-'} | {narrow} |"
         )
     return lines
@@ -434,16 +442,36 @@ def steps_table(results: list[Result]) -> list[str]:
     return _table(names, rows) if rows else []
 
 
+#: The CPU table's columns after the pipeline's and the broker's: the pipeline's parts
+#: (a report before they were measured shows "-").
+CPU_PARTS = (
+    ("jvm", "JVM"),
+    ("jvm-gc", "of it GC"),
+    ("jvm-jit", "of it JIT"),
+    ("tasks", "task workers"),
+    ("planners", "Spark's driver-side Python"),
+    ("driver", "Python driver"),
+)
+
+
+def _cpu_of(who: str) -> Figure:
+    """A round's CPU microseconds a steady record of ``who`` (:attr:`Round.cpu_s`)."""
+    return lambda r: r.cpu_us_per_record(who)
+
+
 def cpu_table(results: list[Result]) -> list[str]:
-    """CPU microseconds a steady record: the pipeline's processes and the broker's."""
+    """CPU microseconds a steady record: the pipeline's processes and the broker's, then
+    where in the pipeline it went (each column a median over the rounds)."""
     rows = []
     for r in results:
         mine = r.median(lambda x: x.cpu_us_per_record("pipeline"))
         broker = r.median(lambda x: x.cpu_us_per_record("broker"))
         if mine is not None:
             both = None if broker is None else mine + broker
-            rows.append(_row(r, _num(mine, 1), _num(broker, 1), _num(both, 1)))
-    return _table(("pipeline CPU us", "broker CPU us", "together"), rows) if rows else []
+            parts = [_num(r.median(_cpu_of(who)), 1) for who, _ in CPU_PARTS]
+            rows.append(_row(r, _num(mine, 1), _num(broker, 1), _num(both, 1), *parts))
+    head = ("pipeline CPU us", "broker CPU us", "together", *(name for _, name in CPU_PARTS))
+    return _table(head, rows) if rows else []
 
 
 def machine_facts(endpoints: Endpoints) -> list[str]:

@@ -53,6 +53,10 @@ WARM_UP_SECONDS = 5.0  # after the sink first shows a count: steady state from h
 #: 1,163 to ~400 ms, this package's from ~800 to ~450.
 WARM_UP = 0.5
 BATCH_RECORDS = 100_000  # the throughput phase's batch (Spark's maxOffsetsPerTrigger)
+#: The throughput phase's records by default. A longer run (``--records``) also measures
+#: the steady state this many records give (their second half: records 1M-2M), the
+#: measure of every run before 2026-12-05, so that its report shows both side by side.
+RECORDS = 2_000_000
 AFTER_KILL_SECONDS = 8.0
 START_TIMEOUT = 180.0
 #: How long the records of the latency window may take to become visible before the
@@ -68,6 +72,9 @@ class Round:
     number: int
     records: int = 0  # steady state: records and seconds
     seconds: float = 0.0
+    #: A run longer than RECORDS: the steady state of its first RECORDS (0: not measured)
+    early_records: int = 0
+    early_seconds: float = 0.0
     whole_records: int = 0  # the whole run: every record, start call to last commit
     whole_seconds: float = 0.0
     startup_s: float = 0.0  # the query ready to its first commit
@@ -75,7 +82,8 @@ class Round:
     outputs: int = 0  # records written to the sink over the whole phase
     commit_ms: list[float] = field(default_factory=list)
     stages_ms: dict[str, float] = field(default_factory=dict)  # Spark's per-batch split
-    #: CPU seconds of the steady interval: "pipeline", "broker"
+    #: CPU seconds of the steady interval: "pipeline", "broker", and the pipeline's
+    #: parts (process.PARTS, "jvm-gc", "jvm-jit"; not in reports before 2026-12-05)
     cpu_s: dict[str, float] = field(default_factory=dict)
     rss_mb: dict[str, float] = field(default_factory=dict)  # peak per process.PARTS
     pss_mb: dict[str, float] = field(default_factory=dict)
@@ -90,6 +98,11 @@ class Round:
         return self.records / self.seconds if self.seconds else 0.0
 
     @property
+    def early_rate(self) -> float | None:
+        """Steady records/s over the first :data:`RECORDS` of a longer run, else None."""
+        return self.early_records / self.early_seconds if self.early_seconds else None
+
+    @property
     def whole_rate(self) -> float:
         return self.whole_records / self.whole_seconds if self.whole_seconds else 0.0
 
@@ -97,7 +110,8 @@ class Round:
         return statistics.median(self.commit_ms) if self.commit_ms else None
 
     def cpu_us_per_record(self, who: str = "pipeline") -> float | None:
-        """CPU microseconds ``who`` ("pipeline", "broker") spent per steady record."""
+        """CPU microseconds ``who`` ("pipeline", "broker", a part: :attr:`cpu_s`) spent
+        per steady record."""
         if who not in self.cpu_s or not self.records:
             return None
         return self.cpu_s[who] * 1e6 / self.records
@@ -207,6 +221,10 @@ def throughput(
     clock, *measured = warmed_up(batches, pipeline.key)
     figures.records = sum(int(b["records"]) for b in measured)
     figures.seconds = measured[-1]["t"] - clock["t"]
+    if s.records > RECORDS:
+        early_clock, *early = warmed_up(first_records(every, RECORDS)[1:], pipeline.key)
+        figures.early_records = sum(int(b["records"]) for b in early)
+        figures.early_seconds = early[-1]["t"] - early_clock["t"]
     figures.commit_ms = _commit_times(measured, target)
     figures.stages_ms = _stages(measured, target) if pipeline.spark else {}
     figures.rss_mb, figures.pss_mb = dict(process.memory.rss_mb), dict(process.memory.pss_mb)
@@ -220,6 +238,17 @@ def _outputs(batch: dict[str, Any]) -> int:
     sinks and Spark's report none; the query is in complete mode) the rows of the state."""
     written = batch.get("outputs")
     return int(written if written is not None else batch.get("state_rows") or 0)
+
+
+def first_records(batches: list[dict[str, Any]], records: int) -> list[dict[str, Any]]:
+    """The batches a run of ``records`` records would have had: up to the first one that
+    brings the count to ``records`` (where such a run stops)."""
+    seen = 0
+    for index, batch in enumerate(batches):
+        seen += int(batch["records"])
+        if seen >= records:
+            return batches[: index + 1]
+    return batches
 
 
 def warmed_up(batches: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
@@ -238,11 +267,7 @@ def warmed_up(batches: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
 
 
 def _cpu_used(cpu: CpuClock, start: float, end: float) -> dict[str, float]:
-    used = cpu.between(start, end)
-    if used is None:
-        return {}
-    pipeline, broker = used
-    return {"pipeline": pipeline} | ({} if broker is None else {"broker": broker})
+    return cpu.between(start, end) or {}
 
 
 def _sink_commits(target: pl.Target) -> dict[int, float]:
