@@ -362,12 +362,25 @@ def test_the_cpu_table_gives_microseconds_a_record() -> None:
     eo.rounds[0].cpu_s = {"pipeline": 0.03, "broker": 0.01, "jvm": 0.02, "jvm-gc": 0.002}
     eo.rounds[0].cpu_s |= {"jvm-jit": 0.001, "tasks": 0.008, "planners": 0.002, "driver": 0.0}
     alo.rounds[0].cpu_s = {"pipeline": 0.02}  # the broker is not on this machine, no parts
+    eo.rounds[0].probe_ms = 2.125
     lines = report.cpu_table([eo, alo, raw])
     parts = "10.0 | 1.0 | 0.5 | 4.0 | 1.0 | 0.0"  # JVM, GC, JIT, tasks, planners, driver
-    assert f"| eos-kafka | exactly-once | 1 | 15.0 | 5.0 | 20.0 | {parts} |" in lines
-    assert "| eos-kafka-alo | at-least-once | 1 | 10.0 | - | - | - | - | - | - | - | - |" in lines
+    assert f"| eos-kafka | exactly-once | 1 | 15.0 | 5.0 | 20.0 | {parts} | 2.12 |" in lines
+    assert (
+        "| eos-kafka-alo | at-least-once | 1 | 10.0 | - | - | - | - | - | - | - | - | - |" in lines
+    )
     assert len(lines) == 4  # raw: not measured
     assert report.cpu_table([raw]) == []
+
+
+def test_the_speed_probe_times_a_fixed_piece_of_work_and_takes_a_windows_median() -> None:
+    probe = process.SpeedProbe()
+    for _ in range(3):
+        probe.sample()
+    assert len(probe.samples) == 3 and all(0 < ms < 1000 for _, ms in probe.samples)
+    probe.samples = [(10.0, 2.0), (11.0, 9.0), (12.0, 3.0), (13.0, 50.0)]
+    assert probe.median_between(10.0, 12.0) == 3.0
+    assert probe.median_between(20.0, 30.0) is None  # no probe then
 
 
 def test_the_cpu_clock_tells_the_jvms_gc_and_jit_threads_by_name() -> None:

@@ -4,8 +4,10 @@ the local broker's), its SIGKILL."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import signal
+import statistics
 import subprocess
 import threading
 import time
@@ -209,6 +211,37 @@ def _listed(folder: Path) -> list[Path]:
         return []
 
 
+#: Every how many samples the machine's speed is probed (one probe a second).
+PROBE_EVERY = 4
+_PROBE_DATA = bytes(range(256)) * 256  # 64 KiB
+
+
+@dataclass
+class SpeedProbe:
+    """How fast the machine runs a fixed piece of work now: the CPU milliseconds (this
+    thread's) that a Python loop and some SHA-256 take (1.4-2.8 ms on a 2-core EPYC).
+    Two runs of one pipeline can take a third more CPU a record in one minute than in
+    another, in every part alike (docs/bench.md); the probe beside each round shows
+    when the machine, not the code, was slow. It costs ~0.2% of one core."""
+
+    #: (wall clock, CPU ms the piece took)
+    samples: list[tuple[float, float]] = field(default_factory=list)
+
+    def sample(self) -> None:
+        began = time.thread_time()
+        total = 0
+        for i in range(20_000):
+            total += i * i % 7
+        for _ in range(20):
+            hashlib.sha256(_PROBE_DATA).digest()
+        self.samples.append((time.time(), (time.thread_time() - began) * 1000))
+
+    def median_between(self, start: float, end: float) -> float | None:
+        """The median probe from ``start`` to ``end``, None when none ran then."""
+        taken = [ms for at, ms in self.samples if start <= at <= end]
+        return statistics.median(taken) if taken else None
+
+
 def cpu_seconds(proc: psutil.Process | None) -> float:
     """``proc``'s user and system CPU seconds so far; 0 for None or a process gone."""
     if proc is None:
@@ -253,6 +286,7 @@ class PipelineProcess:
     events: list[dict[str, Any]] = field(default_factory=list)
     memory: Memory = field(default_factory=Memory)
     cpu: CpuClock = field(default_factory=CpuClock)
+    speed: SpeedProbe = field(default_factory=SpeedProbe)
 
     def start(self) -> PipelineProcess:
         self._stderr = self.log.open("ab")
@@ -278,10 +312,14 @@ class PipelineProcess:
                 self.events.append(event)
 
     def _sample(self) -> None:
+        count = 0
         while self.proc.poll() is None:
             tree = self._tree()
             self.memory.sample(self._root, tree)
             self.cpu.sample(tree)
+            if count % PROBE_EVERY == 0:
+                self.speed.sample()
+            count += 1
             time.sleep(SAMPLE_SECONDS)
 
     def _tree(self) -> list[psutil.Process]:

@@ -461,7 +461,8 @@ def _cpu_of(who: str) -> Figure:
 
 def cpu_table(results: list[Result]) -> list[str]:
     """CPU microseconds a steady record: the pipeline's processes and the broker's, then
-    where in the pipeline it went (each column a median over the rounds)."""
+    where in the pipeline it went (each column a median over the rounds), and the
+    machine's speed probe meanwhile (median, lowest and highest round)."""
     rows = []
     for r in results:
         mine = r.median(lambda x: x.cpu_us_per_record("pipeline"))
@@ -469,8 +470,15 @@ def cpu_table(results: list[Result]) -> list[str]:
         if mine is not None:
             both = None if broker is None else mine + broker
             parts = [_num(r.median(_cpu_of(who)), 1) for who, _ in CPU_PARTS]
-            rows.append(_row(r, _num(mine, 1), _num(broker, 1), _num(both, 1), *parts))
-    head = ("pipeline CPU us", "broker CPU us", "together", *(name for _, name in CPU_PARTS))
+            probe = _spread(r, lambda x: x.probe_ms, 2)
+            rows.append(_row(r, _num(mine, 1), _num(broker, 1), _num(both, 1), *parts, probe))
+    head = (
+        "pipeline CPU us",
+        "broker CPU us",
+        "together",
+        *(name for _, name in CPU_PARTS),
+        "machine speed probe ms (lower: faster)",
+    )
     return _table(head, rows) if rows else []
 
 

@@ -85,6 +85,9 @@ class Round:
     #: CPU seconds of the steady interval: "pipeline", "broker", and the pipeline's
     #: parts (process.PARTS, "jvm-gc", "jvm-jit"; not in reports before 2026-12-05)
     cpu_s: dict[str, float] = field(default_factory=dict)
+    #: The machine's speed probe over the steady interval (process.SpeedProbe: CPU ms
+    #: of a fixed piece of work, lower is faster; None before 2026-12-05)
+    probe_ms: float | None = None
     rss_mb: dict[str, float] = field(default_factory=dict)  # peak per process.PARTS
     pss_mb: dict[str, float] = field(default_factory=dict)
     latency_p50_ms: float | None = None
@@ -229,6 +232,7 @@ def throughput(
     figures.stages_ms = _stages(measured, target) if pipeline.spark else {}
     figures.rss_mb, figures.pss_mb = dict(process.memory.rss_mb), dict(process.memory.pss_mb)
     figures.cpu_s = _cpu_used(process.cpu, clock["t"], measured[-1]["t"])
+    figures.probe_ms = process.speed.median_between(clock["t"], measured[-1]["t"])
     _check_counts(target, endpoints, s.records, s.keys)
     pl.clean_up(target, endpoints)
 
