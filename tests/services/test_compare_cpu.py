@@ -64,7 +64,7 @@ def test_the_clock_finds_a_real_jvms_gc_and_jit_threads(endpoints: Endpoints) ->
     for _ in range(THREAD_LIST_EVERY + 1):
         clock.sample(tree)
         time.sleep(0.01)
-    kinds = set(clock._thread_kind.values())
+    kinds = set(clock._kinds.values())
     assert kinds == {"jvm-gc", "jvm-jit"}, kinds
     last = clock.samples[-1][1]
     assert last["jvm"] > last["jvm-gc"] + last["jvm-jit"] > 0  # a JVM's life so far

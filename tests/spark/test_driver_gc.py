@@ -9,13 +9,14 @@ commit process and what is frozen there)."""
 from __future__ import annotations
 
 import json
-import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
+
+from tests.source_util import wait_for
 
 pytestmark = pytest.mark.spark
 
@@ -65,11 +66,11 @@ def _commits_seen(spark: SparkSession, tmp_path: Path, batches: int) -> list[dic
         .start()
     )
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if log.exists() and len(log.read_text().splitlines()) >= batches:
-                break
-            time.sleep(0.2)
+        wait_for(
+            lambda: log.exists() and len(log.read_text().splitlines()) >= batches,
+            f"{batches} commits",
+            timeout=60,
+        )
     finally:
         query.stop()
     return [json.loads(line) for line in log.read_text().splitlines()]

@@ -122,7 +122,7 @@ class CpuClock:
     samples: list[tuple[float, dict[str, float]]] = field(default_factory=list)
     _used: dict[tuple[int, float], tuple[str, float]] = field(default_factory=dict)
     _threads: dict[str, float] = field(default_factory=dict)  # /proc stat path -> CPU s
-    _thread_kind: dict[str, str] = field(default_factory=dict)  # same path -> its kind
+    _kinds: dict[str, str] = field(default_factory=dict)  # same path -> its kind
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def sample(self, tree: list[psutil.Process]) -> None:
@@ -140,7 +140,7 @@ class CpuClock:
             for part, seconds in self._used.values():
                 used[part] += seconds
             for path, seconds in self._threads.items():
-                used[self._thread_kind[path]] += seconds
+                used[self._kinds[path]] += seconds
             used["pipeline"] = sum(used[p] for p in PARTS)
             used["broker"] = cpu_seconds(self.broker)
             self.samples.append((time.time(), used))
@@ -152,9 +152,9 @@ class CpuClock:
             for task in _listed(Path(f"/proc/{pid}/task")):
                 path = str(task / "stat")
                 kind = _thread_kind(_read(str(task / "comm")))
-                if kind is not None and path not in self._thread_kind:
-                    self._thread_kind[path] = kind
-        for path in self._thread_kind:
+                if kind is not None and path not in self._kinds:
+                    self._kinds[path] = kind
+        for path in self._kinds:
             if path.startswith(f"/proc/{pid}/"):
                 seconds = _thread_cpu(_read(path))
                 if seconds is not None:  # an exited thread keeps its last reading

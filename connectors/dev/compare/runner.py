@@ -222,12 +222,10 @@ def throughput(
     figures.whole_seconds = every[-1]["t"] - process.started_at
     figures.outputs = sum(_outputs(b) for b in every)
     clock, *measured = warmed_up(batches, pipeline.key)
-    figures.records = sum(int(b["records"]) for b in measured)
-    figures.seconds = measured[-1]["t"] - clock["t"]
+    figures.records, figures.seconds = _span(clock, *measured)
     if s.records > RECORDS:
-        early_clock, *early = warmed_up(first_records(every, RECORDS)[1:], pipeline.key)
-        figures.early_records = sum(int(b["records"]) for b in early)
-        figures.early_seconds = early[-1]["t"] - early_clock["t"]
+        early = warmed_up(first_records(every, RECORDS)[1:], pipeline.key)
+        figures.early_records, figures.early_seconds = _span(*early)
     figures.commit_ms = _commit_times(measured, target)
     figures.stages_ms = _stages(measured, target) if pipeline.spark else {}
     figures.rss_mb, figures.pss_mb = dict(process.memory.rss_mb), dict(process.memory.pss_mb)
@@ -242,6 +240,11 @@ def _outputs(batch: dict[str, Any]) -> int:
     sinks and Spark's report none; the query is in complete mode) the rows of the state."""
     written = batch.get("outputs")
     return int(written if written is not None else batch.get("state_rows") or 0)
+
+
+def _span(clock: dict[str, Any], *measured: dict[str, Any]) -> tuple[int, float]:
+    """The records of the ``measured`` batches and their seconds since ``clock``'s commit."""
+    return sum(int(b["records"]) for b in measured), measured[-1]["t"] - clock["t"]
 
 
 def first_records(batches: list[dict[str, Any]], records: int) -> list[dict[str, Any]]:
