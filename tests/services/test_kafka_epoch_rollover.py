@@ -6,10 +6,14 @@ id's epoch grows by one a batch: at one batch a second it reaches the protocol's
 epoch 0. The driver commits what each task reports it opened (read from the task's own
 client), so nothing of it may assume one producer id per transactional id.
 
-The test brings partition 0's id to the edge with InitProducerId requests of its own
-(kafka-python, one after another: ~32,000 of them), then runs batches through the
-roll-over, then runs the next batch with a new writer (a restarted query: the same ids).
-Every batch must be visible once, and the roll-over must have happened.
+A task attempt writes under its task partition's id with the attempt's slot (Spark's task
+attempt id modulo ATTEMPT_SLOTS); here every batch's tasks take the same slots, the worst
+case (a query whose batches use a multiple of ATTEMPT_SLOTS task attempts each), so one id
+is initialised every batch. The test brings partition 0's id to the edge with
+InitProducerId requests of its own (kafka-python, one after another: ~32,000 of them),
+then runs batches through the roll-over, then runs the next batch with a new writer (a
+restarted query: the same ids). Every batch must be visible once, and the roll-over must
+have happened.
 
 Cost: ~25 s here (~32,000 InitProducerId requests, ~20 s): `make soak`, not CI.
 """
@@ -19,14 +23,14 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
+from eos_connectors.core.context import TaskIdentity
 from eos_connectors.core.topics import create_topic, read_to_end
 from eos_connectors.dev.endpoints import Endpoints
 from eos_connectors.dev.harness.checks import MARKER
 from eos_connectors.sinks.kafka.batch_commit import BatchCommitWriter, PreparedTask
 from eos_connectors.sinks.kafka.checks import check_broker
 from eos_connectors.sinks.kafka.coordinator import TransactionClient
-from eos_connectors.sinks.kafka.options import parse_options, transactional_id
-from tests.kafka_sink_util import a_task
+from eos_connectors.sinks.kafka.options import ATTEMPT_SLOTS, parse_options
 
 pytestmark = [pytest.mark.services, pytest.mark.soak]
 
@@ -63,11 +67,14 @@ def _rows(batch: int, partition: int) -> list[pa.RecordBatch]:
     return [pa.RecordBatch.from_arrays([pa.array(values), pa.array(values)], ["key", "value"])]
 
 
+def _task(batch: int, run: str, partition: int) -> TaskIdentity:
+    """Task partition ``partition`` of ``batch``, in attempt slot ``partition`` every batch."""
+    attempt = (batch + 1) * ATTEMPT_SLOTS + partition
+    return TaskIdentity("kafka-query", "kafka", run, batch, partition, attempt)
+
+
 def _batch(writer: BatchCommitWriter, batch: int, run: str) -> list[PreparedTask]:
-    reports = [
-        writer.write_task(a_task(batch, run=run, partition=p), iter(_rows(batch, p)))
-        for p in range(TASKS)
-    ]
+    reports = [writer.write_task(_task(batch, run, p), iter(_rows(batch, p))) for p in range(TASKS)]
     writer.commit(list(reports), batch)
     return reports
 
@@ -91,12 +98,13 @@ def test_batches_commit_once_through_an_epoch_roll_over_and_a_restart(
 
     client = TransactionClient(options.kafka)
     try:
-        edge = _init_until(client, transactional_id(options, sink, 0), MAX_EPOCH - 3)
+        edge = _init_until(client, first.transactional_id, MAX_EPOCH - 3)
     finally:
         client.close()
     assert edge[0] == first.producer_id, "rotated before the edge"
 
     seen = [t.txn for b in range(1, 6) for t in _batch(writer, b, "run-1") if t.partition == 0]
+    assert {t.transactional_id for t in seen if t is not None} == {first.transactional_id}
     rotated = [t for t in seen if t is not None and t.producer_id != first.producer_id]
     assert rotated and rotated[-1].epoch < 5, f"no roll-over: {seen}"
 
