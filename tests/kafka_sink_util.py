@@ -34,9 +34,15 @@ _TASK_IDS = itertools.count(1)
 
 
 def a_task(
-    batch: int, run: str = "run-1", partition: int = 0, query: str = "kafka-query"
+    batch: int,
+    run: str = "run-1",
+    partition: int = 0,
+    query: str = "kafka-query",
+    attempt: int | None = None,
 ) -> TaskIdentity:
-    return TaskIdentity(query, "kafka", run, batch, partition, next(_TASK_IDS))
+    """A task of ``batch``; a new task attempt id each call unless ``attempt`` is given."""
+    attempt_id = next(_TASK_IDS) if attempt is None else attempt
+    return TaskIdentity(query, "kafka", run, batch, partition, attempt_id)
 
 
 def rows_of(batch: int) -> list[pa.RecordBatch]:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from eos_connectors.core.context import TaskIdentity
 from eos_connectors.core.topics import create_topic, read_to_end
 from eos_connectors.dev.endpoints import Endpoints
 from eos_connectors.dev.harness.checks import MARKER
@@ -31,6 +30,7 @@ from eos_connectors.sinks.kafka.batch_commit import BatchCommitWriter, PreparedT
 from eos_connectors.sinks.kafka.checks import check_broker
 from eos_connectors.sinks.kafka.coordinator import TransactionClient
 from eos_connectors.sinks.kafka.options import ATTEMPT_SLOTS, parse_options
+from tests.kafka_sink_util import a_task
 
 pytestmark = [pytest.mark.services, pytest.mark.soak]
 
@@ -67,14 +67,10 @@ def _rows(batch: int, partition: int) -> list[pa.RecordBatch]:
     return [pa.RecordBatch.from_arrays([pa.array(values), pa.array(values)], ["key", "value"])]
 
 
-def _task(batch: int, run: str, partition: int) -> TaskIdentity:
-    """Task partition ``partition`` of ``batch``, in attempt slot ``partition`` every batch."""
-    attempt = (batch + 1) * ATTEMPT_SLOTS + partition
-    return TaskIdentity("kafka-query", "kafka", run, batch, partition, attempt)
-
-
 def _batch(writer: BatchCommitWriter, batch: int, run: str) -> list[PreparedTask]:
-    reports = [writer.write_task(_task(batch, run, p), iter(_rows(batch, p))) for p in range(TASKS)]
+    # Task partition p takes attempt slot p every batch.
+    tasks = [a_task(batch, run, p, attempt=(batch + 1) * ATTEMPT_SLOTS + p) for p in range(TASKS)]
+    reports = [writer.write_task(task, iter(_rows(batch, task.partition))) for task in tasks]
     writer.commit(list(reports), batch)
     return reports
 
