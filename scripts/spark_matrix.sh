@@ -21,6 +21,15 @@ cells=${MATRIX_CELLS:-running-count,aggregate,event-time,records,batch-commit,ch
 results=test-results
 mkdir -p "$results" .venvs
 
+# The virtualenvs' interpreter, checked before anything is built: a pyenv shim (say
+# python3.13 outside a version pyenv selects) fails every release's row otherwise.
+interpreter=${MATRIX_PYTHON:-python3}
+if ! "$interpreter" -c 'import sys; sys.exit(sys.version_info < (3, 11))' >/dev/null 2>&1; then
+  echo "spark_matrix.sh: MATRIX_PYTHON=$interpreter does not run a Python 3.11 or later;" \
+    "give the interpreter's path (for pyenv: \$(pyenv root)/versions/<version>/bin/python3)" >&2
+  exit 2
+fi
+
 rm -rf .venvs/dist && "$bin/python" -m build -q --wheel -o .venvs/dist . >/dev/null || exit 1
 wheel=$(ls .venvs/dist/*.whl)
 
@@ -37,7 +46,6 @@ printf '| PySpark | Python | task identity, update mode | quickstart | state get
   "$cells" >"$table"
 status=0
 for release in $releases; do
-  interpreter=${MATRIX_PYTHON:-python3}
   venv=$PWD/.venvs/spark-$release-$("$interpreter" -c 'import sys; print("py%d.%d" % sys.version_info[:2])')
   began=$(date +%s)
   [ -x "$venv/bin/python" ] || "$interpreter" -m venv "$venv"
