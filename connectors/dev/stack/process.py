@@ -170,11 +170,20 @@ def spawn(
 
 
 def terminate(pid: int, timeout: float = 30.0, sig: int = signal.SIGTERM) -> None:
-    """Send ``sig`` (SIGTERM), wait up to ``timeout`` seconds, then SIGKILL."""
+    """Send ``sig`` (SIGTERM), wait up to ``timeout`` seconds, then SIGKILL.
+
+    ``pid`` and every process below it are continued (SIGCONT) once ``sig`` is sent: a
+    server left frozen (SIGSTOP, as ``Stack.frozen`` does, by a test whose process was
+    killed before it could thaw it) acts on ``sig`` at once instead of being killed at
+    the timeout, and no worker of it stays stopped after it (PostgreSQL's backends
+    did, orphaned)."""
     try:
         os.kill(pid, sig)
     except ProcessLookupError:
         return
+    for each in (pid, *descendants(pid)):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(each, signal.SIGCONT)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not pid_alive(pid):
