@@ -160,7 +160,7 @@ OPTIONS = opt.OptionTable(
             opt.boolean,
             "`true`: records lost before they were read fail the query, naming topic, "
             "partition and offsets; `false`: a warning naming the same, and the query reads on "
-            "(see [data loss](#data-loss))",
+            "(see [data loss](#data-loss-never-a-silent-skip))",
             default=True,
         ),
         opt.Option(
