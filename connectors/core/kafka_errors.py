@@ -77,6 +77,16 @@ def leader_moving(exc: BaseException) -> bool:
     return error_code(exc) in LEADER_MOVING
 
 
+def no_leader_known(exc: BaseException) -> bool:
+    """Whether ``exc`` is librdkafka's ListOffsets failing before it asked anyone:
+    ``_NOENT``, "Failed to query partition leaders: No leaders found", when the client's
+    metadata names no reachable leader for a partition (its only broker cut off for a
+    few seconds, or a leader moving). A client made after that asks again from fresh
+    metadata; the same client fails at once every time (a query's source failed so,
+    "in 0 s", during a 4 s Kafka cut)."""
+    return error_code(exc) == KafkaError._NOENT
+
+
 class ClientErrors:
     """librdkafka's ``error_cb``: remembers the last error it reported."""
 

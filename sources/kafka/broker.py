@@ -22,7 +22,12 @@ from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-d
 
 from eos_connectors.core.errors import ConfigError, EosError, ServiceUnavailableError, keeping_code
 from eos_connectors.core.kafka_config import logged
-from eos_connectors.core.kafka_errors import ClientErrors, error_code, leader_moving
+from eos_connectors.core.kafka_errors import (
+    ClientErrors,
+    error_code,
+    leader_moving,
+    no_leader_known,
+)
 from eos_connectors.sources.kafka.offsets import Offsets, TopicPartitionKey
 from eos_connectors.sources.kafka.options import EARLIEST, LATEST, KafkaSourceOptions
 
@@ -275,7 +280,7 @@ class BrokerView:
                 raise NoOffsetError(unanswered)
             except (KafkaException, TimeoutError, NoOffsetError) as exc:
                 moving = isinstance(exc, NoOffsetError) or leader_moving(exc)
-                moving = moving or self._broker_gone(exc)  # may probe: once
+                moving = moving or no_leader_known(exc) or self._broker_gone(exc)  # may probe
                 wait = self._retry_wait(exc, moving, backoff, retries, began + self._bound(exc))
                 if wait is None:
                     raise keeping_code(self._unavailable("list offsets", exc, began), exc) from None
