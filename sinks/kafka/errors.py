@@ -23,12 +23,17 @@ COORDINATOR_MOVING = frozenset(
         KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
     }
 )
+#: A connection lost under a request, or no broker up: librdkafka flags its transactional
+#: calls' errors itself, but a metadata look-up or a committed-offsets read that met a
+#: reset connection comes back with these unflagged (a task's topic look-up failed so
+#: during a 4 s Kafka connection reset, and Spark had to retry the task).
+BROKER_LOST = frozenset({KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN})
 
 
 class Action(Enum):
     RETRY = "retry the call"
     ABORT = "abort the transaction and fail the attempt (Spark retries the task)"
-    FAIL = "fail: the producer is fenced or in a fatal state"
+    FAIL = "fail: fenced, fatal, or not cured by asking again"
 
 
 def classify(error: KafkaError) -> Action:
@@ -37,7 +42,7 @@ def classify(error: KafkaError) -> Action:
         return Action.FAIL
     if error.txn_requires_abort():
         return Action.ABORT
-    if error.retriable() or error.code() in COORDINATOR_MOVING:
+    if error.retriable() or error.code() in COORDINATOR_MOVING | BROKER_LOST:
         return Action.RETRY
     return Action.FAIL
 
