@@ -11,6 +11,7 @@ from enum import Enum
 from confluent_kafka import KafkaError, KafkaException
 
 from eos_connectors.core.errors import EosError
+from eos_connectors.core.kafka_errors import CONNECTION_LOST
 
 FENCED_CODES = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED})
 #: A group or transaction coordinator moving to another broker (one of a replicated
@@ -23,11 +24,12 @@ COORDINATOR_MOVING = frozenset(
         KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
     }
 )
-#: A connection lost under a request, or no broker up: librdkafka flags its transactional
-#: calls' errors itself, but a metadata look-up or a committed-offsets read that met a
-#: reset connection comes back with these unflagged (a task's topic look-up failed so
-#: during a 4 s Kafka connection reset, and Spark had to retry the task).
-BROKER_LOST = frozenset({KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN})
+#: Asked again besides what librdkafka flags retriable: a coordinator moving, and a
+#: connection lost under a request or no broker up (CONNECTION_LOST). librdkafka flags
+#: its transactional calls' errors itself, but a metadata look-up or a committed-offsets
+#: read that met a reset connection comes back unflagged (a task's topic look-up failed
+#: so during a 4 s Kafka connection reset, and Spark had to retry the task).
+ASKED_AGAIN = COORDINATOR_MOVING | CONNECTION_LOST
 
 
 class Action(Enum):
@@ -42,7 +44,7 @@ def classify(error: KafkaError) -> Action:
         return Action.FAIL
     if error.txn_requires_abort():
         return Action.ABORT
-    if error.retriable() or error.code() in COORDINATOR_MOVING | BROKER_LOST:
+    if error.retriable() or error.code() in ASKED_AGAIN:
         return Action.RETRY
     return Action.FAIL
 
