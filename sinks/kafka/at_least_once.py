@@ -58,11 +58,15 @@ class KafkaAtLeastOnceWriter(StreamArrowWriter):
             since = time.perf_counter()
             remaining = producer.flush(CALL_TIMEOUT)
             steps.add("flush", since)
-            if remaining or delivery.failures:
+            if delivery.first:
                 raise KafkaSinkError(
-                    f"{remaining} records undelivered after {CALL_TIMEOUT:.0f} s, "
-                    f"{delivery.failed} failed (first: {delivery.failures[:1]}); the task "
-                    "fails so Spark retries it (at-least-once: delivered records stay)."
+                    f"{delivery.first}. The task fails so Spark retries it (at-least-once: "
+                    "delivered records stay)."
+                )
+            if remaining:
+                raise KafkaSinkError(
+                    f"{remaining} records were not acknowledged within {CALL_TIMEOUT:.0f} s; "
+                    "the task fails so Spark retries it (at-least-once: delivered records stay)."
                 )
         except BaseException:
             pool.discard(producer)

@@ -114,6 +114,7 @@ from eos_connectors.sinks.kafka.clients import (
     look_up_topic,
     produce_rows,
     retiring,
+    wait_delivered,
 )
 from eos_connectors.sinks.kafka.coordinator import (
     CallTime,
@@ -634,19 +635,15 @@ class TaskProducer:
     def delivered(self, task: TaskIdentity) -> None:
         """Task: every record of the open transaction acknowledged (flushed), or the
         transaction aborted and :class:`KafkaSinkError` naming what was not."""
-        left = self.producer.flush(CALL_TIMEOUT)
-        if not left and self.failures.first is None:
-            return
-        self.producer.abort_transaction(CALL_TIMEOUT)
-        raise KafkaSinkError(
-            f"Task partition {task.partition} of batch {task.batch_id}: "
-            + (
-                f"{left} records were not acknowledged within {CALL_TIMEOUT:.0f} s"
-                if left
-                else f"a record was not delivered: {self.failures.first}"
+        try:
+            wait_delivered(
+                self.producer,
+                self.failures,
+                f"Task partition {task.partition} of batch {task.batch_id}",
             )
-            + "; its transaction was aborted and the task fails so Spark retries it."
-        )
+        except KafkaSinkError:
+            self.producer.abort_transaction(CALL_TIMEOUT)
+            raise
 
 
 def _chain(first: pa.RecordBatch, rest: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -50,16 +50,147 @@ SEND_OFFSETS_LIMIT = 20.0
 CALL_LIMIT = CALL_TIMEOUT + OVERRUN_SECONDS
 
 
+#: How many bytes of a record's key an error shows.
+KEY_SHOWN = 40
+#: How long each wait for a transaction's acknowledgements lasts before the task looks
+#: for a refused record again (a refused record's later ones are never acknowledged).
+FLUSH_SLICE = 0.5
+
+
+def record_named(topic: str, key: bytes | str | None, size: int) -> str:
+    """A record as an error names it: its topic, its key's first bytes and its value's
+    size (the value is never shown: it may hold what the log must not)."""
+    if isinstance(key, bytes):  # as a delivery report gives it; shown as the text it is
+        key = key.decode("utf-8", "backslashreplace")
+    cut = key is not None and len(key) > KEY_SHOWN
+    shown = f"{key[:KEY_SHOWN]!r}..." if cut and key is not None else repr(key)
+    return f"the record with key {shown} ({size:,} bytes of value) to topic {topic!r}"
+
+
+def too_large_for_producer(error: KafkaError) -> str:
+    """What to do about a record produce() refused, when it was for its size."""
+    if error.code() != KafkaError.MSG_SIZE_TOO_LARGE:
+        return ""
+    return (
+        "; it is larger than the producer allows, kafka.message.max.bytes (librdkafka's "
+        "default 1000000; Java's max.request.size): raise it, and the topic's "
+        "max.message.bytes with it, or write smaller records"
+    )
+
+
 class DeliveryFailures:
-    """A producer's ``on_delivery`` (with ``delivery.report.only.error``): the first
-    record the brokers did not take, as librdkafka says why."""
+    """A producer's ``on_delivery`` (with ``delivery.report.only.error``): how many
+    records the brokers refused, and why (:attr:`first`), naming the record: the first
+    refused or, when a broker refused them for their size, the largest (a broker refuses
+    a whole batch of records, and reports each of them)."""
 
     def __init__(self) -> None:
-        self.first: str | None = None
+        self.clear()
 
-    def __call__(self, error: KafkaError | None, message: object) -> None:
-        if error is not None and self.first is None:
-            self.first = error.str()
+    def clear(self) -> None:
+        self.count = 0
+        self._error: KafkaError | None = None
+        self._record: tuple[str, Any, int] = ("", None, 0)  # topic, key, value's bytes
+
+    def __call__(self, error: KafkaError | None, message: Any) -> None:
+        if error is None:
+            return
+        self.count += 1
+        size = len(message.value() or b"")
+        if self._error is None:
+            self._error = error
+        elif not self._larger_of_too_large(error, size):
+            return
+        self._record = (message.topic(), message.key(), size)
+
+    def _larger_of_too_large(self, error: KafkaError, size: int) -> bool:
+        """Whether the named record and this one were refused for their size, and this
+        one is the larger."""
+        code = self._error.code() if self._error is not None else None
+        too_large = error.code() == code == KafkaError.MSG_SIZE_TOO_LARGE
+        return too_large and size > self._record[2]
+
+    @property
+    def error(self) -> KafkaError | None:
+        """The first refused record's error (a fenced producer's records come back with
+        its fatal error: the callers tell a fenced producer by it)."""
+        return self._error
+
+    @property
+    def first(self) -> str | None:
+        """Why the brokers refused the records, or None when they refused none."""
+        if self._error is None:
+            return None
+        topic, key, size = self._record
+        said = f"Kafka refused {self.count} records ({self._error.str()})"
+        if self._error.code() != KafkaError.MSG_SIZE_TOO_LARGE:
+            return f"{said}; the first was {record_named(topic, key, size)}"
+        return (
+            f"{said}; the largest was {record_named(topic, key, size)}. The topic takes at most "
+            "its max.message.bytes (by default the broker's message.max.bytes, 1048588) in a "
+            "record or in a batch of records, and librdkafka batches up to kafka.batch.size "
+            "(1000000 by default): raise the topic's max.message.bytes, or set "
+            "kafka.batch.size below it and write smaller records"
+        )
+
+
+@contextmanager
+def fatal_as_sink_error(producer: Producer, where: str) -> Iterator[None]:
+    """Task: a fatal error (a fenced producer) that poll() or flush() raises, as
+    KafkaSinkError with the KafkaException as its cause, as callers tell a fenced producer.
+    confluent-kafka raises it as itself; but when it serves delivery reports in the poll
+    that met it (a producer with an ``error_cb``), it raises a SystemError: the report's
+    callback met the error left set ("returned a result with an exception set", the
+    error its cause), or the error was lost on the way ("returned NULL without setting an
+    exception"; seen in one services run of three). The producer itself then says it:
+    a fatal producer's abort_transaction() fails at once with its fatal error."""
+    try:
+        yield
+    except (KafkaException, SystemError) as exc:
+        fatal = _kafka_exception_in(exc)
+        if fatal is None and isinstance(exc, SystemError):
+            fatal = _fatal_state(producer)
+        if fatal is None:
+            raise
+        raise KafkaSinkError(f"{where}: {error_of(fatal).str()}") from fatal
+
+
+def _kafka_exception_in(exc: BaseException | None) -> KafkaException | None:
+    while exc is not None and not isinstance(exc, KafkaException):
+        exc = exc.__cause__ or exc.__context__
+    return exc
+
+
+def _fatal_state(producer: Producer) -> KafkaException | None:
+    """The producer's fatal error, or None (the task fails anyway: an abort of a
+    transaction that was not fatal only comes sooner)."""
+    try:
+        producer.abort_transaction(10)
+    except KafkaException as exc:
+        return exc if is_fatal(error_of(exc)) else None
+    return None
+
+
+def wait_delivered(producer: Producer, failures: DeliveryFailures, where: str) -> None:
+    """Task: every record the open transaction holds acknowledged, or KafkaSinkError
+    naming the first one a broker refused or how many were not acknowledged within
+    ``CALL_TIMEOUT`` (the caller aborts the transaction). A refused record makes the
+    transaction abortable and its later records are never acknowledged, so the wait ends
+    at the refusal (a 2 MB record to a topic that takes 1 MB waited out the whole flush,
+    60 s, and was not named)."""
+    deadline = time.monotonic() + CALL_TIMEOUT
+    with fatal_as_sink_error(producer, where):
+        left = producer.flush(FLUSH_SLICE)
+        while left and failures.first is None and time.monotonic() < deadline:
+            left = producer.flush(FLUSH_SLICE)
+    if failures.first is None and not left:
+        return
+    why = failures.first or f"{left} records were not acknowledged within {CALL_TIMEOUT:.0f} s"
+    cause = KafkaException(failures.error) if failures.error is not None else None
+    raise KafkaSinkError(
+        f"{where}: {why}. Its transaction is aborted, and the task fails so Spark retries it "
+        "(nothing of it is visible)."
+    ) from cause
 
 
 class StuckCallError(KafkaSinkError):
@@ -82,25 +213,28 @@ class BrokerLoss:
 
 
 class TransactionalProducer(Producer):
-    """A sink task's transactional producer, with what its error callback saw."""
+    """A sink task's transactional producer, with what its error and delivery callbacks
+    saw (its records' failures cleared when it begins a transaction)."""
 
     loss: BrokerLoss
+    failures: DeliveryFailures
 
 
 def fenced_producer(options: KafkaSinkOptions, name: str) -> TransactionalProducer:
     """A new producer; its init_transactions() fences every older one of ``name``."""
-    loss = BrokerLoss()
+    loss, failures = BrokerLoss(), DeliveryFailures()
     producer = TransactionalProducer(
         {
             **options.producer_config(),
             "transactional.id": name,
-            # a failed record fails commit_transaction(): no report per delivered record
+            # reports of failed records only: none per delivered record
             "delivery.report.only.error": True,
+            "on_delivery": failures,
             "logger": LIBRDKAFKA_LOG,
             "error_cb": loss,
         }
     )
-    producer.loss = loss
+    producer.loss, producer.failures = loss, failures
     # No metadata request first: with eager connections (CONNECT_AT_ONCE)
     # init_transactions() takes 5-7 ms alone (it waited ~500 ms one time in three
     # without them, and a metadata request first still left it at ~60 ms).
@@ -159,6 +293,11 @@ def is_fatal(error: KafkaError) -> bool:
 
 def produce_rows(producer: Producer, batches: Iterator[list[Row]]) -> int:
     """Produce every row; poll(0) keeps delivery reports flowing, a full queue waits."""
+    with fatal_as_sink_error(producer, "Producing records"):
+        return _produce_rows(producer, batches)
+
+
+def _produce_rows(producer: Producer, batches: Iterator[list[Row]]) -> int:
     count = 0
     produce = producer.produce
     for batch in batches:
@@ -177,13 +316,15 @@ def produce_rows(producer: Producer, batches: Iterator[list[Row]]) -> int:
                 except BufferError:
                     producer.poll(0.05)
                 except KafkaException as exc:
-                    raise _produce_failed(producer, topic, exc) from exc
+                    raise _produce_failed(producer, topic, exc, key, value) from exc
         count += len(batch)
         producer.poll(0)
     return count
 
 
-def _produce_failed(producer: Producer, topic: str, exc: KafkaException) -> KafkaSinkError:
+def _produce_failed(
+    producer: Producer, topic: str, exc: KafkaException, key: Any, value: Any
+) -> KafkaSinkError:
     """produce() refused a record. In a fatal state it says only "Fatal error"; the
     transaction calls return the fatal error itself (e.g. fenced by a newer instance)."""
     error = error_of(exc)
@@ -194,7 +335,8 @@ def _produce_failed(producer: Producer, topic: str, exc: KafkaException) -> Kafk
         except KafkaException as fatal:  # a plain producer's says only "not transactional"
             if is_fatal(error_of(fatal)):
                 reason = error_of(fatal).str()
-    return KafkaSinkError(f"Producing a record to topic {topic!r} failed: {reason}")
+    named = record_named(topic, key, len(value or b""))
+    return KafkaSinkError(f"Producing {named} failed: {reason}{too_large_for_producer(error)}")
 
 
 def call(call: Callable[[], T], what: str, limit: float = CALL_LIMIT) -> T:

@@ -63,6 +63,7 @@ from eos_connectors.sinks.kafka.clients import (
     call,
     is_fenced,
     produce_rows,
+    wait_delivered,
 )
 from eos_connectors.sinks.kafka.coordinator import TransactionClient
 from eos_connectors.sinks.kafka.errors import KafkaSinkError
@@ -417,10 +418,11 @@ def explain_timeout(exc: Exception, options: KafkaSinkOptions, open_seconds: flo
     ) from exc
 
 
-def begin(producer: Producer, marker: MarkerGroup, task: TaskIdentity) -> None:
+def begin(producer: TransactionalProducer, marker: MarkerGroup, task: TaskIdentity) -> None:
     """Begin, and add the marker's offset ``batch + 1``: the transaction's first broker
     call, so a fenced (pooled) producer fails here, as :class:`_StaleProducerError`,
     before any record went out."""
+    producer.failures.clear()  # a pooled producer's last transaction's, aborted
     try:
         call(producer.begin_transaction, "begin_transaction")
         marker.join(
@@ -448,7 +450,7 @@ def log_marker(producer: Producer, marker: MarkerGroup, task: TaskIdentity) -> N
 
 
 def finish(
-    producer: Producer,
+    producer: TransactionalProducer,
     task: TaskIdentity,
     batches: Iterator[list[Row]],
     sid: str,
@@ -458,6 +460,8 @@ def finish(
     count = produce_rows(producer, batches)
     faults.point("after-prepare", task.batch_id, role="worker", query=task.query_name)
     began = time.perf_counter()
+    where = f"Task partition {task.partition} of batch {task.batch_id}"
+    wait_delivered(producer, producer.failures, where)  # a refused record, named, at once
     try:
         call(lambda: producer.commit_transaction(CALL_TIMEOUT), "commit_transaction")
     except StuckCallError as exc:  # applied or not: a new producer's fencing tells

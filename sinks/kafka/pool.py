@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from contextlib import AbstractContextManager
-from typing import Any
 
 from confluent_kafka import Producer
 
@@ -14,6 +13,7 @@ from eos_connectors.core.kept import Kept
 from eos_connectors.core.secrets import settings_digest
 from eos_connectors.sinks.kafka.clients import (
     LIBRDKAFKA_LOG,
+    DeliveryFailures,
     TransactionalProducer,
     fenced_producer,
 )
@@ -84,24 +84,6 @@ def _pool_key(options: KafkaSinkOptions, name: str) -> tuple[str, str]:
 CLIENTS = ClientPool()
 
 
-class Deliveries:
-    """A pooled plain producer's delivery reports: librdkafka reports failed records only
-    (``delivery.report.only.error``), so no Python runs per delivered record."""
-
-    def __init__(self) -> None:
-        self.failed = 0
-        self.failures: list[str] = []  # the first few, for the error message
-
-    def __call__(self, error: Any, _message: Any) -> None:
-        if error is not None:
-            self.failed += 1
-            if len(self.failures) < 3:
-                self.failures.append(str(error))
-
-    def clear(self) -> None:
-        self.failed, self.failures = 0, []
-
-
 class PlainProducers:
     """Task side: one Python worker's idle at-least-once producers, by client settings.
 
@@ -112,21 +94,21 @@ class PlainProducers:
 
     def __init__(self, size: int = 4) -> None:
         self.size = size
-        self._idle: OrderedDict[str, tuple[Producer, Deliveries]] = OrderedDict()
+        self._idle: OrderedDict[str, tuple[Producer, DeliveryFailures]] = OrderedDict()
         self.created = 0  # for tests
 
-    def take(self, options: KafkaSinkOptions) -> tuple[Producer, Deliveries]:
+    def take(self, options: KafkaSinkOptions) -> tuple[Producer, DeliveryFailures]:
         idle = self._idle.pop(settings_digest(options.producer_config()), None)
         if idle is not None:
             idle[1].clear()
             return idle
         self.created += 1
-        delivery = Deliveries()
+        delivery = DeliveryFailures()
         config = {**options.producer_config(), "delivery.report.only.error": True}
         return Producer({**config, "on_delivery": delivery, "logger": LIBRDKAFKA_LOG}), delivery
 
     def give_back(
-        self, options: KafkaSinkOptions, producer: Producer, delivery: Deliveries
+        self, options: KafkaSinkOptions, producer: Producer, delivery: DeliveryFailures
     ) -> None:
         self._idle[settings_digest(options.producer_config())] = (producer, delivery)
         while len(self._idle) > self.size:  # the least recently used goes (all delivered)

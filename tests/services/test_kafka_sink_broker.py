@@ -1,8 +1,9 @@
 """The Kafka sink against a broker that is slow, gone or strict: a new producer's topic
 look-up (in either commit mode), a producer that lost its broker (cut off through a
-real proxy), transaction timeouts, a broker that does not verify transactional writes.
+real proxy), transaction timeouts, a broker that does not verify transactional writes,
+a record larger than the topic or the producer takes.
 
-Cost: ~49 s, most of it the lost broker's 20 s call limit and the timeouts waited out."""
+Cost: ~53 s, most of it the lost broker's 20 s call limit and the timeouts waited out."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
 import pytest
 
 from eos_connectors.core.topics import create_topic, read_to_end
@@ -238,3 +240,46 @@ def test_a_transaction_open_past_its_timeout_says_which_setting_to_raise(
     with pytest.raises(KafkaSinkError, match=r"longer than kafka\.transaction\.timeout\.ms \(3000"):
         writer.write_task(a_task(0), late(batches, before=0, between=5.0), ClientPool())
     assert values_read(endpoints, writer, "read_committed") == []
+
+
+@pytest.mark.parametrize("mode", ["batch", "task"])
+@pytest.mark.parametrize("refused_by", ["topic", "producer"])
+def test_a_record_too_large_fails_its_task_at_once_naming_it_and_the_setting(
+    endpoints: Endpoints, unique: str, mode: str, refused_by: str
+) -> None:
+    """A 5,000-byte record among 40 small ones, to a topic that takes 2,000 bytes (the
+    broker refuses it: its transaction's later records are then never acknowledged) or
+    from a producer that sends at most 2,000 (librdkafka refuses it at once). The task
+    fails within seconds, naming the record's key and the setting to raise; nothing of
+    it is visible and no transaction is left open. Before, the broker's refusal waited
+    out the whole 60 s flush and said only that records were not acknowledged. (A broker
+    refuses the whole batch of records the large one is in, and reports each: the error
+    names the largest.)
+    ~1 s each."""
+    from eos_connectors.dev.harness.checks import open_transactions
+    from eos_connectors.sinks.kafka.batch_commit import BatchCommitWriter
+    from eos_connectors.sinks.kafka.checks import check_broker
+
+    topic = f"ks-big-{mode}-{unique}"
+    small = {"max.message.bytes": "2000"} if refused_by == "topic" else {}
+    create_topic(endpoints.kafka, topic, 2, **small)
+    extra = {"kafka.message.max.bytes": "2000"} if refused_by == "producer" else {}
+    bootstrap = endpoints.kafka_bootstrap
+    options = sink_options(
+        {"kafka.bootstrap.servers": bootstrap, "topic": topic, "commitMode": mode, **extra}
+    )
+    check_broker(options)
+    keys = [f"k{i}" for i in range(40)]
+    values = [("x" * 5000 if i == 20 else f"v{i}").encode() for i in range(40)]
+    rows = pa.RecordBatch.from_arrays([pa.array(keys), pa.array(values)], ["key", "value"])
+    writer = BatchCommitWriter(options) if mode == "batch" else KafkaExactlyOnceWriter(options)
+    setting = "kafka.batch.size below it" if refused_by == "topic" else "kafka.message.max.bytes"
+    began = time.monotonic()
+    with pytest.raises(KafkaSinkError, match=rf"key 'k20' \(5,000 bytes.*{setting}"):
+        if isinstance(writer, BatchCommitWriter):
+            writer.write_task(a_task(0), iter([rows]))
+        else:
+            writer.write_task(a_task(0), iter([rows]), ClientPool())
+    assert time.monotonic() - began < 15
+    assert read_to_end(endpoints.kafka, topic, "read_committed") == []
+    assert open_transactions(endpoints.kafka_bootstrap, topic, timeout=10) == set()

@@ -157,3 +157,91 @@ def test_a_request_whose_connection_was_reset_is_asked_again() -> None:
 
     assert call(look_up, "metadata") == "answered"
     assert len(tries) == 3
+
+
+class _Report:
+    """A delivery report's message as confluent-kafka hands it to ``on_delivery``."""
+
+    def __init__(self, key: bytes, value: bytes, pending: KafkaException | None = None) -> None:
+        self._key, self._value, self._pending = key, value, pending
+
+    def topic(self) -> str:
+        return "out"
+
+    def key(self) -> bytes:
+        return self._key
+
+    def value(self) -> bytes:
+        if self._pending is not None:  # what CPython does with an exception left set
+            raise SystemError("value returned a result with an exception set") from self._pending
+        return self._value
+
+
+class _Flushing:
+    """A producer whose flush() serves the given delivery reports, then has ``left``."""
+
+    def __init__(self, on_delivery: object, reports: list[tuple[KafkaError, _Report]]) -> None:
+        self.on_delivery, self.reports, self.flushes = on_delivery, reports, 0
+
+    fatal: KafkaError | None = None  # the producer's fatal state
+    lost: bool = False  # flush() raises with the fatal error lost on the way
+
+    def flush(self, timeout: float) -> int:
+        self.flushes += 1
+        if self.lost:
+            raise SystemError("<method 'flush'> returned NULL without setting an exception")
+        for error, message in self.reports:
+            self.on_delivery(error, message)  # type: ignore[operator]
+        self.reports = []
+        return 3
+
+    def abort_transaction(self, timeout: float) -> None:
+        if self.fatal is not None:
+            raise KafkaException(self.fatal)
+
+
+def test_a_refused_batch_names_its_largest_record_and_the_wait_ends_at_it() -> None:
+    """A broker refuses a whole batch for its size and reports each record: the error
+    names the largest (never its value) and the setting; the wait ends at once."""
+    from eos_connectors.sinks.kafka.clients import DeliveryFailures, wait_delivered
+    from eos_connectors.sinks.kafka.errors import KafkaSinkError
+
+    failures = DeliveryFailures()
+    too_large = KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)
+    reports = [
+        (too_large, _Report(f"k{i}".encode(), b"v" * (9000 if i == 2 else 9))) for i in range(5)
+    ]
+    producer = _Flushing(failures, reports)
+    with pytest.raises(KafkaSinkError) as refused:
+        wait_delivered(producer, failures, "Task partition 0 of batch 3")  # type: ignore[arg-type]
+    said = str(refused.value)
+    assert "Kafka refused 5 records" in said and "key 'k2' (9,000 bytes of value)" in said
+    assert "kafka.batch.size" in said and "vvv" not in said
+    assert producer.flushes == 1
+
+
+def test_a_fenced_producers_refusals_fail_the_task_as_fenced() -> None:
+    """A producer fenced (a transaction the broker timed out) gets its records back with
+    the fatal error, or confluent-kafka leaves that error set for the poll while it
+    serves the reports, or loses it on the way: each way the task's error is one its
+    callers tell as fenced (services runs met the last two, one run in three)."""
+    from eos_connectors.sinks.kafka.clients import DeliveryFailures, is_fenced, wait_delivered
+    from eos_connectors.sinks.kafka.errors import KafkaSinkError
+
+    fenced = KafkaError(KafkaError._FENCED, fatal=True)
+    for report in (_Report(b"k", b"v"), _Report(b"k", b"v", pending=KafkaException(fenced))):
+        failures = DeliveryFailures()
+        producer = _Flushing(failures, [(fenced, report)])
+        with pytest.raises(KafkaSinkError) as failed:
+            wait_delivered(producer, failures, "Task partition 0 of batch 3")  # type: ignore[arg-type]
+        assert is_fenced(failed.value)
+    # the error lost on the way: the producer's own fatal state says it
+    failures = DeliveryFailures()
+    producer = _Flushing(failures, [])
+    producer.lost, producer.fatal = True, fenced
+    with pytest.raises(KafkaSinkError) as failed:
+        wait_delivered(producer, failures, "Task partition 0 of batch 3")  # type: ignore[arg-type]
+    assert is_fenced(failed.value)
+    producer.fatal = None  # not fatal: the SystemError is not explained away
+    with pytest.raises(SystemError):
+        wait_delivered(producer, failures, "Task partition 0 of batch 3")  # type: ignore[arg-type]
