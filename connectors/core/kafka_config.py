@@ -87,7 +87,41 @@ def from_options(raw: Mapping[str, str], owned: Mapping[str, str]) -> dict[str, 
         settings[name.removeprefix("kafka.")] = value
     if not settings.get(BOOTSTRAP, "").strip():
         raise ConfigError("Option 'kafka.bootstrap.servers' is required (host:port[,host:port]).")
-    return translate(settings)
+    return from_java(settings)
+
+
+def from_java(settings: dict[str, str]) -> dict[str, str]:
+    """``settings`` (librdkafka's or a Java client's names, no prefix) in librdkafka's
+    terms: the security settings translated, :data:`JAVA_NAMES` renamed."""
+    return _renamed(translate(settings))
+
+
+#: Java client settings librdkafka has under another name, with the same meaning and
+#: unit, so a Spark job's options carry over (Java's -1, "the system's default", is
+#: librdkafka's 0 for the socket buffers).
+JAVA_NAMES = {
+    "max.request.size": "message.max.bytes",
+    "receive.buffer.bytes": "socket.receive.buffer.bytes",
+    "send.buffer.bytes": "socket.send.buffer.bytes",
+    "fetch.max.wait.ms": "fetch.wait.max.ms",
+}
+
+
+def _renamed(settings: dict[str, str]) -> dict[str, str]:
+    """``settings`` with :data:`JAVA_NAMES` in librdkafka's names; ConfigError when both
+    names of one setting are given with different values."""
+    for java, ours in JAVA_NAMES.items():
+        if java not in settings:
+            continue
+        value = settings.pop(java)
+        if ours.startswith("socket.") and value.strip() == "-1":
+            value = "0"
+        if settings.setdefault(ours, value) != value:
+            raise ConfigError(
+                f"Options 'kafka.{java}' (Java's name) and 'kafka.{ours}' (librdkafka's) are "
+                "one setting, given two values: keep one."
+            )
+    return settings
 
 
 def connection(config: KafkaConfig) -> dict[str, Any]:
@@ -213,7 +247,9 @@ def check_settings(
     culprit = next(
         (n for n in given if n in config and _refusal(_without(config, n), build) is None), None
     )
+    java = {ours: java for java, ours in JAVA_NAMES.items()}.get(culprit or "")
     named = f"option 'kafka.{culprit}'" if culprit else "a kafka.* option"
+    named += f" (set as Java's 'kafka.{java}', or as it)" if java else ""
     raise ConfigError(
         f"{who}: librdkafka refuses {named}: {redact(reason, secret_values(config))}. Each "
         "kafka.<name> option goes to librdkafka as <name> (its names, Java's for the common "

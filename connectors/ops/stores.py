@@ -19,7 +19,7 @@ from pathlib import Path
 
 from eos_connectors.core.checkpoint_sinks import SinkEntry
 from eos_connectors.core.errors import ConfigError, keeping_code
-from eos_connectors.core.java_security import translate
+from eos_connectors.core.kafka_config import from_java
 from eos_connectors.core.sinks_admin import (
     ResetGuard,
     SinkAdmin,
@@ -97,7 +97,7 @@ def all_records(names: BookkeepingNames = BookkeepingNames()) -> list[SinkRecord
 
 def kafka_client_config() -> dict[str, str]:
     """``EOS_KAFKA_BOOTSTRAP`` with the settings of the file ``EOS_KAFKA_CONFIG`` names (a
-    Java client's properties file as it is: its security settings are translated)."""
+    Java client's properties file as it is: its settings are translated)."""
     config: dict[str, str] = {}
     path = os.environ.get("EOS_KAFKA_CONFIG")
     if path:
@@ -116,7 +116,7 @@ def kafka_client_config() -> dict[str, str]:
                 raise ConfigError(f"{path} line {number}: expected key=value.")
             config[key.strip().removeprefix("kafka.")] = value.strip()
     config["bootstrap.servers"] = os.environ["EOS_KAFKA_BOOTSTRAP"]
-    return translate(config)
+    return from_java(config)
 
 
 def store_admin(entry: SinkEntry) -> SinkAdmin:

@@ -53,3 +53,27 @@ def test_the_sources_consumer_settings_are_checked_at_start() -> None:
     with pytest.raises(ConfigError, match=r"interceptor\.classes"):
         KafkaSourceFormat({**SOURCE, "kafka.interceptor.classes": "a.B"})._check_settings()
     KafkaSourceFormat(SOURCE)._check_settings()
+
+
+def test_javas_names_for_common_settings_are_librdkafkas_under_theirs() -> None:
+    """A Spark job's ``kafka.max.request.size`` (and the socket buffers, the fetch wait)
+    is librdkafka's setting of the same meaning under another name; librdkafka refused
+    the Java names at start before ("No such configuration property")."""
+    java = {
+        "kafka.max.request.size": "5242880",
+        "kafka.receive.buffer.bytes": "-1",
+        "kafka.send.buffer.bytes": "131072",
+    }
+    options = parse_options({**SINK, **java})
+    check_producer_settings(options)
+    assert options.kafka["message.max.bytes"] == "5242880"
+    assert options.kafka["socket.receive.buffer.bytes"] == "0"  # Java's -1: the system's
+    assert options.kafka["socket.send.buffer.bytes"] == "131072"
+    assert "max.request.size" not in options.kafka
+    source = KafkaSourceFormat({**SOURCE, "kafka.fetch.max.wait.ms": "250"})
+    source._check_settings()
+    with pytest.raises(ConfigError, match=r"Java's 'kafka\.fetch\.max\.wait\.ms'"):
+        KafkaSourceFormat({**SOURCE, "kafka.fetch.max.wait.ms": "soon"})._check_settings()
+    twice = {"kafka.max.request.size": "2000000", "kafka.message.max.bytes": "3000000"}
+    with pytest.raises(ConfigError, match=r"'kafka\.max\.request\.size' .* one setting"):
+        parse_options({**SINK, **twice})
