@@ -110,6 +110,7 @@ from eos_connectors.sinks.kafka.clients import (
     LIBRDKAFKA_LOG,
     DeliveryFailures,
     StuckCallError,
+    abort_quietly,
     call,
     look_up_topic,
     produce_rows,
@@ -306,7 +307,11 @@ class BatchCommitWriter(StreamArrowWriter):
         ordered = in_order(_chain(first, batches), changes)
         if noted is not None:
             ordered = noted.passing(ordered)
-        count = produce_rows(producer, rows(ordered, self.options.topic, changes))
+        try:
+            count = produce_rows(producer, rows(ordered, self.options.topic, changes))
+        except KafkaSinkError:  # a record refused: its records sent so far stay open else
+            abort_quietly(producer)
+            raise
         # The marker's offset joins the transaction while librdkafka sends the rows: the
         # two round trips overlap, and both are in the one transaction whatever the order.
         # (On a thread of its own beside produce_rows(), it waited for the GIL: slower.)
