@@ -50,6 +50,8 @@ from eos_connectors.sinks.kafka.clients import (
     LIBRDKAFKA_LOG,
     DeliveryFailures,
     bounded,
+    missing,
+    topic_gone,
 )
 from eos_connectors.sinks.kafka.errors import FENCED_CODES, error_of
 from eos_connectors.sinks.kafka.marker import marker_consumer
@@ -182,6 +184,12 @@ def _take(
     query, may have committed the claim meanwhile, and fencing it again would only make
     it try again too."""
     name = claim_name(options, sink_id)
+    if _gone(consumer, options.marker_topic):  # else its commit is retried for 60 s first
+        option = "progressTopic" if options.progress_topic else "topic"
+        raise ClaimError(
+            f"Claiming sink {sink_id!r} for query {query_id} failed: the sink's "
+            f"{topic_gone(options.marker_topic, option)}. Nothing was written."
+        )
     for attempt in range(ATTEMPTS):
         undelivered = DeliveryFailures()
         producer = Producer(
@@ -228,6 +236,17 @@ def _reason(options: KafkaSinkOptions, said: str, undelivered: DeliveryFailures)
         f"not delivered: {undelivered.first}; the query's start check creates that topic, "
         "so check that it still exists and that its partition 0 has a leader"
     )
+
+
+def _gone(consumer: Consumer, topic: str) -> bool:
+    """Whether the cluster says ``topic`` does not exist: a claim commits the claim's
+    offset on its partition 0, which librdkafka asks again for 60 s, then fails with
+    "Unknown topic or partition". Deleted after the query started, the topic took the
+    markers (offsets on that partition) with it, so every task claims the sink again."""
+    try:
+        return missing(consumer.list_topics(topic, timeout=5), topic)
+    except KafkaException:
+        return False  # not known either way: the claim's own error says what failed
 
 
 def _commit_claim(

@@ -251,9 +251,44 @@ def look_up_topic(producer: Producer, topic: str | None) -> None:
     ms before, 5.0 ms after, against ~2.5 ms on a pooled one). The answer fills the
     producer's metadata cache, so the first rows go out at once; librdkafka (2.16) still
     asks for the topic once more when the first produce() makes its topic handle, in the
-    background (counted from its protocol log). Nothing for a ``topic`` column."""
-    if topic:
-        call(lambda: producer.list_topics(topic, timeout=CALL_TIMEOUT), "metadata")
+    background (counted from its protocol log). Nothing for a ``topic`` column.
+
+    A topic the answer does not list was deleted after the start check found it: asked
+    again for ``GONE_AFTER_S``, then KafkaSinkError says so (its rows otherwise waited
+    ~60 s for the broker's refusal, which said only "Unknown topic or partition")."""
+    if not topic:
+        return
+    deadline = time.monotonic() + GONE_AFTER_S
+    while missing(_metadata(producer, topic), topic):
+        if time.monotonic() > deadline:
+            raise KafkaSinkError(f"The sink's {topic_gone(topic, 'topic')}.")
+        time.sleep(0.5)
+
+
+def _metadata(producer: Producer, topic: str) -> Any:
+    return call(lambda: producer.list_topics(topic, timeout=CALL_TIMEOUT), "metadata")
+
+
+#: How long a task asks again for a topic its broker does not list, before it says the
+#: topic is gone (a broker may serve a topic made a moment ago a little later).
+GONE_AFTER_S = 5.0
+
+
+def missing(metadata: Any, topic: str) -> bool:
+    """Whether ``metadata`` (a list_topics() answer) says ``topic`` does not exist."""
+    found = metadata.topics.get(topic)
+    unknown = KafkaError.UNKNOWN_TOPIC_OR_PART
+    return found is None or (found.error is not None and found.error.code() == unknown)
+
+
+def topic_gone(topic: str, option: str) -> str:
+    """What a task says of its topic deleted after the query started (the start check
+    found it)."""
+    return (
+        f"topic {topic!r} (option {option}) no longer exists: it was deleted after the query "
+        "started, and the sink writes only to an existing topic. Create it again and restart "
+        "the query (what was written to it before is gone with it)"
+    )
 
 
 #: librdkafka's facilities for the errors of the transactional API's calls: a fatal

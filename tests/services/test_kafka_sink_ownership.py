@@ -1,14 +1,15 @@
 """Who owns a Kafka sink id, and where its markers live: a second query or checkpoint on the
 same sink id writes nothing, two claims at once leave one owner, a marker is found in the
 marker log after its group offsets expired or behind an open transaction, and a log that
-is no marker log is refused.
+is no marker log is refused, and a topic deleted under a running sink is named.
 
-Cost: ~25 s."""
+Cost: ~32 s."""
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -160,6 +161,28 @@ def test_a_claim_whose_marker_log_is_gone_names_it(endpoints: Endpoints, unique:
     said = str(failed.value)
     assert f"marker log 'gone-log-{unique}' (option markerLogTopic) was not delivered" in said
     assert "Message timed out" in said and "Nothing was written" in said
+
+
+@pytest.mark.cost(7)
+def test_a_topic_deleted_under_a_running_sink_is_named_as_gone(
+    endpoints: Endpoints, unique: str
+) -> None:
+    """The sink's topic deleted between two batches (an operator's mistake): the next
+    task's topic look-up finds it gone and says so, with what to do, in ~5 s; its rows
+    waited ~60 s for the broker's refusal before, which said only "Unknown topic or
+    partition". (A task that claims the sink again, its markers gone with the topic's
+    offsets, names the topic the same way when the claim fails.)"""
+    from eos_connectors.sinks.kafka.batch_commit import BatchCommitWriter
+
+    options = new_sink_options(endpoints, "ks-gone", unique)
+    writer = BatchCommitWriter(options)
+    writer.commit([writer.write_task(a_task(0), iter(rows_of(0)))], 0)
+    admin = AdminClient({"bootstrap.servers": endpoints.kafka_bootstrap})
+    admin.delete_topics([str(options.topic)])[str(options.topic)].result(30)
+    began = time.monotonic()
+    with pytest.raises(KafkaSinkError, match=rf"topic 'ks-gone-{unique}' \(option topic\) no "):
+        writer.write_task(a_task(1), iter(rows_of(1)))
+    assert time.monotonic() - began < 20
 
 
 def test_a_streams_driver_claims_the_sink_at_start_for_its_checkpoints_query(
