@@ -78,6 +78,11 @@ def too_large_for_producer(error: KafkaError) -> str:
     )
 
 
+#: A record's topic does not exist (the broker's answer, or librdkafka's after its
+#: metadata said so).
+_NO_TOPIC = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC})
+
+
 class DeliveryFailures:
     """A producer's ``on_delivery`` (with ``delivery.report.only.error``): how many
     records the brokers refused, and why (:attr:`first`), naming the record: the first
@@ -123,6 +128,12 @@ class DeliveryFailures:
             return None
         topic, key, size = self._record
         said = f"Kafka refused {self.count} records ({self._error.str()})"
+        if self._error.code() in _NO_TOPIC:
+            return (
+                f"{said}; the first was {record_named(topic, key, size)}, which does not "
+                "exist: the sink writes only to existing topics and never creates one "
+                "(create it, or mend the rows' topic column)"
+            )
         if self._error.code() != KafkaError.MSG_SIZE_TOO_LARGE:
             return f"{said}; the first was {record_named(topic, key, size)}"
         return (

@@ -245,3 +245,12 @@ def test_a_fenced_producers_refusals_fail_the_task_as_fenced() -> None:
     producer.fatal = None  # not fatal: the SystemError is not explained away
     with pytest.raises(SystemError):
         wait_delivered(producer, failures, "Task partition 0 of batch 3")  # type: ignore[arg-type]
+
+
+def test_a_record_to_a_topic_that_does_not_exist_says_the_sink_creates_none() -> None:
+    from eos_connectors.sinks.kafka.clients import DeliveryFailures
+
+    failures = DeliveryFailures()
+    failures(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART), _Report(b"k57", b"v"))
+    assert failures.first is not None
+    assert "key 'k57'" in failures.first and "never creates one" in failures.first
