@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg import sql
 
+from eos_connectors.core.errors import EosError
 from eos_connectors.sinks.postgres.options import PostgresSinkOptions
 
 if TYPE_CHECKING:
@@ -20,6 +21,10 @@ LOCK_TIMEOUT = "60s"
 
 
 ControlTypes = tuple[tuple[str, str], ...]
+
+
+class TableChangedError(EosError):
+    """The sink's table was dropped, or lost a column, after the query's start check."""
 
 
 class TaskRows:
@@ -40,7 +45,33 @@ class TaskRows:
         batches: Iterator[pa.RecordBatch],
         before_apply: changes.BeforeApply | None = None,
     ) -> int:
-        """Task: the rows into the table; ``before_apply`` sees a keyed mode's stage."""
+        """Task: the rows into the table; ``before_apply`` sees a keyed mode's stage. A
+        table dropped or altered since the start check compared it with the stream's
+        schema is named as such (:class:`TableChangedError`)."""
+        try:
+            return self._write(cur, name, batches, before_apply)
+        except psycopg.errors.UndefinedTable as exc:
+            raise TableChangedError(
+                f"Table {self.options.table_name} (option table) no longer exists: it was "
+                "dropped after the query started. Restart the query: its start creates the "
+                "table again with createTable=true (the rows written before are gone with it),"
+                " or create it first."
+            ) from exc
+        except psycopg.errors.UndefinedColumn as exc:
+            raise TableChangedError(
+                f"Table {self.options.table_name} (option table) lost a column the stream "
+                f"writes since the query started ({exc.diag.message_primary}): add it back "
+                "and restart the query, whose start compares the table with the stream's "
+                "schema."
+            ) from exc
+
+    def _write(
+        self,
+        cur: psycopg.Cursor[Any],
+        name: str,
+        batches: Iterator[pa.RecordBatch],
+        before_apply: changes.BeforeApply | None,
+    ) -> int:
         from eos_connectors.sinks.postgres import changes, copy  # pyarrow: tasks only
 
         cur.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(LOCK_TIMEOUT)))
