@@ -25,6 +25,13 @@ A write Redis refuses (``INCRBY`` on a key holding text, ``HSET`` on a string)
 must not stop the script half-way, because Redis does not roll back a script's
 earlier writes: it is recorded in the sink's ``rejected`` list (unit, key, error)
 and the script goes on. The driver logs how many were rejected and where.
+
+That record is a ``redis.call``, and must stay one: a Redis out of memory (``maxmemory``
+with ``noeviction``) refuses a script's writes until its first write succeeds, so every
+entry's write is refused, and the first record of a refusal stops the script before it
+wrote anything: the unit stays staged and its replay applies it whole
+(``tests/services/test_frozen_store.py``). A ``pcall`` there would list every entry as
+rejected, delete the stage and count the unit as applied.
 """
 
 from __future__ import annotations

@@ -8,8 +8,9 @@ On 0.2 both sinks waited the whole freeze out (a query's write, 120 s by hand):
 PostgreSQL connections had only ``connect_timeout``, Redis waited 300 s a call and
 redis-py retried a timed-out call. The sinks' timeouts are shrunk here
 (``statementTimeoutMs`` / ``socketTimeoutMs`` = 2 s, the driver's patience 2 s) so the
-test costs seconds; docs/deploy.md gives the bounds with the defaults.
-Cost: ~9 s per store.
+test costs seconds; docs/deploy.md gives the bounds with the defaults. A Redis out of
+memory refuses a decided unit's apply whole, never in part.
+Cost: ~9 s per store, and ~1 s.
 """
 
 from __future__ import annotations
@@ -18,12 +19,13 @@ import pickle
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 
 import pyarrow as pa
 import pytest
+import redis
 
-from eos_connectors.core import protocol
+from eos_connectors.core import faults, protocol
 from eos_connectors.core.context import TaskIdentity
 from eos_connectors.core.protocol import PreparedUnit, TwoPhaseCommitWriter
 from eos_connectors.dev.endpoints import Endpoints
@@ -115,3 +117,50 @@ def test_a_frozen_store_fails_tasks_and_the_driver_in_bounds_and_loses_nothing(
     replay.commit(units, 0)
     assert sink.visible() == {"w0": 1, "w1": 2}
     assert replay.units_in_doubt(sink.name) == []
+
+
+@contextmanager
+def _out_of_memory(url: str) -> Iterator[redis.Redis]:
+    """Redis past its ``maxmemory`` with ``noeviction``: every write that may grow it is
+    refused ("OOM command not allowed"), as in a store that filled up."""
+    client = redis.Redis.from_url(url)
+    policy = str(client.config_get("maxmemory-policy")["maxmemory-policy"])
+    used = int(client.info("memory")["used_memory"])
+    client.config_set("maxmemory-policy", "noeviction")
+    client.config_set("maxmemory", str(max(1, used // 2)))
+    try:
+        yield client
+    finally:
+        client.config_set("maxmemory", "0")
+        client.config_set("maxmemory-policy", policy)
+        client.close()
+
+
+@pytest.mark.cost(1)
+def test_a_redis_out_of_memory_applies_a_decided_unit_whole_or_not_at_all(
+    endpoints: Endpoints, unique: str
+) -> None:
+    """Redis never rolls back a script's writes, and the apply script writes each entry
+    through ``pcall`` so that one entry Redis refuses (INCRBY on text) does not stop it.
+    Out of memory, Redis refuses a script's writes until its first write succeeds: the
+    entries are refused, and recording the first refusal in the sink's rejected list
+    (``redis.call``) stops the script before it wrote anything. The decided unit stays
+    staged and its replay applies it whole. (Had that record been a ``pcall`` too, every
+    entry would have been listed as rejected, the stage deleted and the unit counted as
+    applied: lost.)"""
+    sink = Sink("redis", endpoints, f"oom_{unique}")
+    writer = sink.writer()
+    units = [sink.task(writer, 0), sink.task(writer, 1)]
+    with faults.simulate("after-decision"), pytest.raises(faults.SimulatedCrash):
+        writer.commit(units, 0)  # decided; nothing applied
+    with _out_of_memory(endpoints.redis_url):
+        for message in units:
+            assert message.unit is not None
+            with pytest.raises(redis.exceptions.OutOfMemoryError):
+                writer.commit_unit(message.unit)
+        assert sink.visible() == {}
+        assert len(writer.units_in_doubt(sink.name)) == 2, "both stay staged"
+    writer.commit(units, 0)  # the replay finds the decision and applies it
+    assert sink.visible() == {"w0": 1, "w1": 2}
+    assert writer.units_in_doubt(sink.name) == []
+    writer.close()
