@@ -15,6 +15,7 @@ from psycopg import sql
 from pyspark.sql.datasource import WriterCommitMessage
 
 from eos_connectors.core.context import TaskIdentity
+from eos_connectors.core.errors import EosError
 from eos_connectors.core.protocol import (
     Decision,
     Lineage,
@@ -43,6 +44,25 @@ if TYPE_CHECKING:
     from eos_connectors.sinks.postgres.changes import BeforeApply
 
 log = logging.getLogger(__name__)
+
+
+class PreparedLimitError(EosError):
+    """PostgreSQL refused a task's PREPARE TRANSACTION: ``max_prepared_transactions`` is
+    reached (the server's SQLSTATE 53200 for PREPARE, with the limit in its hint)."""
+
+    def __init__(self, unit: UnitId, exc: psycopg.errors.OutOfMemory) -> None:
+        said = exc.diag.message_primary or str(exc)
+        hint = f" ({exc.diag.message_hint.rstrip('.')})" if exc.diag.message_hint else ""
+        super().__init__(
+            f"PostgreSQL refused to prepare the transaction of task partition "
+            f"{unit.partition} of batch {unit.batch_id}: {said}{hint}. Each sink task of a "
+            "batch holds one prepared transaction until the driver commits the batch, and "
+            "every exactly-once sink writing to this server shares the limit: set "
+            "max_prepared_transactions above the sink tasks per batch (after a shuffle, "
+            "spark.sql.shuffle.partitions) times the queries writing at once, and restart "
+            "the server; or write from fewer tasks (coalesce() before the sink). Nothing of "
+            "the task is visible."
+        )
 
 
 class PostgresExactlyOnceWriter(TwoPhaseCommitWriter):
@@ -178,7 +198,10 @@ class PostgresExactlyOnceWriter(TwoPhaseCommitWriter):
                     (str(unit), unit.sink_id, unit.batch_id),
                 )
                 end = sql.SQL("PREPARE TRANSACTION {}").format(sql.Literal(str(unit)))
-                cur.execute(end if count else sql.SQL("ROLLBACK"))
+                try:
+                    cur.execute(end if count else sql.SQL("ROLLBACK"))
+                except psycopg.errors.OutOfMemory as exc:  # PREPARE's own: the limit
+                    raise PreparedLimitError(unit, exc) from exc
         except BaseException:
             self._drop()
             raise
