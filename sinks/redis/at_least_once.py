@@ -46,6 +46,10 @@ class RedisAtLeastOnceWriter(StreamArrowWriter):
             results = pipe.execute()
         failed = sum(int(r[1]) for r in results)
         if failed:
-            log.error("Redis refused %d writes of this task (wrong type at the key)", failed)
+            log.error(
+                "Redis refused %d writes of this task (a key of another type, or a value "
+                "that is no number)",
+                failed,
+            )
         log_absent(sum(int(r[2]) for r in results), "this task")
         return WriterCommitMessage()

@@ -21,17 +21,20 @@ deletes the key (a string, or the whole hash), ``u`` writes it as upsert does. A
 delete of a key that does not exist changes nothing and is counted: both apply
 scripts return ``{applied, failed, absent}``, ``absent`` being those deletes.
 
-A write Redis refuses (``INCRBY`` on a key holding text, ``HSET`` on a string)
-must not stop the script half-way, because Redis does not roll back a script's
-earlier writes: it is recorded in the sink's ``rejected`` list (unit, key, error)
-and the script goes on. The driver logs how many were rejected and where.
+A write Redis refuses for the entry itself (``WRONGTYPE``: ``INCRBY`` on a key holding
+text, ``HSET`` on a string; ``ERR``: a value that is no number) must not stop the
+script half-way, because Redis does not roll back a script's earlier writes: it is
+recorded in the sink's ``rejected`` list (unit, key, error) and the script goes on.
+The driver logs how many were rejected and where.
 
-That record is a ``redis.call``, and must stay one: a Redis out of memory (``maxmemory``
-with ``noeviction``) refuses a script's writes until its first write succeeds, so every
-entry's write is refused, and the first record of a refusal stops the script before it
-wrote anything: the unit stays staged and its replay applies it whole
-(``tests/services/test_frozen_store.py``). A ``pcall`` there would list every entry as
-rejected, delete the stage and count the unit as applied.
+Any other refusal is the server's state, not the entry's, and fails the script whole
+(``error()``): a Redis out of memory (``OOM``: ``maxmemory`` with ``noeviction``), a
+read-only replica (``READONLY``). Out of memory, Redis refuses a script's writes until
+its first write succeeds, so the first entry's refusal stops the script before it wrote
+anything: a unit stays staged and its replay applies it whole, and an at-least-once task
+fails and is retried (``tests/services/test_frozen_store.py``). Counted as rejected
+instead, every entry would have been lost: an applied unit whose entries were all
+refused, or an at-least-once task that succeeded with nothing written (it did, before).
 """
 
 from __future__ import annotations
@@ -63,7 +66,10 @@ local hincr = number == 'float' and 'HINCRBYFLOAT' or 'HINCRBY'
 local applied, failed, absent = 0, 0, 0
 
 local function failed_write(result)
-  return type(result) == 'table' and result.err ~= nil
+  if type(result) ~= 'table' or result.err == nil then return false end
+  local code = string.match(result.err, '^(%S+)')
+  if code ~= 'WRONGTYPE' and code ~= 'ERR' then error(result) end
+  return true
 end
 
 local function write_one(items, i)

@@ -141,12 +141,11 @@ def test_a_redis_out_of_memory_applies_a_decided_unit_whole_or_not_at_all(
     endpoints: Endpoints, unique: str
 ) -> None:
     """Redis never rolls back a script's writes, and the apply script writes each entry
-    through ``pcall`` so that one entry Redis refuses (INCRBY on text) does not stop it.
-    Out of memory, Redis refuses a script's writes until its first write succeeds: the
-    entries are refused, and recording the first refusal in the sink's rejected list
-    (``redis.call``) stops the script before it wrote anything. The decided unit stays
-    staged and its replay applies it whole. (Had that record been a ``pcall`` too, every
-    entry would have been listed as rejected, the stage deleted and the unit counted as
+    through ``pcall`` so that one entry Redis refuses for itself (INCRBY on text) does
+    not stop it. Out of memory, Redis refuses a script's writes until its first write
+    succeeds: the first entry's OOM refusal stops the script before it wrote anything.
+    The decided unit stays staged and its replay applies it whole. (Counted as rejected,
+    every entry would have been listed so, the stage deleted and the unit counted as
     applied: lost.)"""
     sink = Sink("redis", endpoints, f"oom_{unique}")
     writer = sink.writer()
@@ -164,3 +163,22 @@ def test_a_redis_out_of_memory_applies_a_decided_unit_whole_or_not_at_all(
     assert sink.visible() == {"w0": 1, "w1": 2}
     assert writer.units_in_doubt(sink.name) == []
     writer.close()
+
+
+@pytest.mark.cost(1)
+def test_a_redis_out_of_memory_fails_an_at_least_once_task_instead_of_dropping_it(
+    endpoints: Endpoints, unique: str
+) -> None:
+    """At-least-once writes each entry through ``pcall`` too, with no rejected list to
+    record into: out of memory, every entry was refused and counted as "wrong type at
+    the key", and the task succeeded with nothing written, so its rows were lost. Only a
+    refusal of the entry itself (WRONGTYPE, ERR: a value that is no number) is passed
+    over; any other (OOM, READONLY) fails the script, and the task, whole."""
+    name = f"oom_alo_{unique}"
+    source = upsert_source("redis", endpoints, name, deliveryGuarantee="at-least-once")
+    writer = source.streamWriter(CONTRACT_SCHEMA, False)
+    rows = pa.RecordBatch.from_pydict({"word": ["a", "b"], "n": [1, 2]}, schema=_ARROW)
+    with _out_of_memory(endpoints.redis_url), pytest.raises(redis.exceptions.OutOfMemoryError):
+        writer.write(iter([rows]))
+    writer.write(iter([rows]))  # Spark's retry, once memory is freed
+    assert upserted("redis", endpoints, name) == {"a": 1, "b": 2}
