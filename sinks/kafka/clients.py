@@ -104,16 +104,9 @@ class DeliveryFailures:
         size = len(message.value() or b"")
         if self._error is None:
             self._error = error
-        elif not self._larger_of_too_large(error, size):
-            return
+        elif self._error.code() != KafkaError.MSG_SIZE_TOO_LARGE or size <= self._record[2]:
+            return  # named already: the first, or a larger one refused for its size
         self._record = (message.topic(), message.key(), size)
-
-    def _larger_of_too_large(self, error: KafkaError, size: int) -> bool:
-        """Whether the named record and this one were refused for their size, and this
-        one is the larger."""
-        code = self._error.code() if self._error is not None else None
-        too_large = error.code() == code == KafkaError.MSG_SIZE_TOO_LARGE
-        return too_large and size > self._record[2]
 
     @property
     def error(self) -> KafkaError | None:

@@ -34,7 +34,7 @@ its first write succeeds, so the first entry's refusal stops the script before i
 anything: a unit stays staged and its replay applies it whole, and an at-least-once task
 fails and is retried (``tests/services/test_frozen_store.py``). Counted as rejected
 instead, every entry would have been lost: an applied unit whose entries were all
-refused, or an at-least-once task that succeeded with nothing written (it did, before).
+refused, or an at-least-once task that succeeded with nothing written.
 """
 
 from __future__ import annotations
