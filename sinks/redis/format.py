@@ -105,8 +105,9 @@ SAFE_EVICTION = ("noeviction", "volatile-")
 
 
 def check_server(client: redis.Redis, exactly_once: bool = True) -> None:
-    """Refuse Redis Cluster, and for exactly-once an eviction policy that can evict the
-    sink's bookkeeping; warn when the server would lose acknowledged writes on restart."""
+    """Refuse Redis Cluster and a replica, and for exactly-once an eviction policy that
+    can evict the sink's bookkeeping; warn when the server would lose acknowledged writes
+    on restart."""
     info = client.info("cluster")
     if int(info.get("cluster_enabled", 0)):
         raise ConfigError(
@@ -114,6 +115,7 @@ def check_server(client: redis.Redis, exactly_once: bool = True) -> None:
             "many hash slots. Point option 'url' at a standalone server or a primary with "
             "replicas."
         )
+    _refuse_replica(client)
     try:
         config = client.config_get("appendonly")
         config.update(client.config_get("maxmemory-policy"))
@@ -141,3 +143,17 @@ def check_server(client: redis.Redis, exactly_once: bool = True) -> None:
         )
         log.warning(message)
         warnings.warn(message, stacklevel=2)
+
+
+def _refuse_replica(client: redis.Redis) -> None:
+    """A replica refuses writes (``READONLY``), or, with ``replica-read-only no``, takes
+    them and drops them at its next sync with its primary, which never had them: either
+    way, at start and in both guarantees, the sink refuses it."""
+    replication = client.info("replication")
+    if replication.get("role") == "slave":
+        where = f"{replication.get('master_host')}:{replication.get('master_port')}"
+        raise ConfigError(
+            f"Option 'url' points at a Redis replica (of the primary at {where}): a replica "
+            "refuses writes, or with replica-read-only no keeps them only until it next syncs "
+            "with its primary, which never sees them. Point 'url' at the primary."
+        )

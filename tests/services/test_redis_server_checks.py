@@ -64,3 +64,21 @@ def test_an_eviction_policy_that_can_evict_bookkeeping_is_refused(evicting: redi
     check_server(evicting, exactly_once=False)  # at-least-once keeps no bookkeeping
     evicting.config_set("maxmemory-policy", "volatile-lru")  # evicts only keys with a TTL
     check_server(evicting)
+
+
+@pytest.fixture
+def replica(tmp_path: Path) -> Iterator[redis.Redis]:
+    # Its primary need not answer: the server is a replica from the moment it starts.
+    yield from redis_server(tmp_path, "--replicaof", "127.0.0.1", str(free_port()))
+
+
+def test_a_replica_is_refused_even_when_writable(replica: redis.Redis) -> None:
+    """A writable replica (replica-read-only no) took a batch write that its primary
+    never saw, and the write "succeeded"; a read-only one failed every task with a bare
+    READONLY. ~0.2 s."""
+    for exactly_once in (True, False):
+        with pytest.raises(ConfigError, match=r"'url' points at a Redis replica.*primary"):
+            check_server(replica, exactly_once)
+    replica.config_set("replica-read-only", "no")
+    with pytest.raises(ConfigError, match="replica-read-only no"):
+        check_server(replica)
