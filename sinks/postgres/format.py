@@ -118,6 +118,9 @@ def warn_about_orphans(
 
 
 def check_server(conn: Connection, options: PostgresSinkOptions) -> None:
+    """Refuse a server the sink cannot write to; for exactly-once, one that cannot
+    prepare transactions."""
+    _refuse_read_only(conn)
     if not options.exactly_once:
         return
     row = conn.execute("SHOW max_prepared_transactions").fetchone()
@@ -127,6 +130,25 @@ def check_server(conn: Connection, options: PostgresSinkOptions) -> None:
             "and eos_postgres cannot commit exactly once. Set max_prepared_transactions to at "
             "least the number of sink tasks per batch (e.g. 64) in postgresql.conf and restart "
             "the server, or use deliveryGuarantee=at-least-once."
+        )
+
+
+def _refuse_read_only(conn: Connection) -> None:
+    """A standby (a managed service's reader endpoint) or a session that is read-only by
+    default refuses every write: said at start, naming option 'dsn', instead of as the
+    first CREATE or COPY's bare error."""
+    row = conn.execute("SELECT pg_is_in_recovery(), current_setting('transaction_read_only')")
+    standby, read_only = row.fetchone() or (False, "off")
+    if standby:
+        raise ConfigError(
+            "Option 'dsn' points at a PostgreSQL standby, which is read-only. Point it at the "
+            "primary (on a managed service, the writer endpoint, not a reader endpoint)."
+        )
+    if read_only == "on":
+        raise ConfigError(
+            "Option 'dsn' opens read-only sessions (default_transaction_read_only is on for "
+            "its user or database, or in its options): the sink cannot write. Connect as a "
+            "user that may write, or turn that setting off for it."
         )
 
 

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +13,7 @@ from pyspark.sql import DataFrame, SparkSession
 from eos_connectors.core.topics import create_topic
 from eos_connectors.dev.endpoints import Endpoints
 from eos_connectors.dev.harness.data import produce_words
-from eos_connectors.dev.stack.postgres import PostgresService
+from tests.postgres_util import postgres_server
 from tests.sink_util import earliest
 
 pytestmark = [pytest.mark.services, pytest.mark.spark]
@@ -144,16 +141,7 @@ def test_hostile_identifiers_are_quoted(
 @pytest.fixture
 def no_2pc_server() -> Iterator[str]:
     """A second, real PostgreSQL with max_prepared_transactions = 0."""
-    base = Path("/var/lib/eos-connectors") if os.geteuid() == 0 else Path.home() / ".cache"
-    root = base / f"test-no2pc-{uuid.uuid4().hex[:8]}"
-    service = PostgresService(root, settings={"max_prepared_transactions": "0"})
-    record = service.start(None)
-    service.save(record)
-    try:
-        yield record.endpoint
-    finally:
-        service.stop()
-        shutil.rmtree(root, ignore_errors=True)
+    yield from postgres_server({"max_prepared_transactions": "0"})
 
 
 def test_server_without_prepared_transactions_is_refused_at_start(
