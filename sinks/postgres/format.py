@@ -20,7 +20,7 @@ from eos_connectors.core.errors import ConfigError
 from eos_connectors.core.sinks_admin import ORPHAN_AGE_SECONDS, SinkRecord
 from eos_connectors.core.sinks_admin import warn_about_orphans as shared_warning
 from eos_connectors.core.startup import once_per_driver, start_key
-from eos_connectors.sinks.postgres import key_claims
+from eos_connectors.sinks.postgres import key_claims, privileges
 from eos_connectors.sinks.postgres import schema as pg_schema
 from eos_connectors.sinks.postgres.at_least_once import PostgresAtLeastOnceWriter
 from eos_connectors.sinks.postgres.connection import Connection, connect
@@ -93,6 +93,7 @@ def start_checks(
         check_server(conn, options)
         ensure_bookkeeping(conn, options.bookkeeping_schema)
         ensure_table(conn, options, schema)
+        privileges.check(conn, options, BOOKKEEPING_TABLES)
     if options.exactly_once:
         warn_about_orphans(options)
         record_at_start(raw or {}, lambda query_id: checkpoint_entry(options, query_id))
@@ -153,38 +154,62 @@ def _refuse_read_only(conn: Connection) -> None:
 
 
 def ensure_bookkeeping(conn: Connection, bookkeeping_schema: str) -> None:
-    """The decisions table, the table each prepared transaction records its unit in, and
-    the owner (query) and target of each sink id.
+    """The decisions table, the table each prepared transaction records its unit in, the
+    owner (query) and target of each sink id, the key claims and the aborted runs: each
+    created only when missing, so a user that may not create (the schema made for it by
+    an administrator) starts, and a user that must gets an error naming the fix.
 
     No other DDL here: a statement that locks these tables would wait on every
     prepared transaction still holding its insert into ``committed_units``."""
     schema = sql.Identifier(bookkeeping_schema)
-    conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
-    conn.execute(
-        sql.SQL(
-            "CREATE TABLE IF NOT EXISTS {} ("
-            " sink_id text NOT NULL, batch_id bigint NOT NULL, query_id text NOT NULL,"
-            " units text[] NOT NULL, decided_at timestamptz NOT NULL DEFAULT now(),"
-            " PRIMARY KEY (sink_id, batch_id))"
-        ).format(sql.Identifier(bookkeeping_schema, "decisions"))
-    )
-    conn.execute(
-        sql.SQL(
-            "CREATE TABLE IF NOT EXISTS {} ("
-            " sink_id text NOT NULL, batch_id bigint NOT NULL, unit text NOT NULL,"
-            " committed_at timestamptz NOT NULL DEFAULT now(),"
-            " PRIMARY KEY (sink_id, batch_id, unit))"
-        ).format(sql.Identifier(bookkeeping_schema, "committed_units"))
-    )
-    conn.execute(
-        sql.SQL(
-            "CREATE TABLE IF NOT EXISTS {} ("
-            " sink_id text PRIMARY KEY, query_id text NOT NULL, origin text NOT NULL DEFAULT '',"
-            " target text NOT NULL, claimed_at timestamptz NOT NULL DEFAULT now())"
-        ).format(sql.Identifier(bookkeeping_schema, "sinks"))
-    )
-    key_claims.create_table(conn, bookkeeping_schema)
-    create_aborted_runs(conn, bookkeeping_schema)
+    user = sql.Identifier(privileges.current_user(conn)).as_string(conn)
+    named = schema.as_string(conn)
+    if not privileges.schema_exists(conn, bookkeeping_schema):
+        what = f"the bookkeeping schema {named} (option 'bookkeepingSchema')"
+        fix = f"have an administrator run CREATE SCHEMA {named} AUTHORIZATION {user};"
+        with privileges.creating(conn, what, fix):
+            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
+    existing = privileges.existing_tables(conn, bookkeeping_schema)
+    missing = [name for name in BOOKKEEPING_TABLES if name not in existing]
+    if not missing:
+        return
+    what = f"the bookkeeping tables {', '.join(missing)} in schema {named}"
+    fix = f"GRANT CREATE ON SCHEMA {named} TO {user}; or ALTER SCHEMA {named} OWNER TO {user};"
+    with privileges.creating(conn, what, fix):
+        for name in missing:
+            _create_bookkeeping_table(conn, bookkeeping_schema, name)
+
+
+#: The columns of the bookkeeping tables made here (the key claims and aborted runs are
+#: made by their own modules).
+_BOOKKEEPING_COLUMNS = {
+    "decisions": (
+        "sink_id text NOT NULL, batch_id bigint NOT NULL, query_id text NOT NULL,"
+        " units text[] NOT NULL, decided_at timestamptz NOT NULL DEFAULT now(),"
+        " PRIMARY KEY (sink_id, batch_id)"
+    ),
+    "committed_units": (
+        "sink_id text NOT NULL, batch_id bigint NOT NULL, unit text NOT NULL,"
+        " committed_at timestamptz NOT NULL DEFAULT now(),"
+        " PRIMARY KEY (sink_id, batch_id, unit)"
+    ),
+    "sinks": (
+        "sink_id text PRIMARY KEY, query_id text NOT NULL, origin text NOT NULL DEFAULT '',"
+        " target text NOT NULL, claimed_at timestamptz NOT NULL DEFAULT now()"
+    ),
+}
+BOOKKEEPING_TABLES = (*_BOOKKEEPING_COLUMNS, key_claims.TABLE, "aborted_runs")
+
+
+def _create_bookkeeping_table(conn: Connection, schema: str, name: str) -> None:
+    if name == key_claims.TABLE:
+        key_claims.create_table(conn, schema)
+    elif name == "aborted_runs":
+        create_aborted_runs(conn, schema)
+    else:
+        columns = sql.SQL(_BOOKKEEPING_COLUMNS[name])  # type: ignore[arg-type]  # constants
+        table = sql.Identifier(schema, name)
+        conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(table, columns))
 
 
 def ensure_table(conn: Connection, options: PostgresSinkOptions, schema: StructType) -> None:
@@ -199,7 +224,10 @@ def ensure_table(conn: Connection, options: PostgresSinkOptions, schema: StructT
                 f"Table {options.table_name} does not exist. Create it, or set createTable=true "
                 "to create it from the stream's schema."
             )
-        pg_schema.create_table(conn, options.table, schema, options.key_columns)
+        what = f"table {options.table_name} (option createTable)"
+        fix = "create the table as its owner, or grant CREATE on its schema to the user;"
+        with privileges.creating(conn, what, fix):
+            pg_schema.create_table(conn, options.table, schema, options.key_columns)
         columns = pg_schema.table_columns(conn, options.table) or {}
     pg_schema.check_columns(options.table_name, schema, columns)
     if options.mode == "upsert":
