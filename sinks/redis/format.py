@@ -20,6 +20,7 @@ from eos_connectors.core.errors import ConfigError
 from eos_connectors.core.sinks_admin import ORPHAN_AGE_SECONDS, SinkRecord
 from eos_connectors.core.sinks_admin import warn_about_orphans as shared_warning
 from eos_connectors.core.startup import once_per_driver, start_key
+from eos_connectors.sinks.redis import access
 from eos_connectors.sinks.redis.at_least_once import RedisAtLeastOnceWriter
 from eos_connectors.sinks.redis.connection import connect
 from eos_connectors.sinks.redis.exactly_once import RedisExactlyOnceWriter
@@ -71,11 +72,13 @@ class RedisDataSource(batch_job.SinkFormat):
 def start_checks(options: RedisSinkOptions, raw: Mapping[str, str] | None = None) -> None:
     """Driver, at a query's start: the server's settings, then orphans; the sink recorded
     in the query's checkpoint (``raw``: Spark's options)."""
-    client = connect(options)
-    try:
-        check_server(client, options.exactly_once)
-    finally:
-        client.close()
+    with access.explained(options):
+        client = connect(options)
+        try:
+            check_server(client, options.exactly_once)
+            access.check(client, options)
+        finally:
+            client.close()
     if options.exactly_once:
         warn_about_orphans(options)
         record_at_start(raw or {}, lambda query_id: checkpoint_entry(options, query_id))

@@ -1,18 +1,26 @@
 """eos_redis's start checks against real Redis servers configured the ways it must
-refuse (Cluster) or warn about (no AOF): each started here on a free port."""
+refuse (Cluster, a replica) or warn about (no AOF), each started here on a free port,
+and against the stack's server with an ACL user that lacks what the sink needs."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 import redis
 
+from eos_connectors.core.context import TaskIdentity
 from eos_connectors.core.errors import ConfigError
+from eos_connectors.core.protocol import TwoPhaseCommitWriter
+from eos_connectors.dev.endpoints import Endpoints
 from eos_connectors.dev.stack.process import free_port
-from eos_connectors.sinks.redis.format import check_server
+from eos_connectors.sinks.redis.format import RedisDataSource, check_server
+from eos_connectors.testing import CONTRACT_SCHEMA
 from tests.redis_util import redis_server
+from tests.upsert_util import upserted
 
 pytestmark = pytest.mark.services
 
@@ -82,3 +90,50 @@ def test_a_replica_is_refused_even_when_writable(replica: redis.Redis) -> None:
     replica.config_set("replica-read-only", "no")
     with pytest.raises(ConfigError, match="replica-read-only no"):
         check_server(replica)
+
+
+@pytest.fixture
+def acl_user(endpoints: Endpoints, unique: str) -> Iterator[tuple[redis.Redis, str, str]]:
+    """An ACL user that may run every command on its data keys only: the stack's admin
+    client, the user's name and its URL."""
+    admin = redis.Redis.from_url(endpoints.redis_url)
+    name = f"user-{unique}"
+    admin.acl_setuser(
+        name, enabled=True, passwords=["+pw"], keys=[f"{unique}:*"], commands=["+@all"]
+    )
+    try:
+        yield admin, name, endpoints.redis_url.replace("redis://", f"redis://{name}:pw@")
+    finally:
+        admin.acl_deluser(name)
+        admin.close()
+
+
+def test_a_user_without_the_acl_is_told_the_rule_then_writes_exactly_once(
+    endpoints: Endpoints, acl_user: tuple[redis.Redis, str, str], unique: str
+) -> None:
+    """A user that may not touch the sink's bookkeeping keys, or run scripts, was a
+    task's bare NOPERM (or a batch staged and never decided). The refusal's rule, given
+    as is, is all the user needs: a batch then prepares and commits. ~0.3 s."""
+    admin, name, url = acl_user
+    options = {"url": url, "keyPrefix": f"{unique}:", "keyColumn": "word", "valueColumns": "n"}
+    source = RedisDataSource({**options, "sinkId": unique})
+    with pytest.raises(ConfigError, match=r"Redis user of option 'url'.*keys used") as refused:
+        source.streamWriter(CONTRACT_SCHEMA, False)
+    rule = re.search(r"ACL SETUSER <user> \.\.\.\): (.+?) \(see", str(refused.value))
+    assert rule, str(refused.value)
+    given = rule[1].split()
+    keys = [r.removeprefix("~") for r in given if r.startswith("~")]
+    commands = ["-@all", *(r for r in given if not r.startswith("~"))]
+    admin.acl_setuser(name, enabled=True, reset_keys=True, keys=keys, commands=commands)
+    writer = source.streamWriter(CONTRACT_SCHEMA, False)
+    assert isinstance(writer, TwoPhaseCommitWriter)
+    rows = pa.RecordBatch.from_pydict({"word": ["a", "b"], "n": [1, 2]})
+    prepared = writer.prepare_task(TaskIdentity("acl", "q", "run", 0, 0, 1), iter([rows]))
+    writer.commit([prepared], 0)
+    writer.close()
+    assert upserted("redis", endpoints, unique) == {"a": 1, "b": 2}
+
+    admin.acl_setuser(name, enabled=True, commands=["-@scripting"])
+    at_least_once = RedisDataSource({**options, "deliveryGuarantee": "at-least-once"})
+    with pytest.raises(ConfigError, match=r"no permissions to run the 'script.*\+@scripting"):
+        at_least_once.streamWriter(CONTRACT_SCHEMA, False)
