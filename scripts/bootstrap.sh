@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install what the project needs on a fresh Debian/Ubuntu machine, then nothing on later runs:
-# OS packages (Java, Maven, PostgreSQL, Redis, Go), the .venv with the package and its test extra.
+# OS packages (Java, Maven, PostgreSQL, PgBouncer, Redis, Go), the .venv with the package and its test extra.
 # The Kafka broker's jars are resolved from Maven Central by `eos stack up` on first use.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +12,8 @@ command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || command -v initdb >/dev/null 2>&1 \
   || missing+=(postgresql)
 command -v runuser >/dev/null 2>&1 || missing+=(util-linux)
+# PgBouncer: a test checks that a pooler sharing sessions is refused, session mode passes
+command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || missing+=(pgbouncer)
 # Go builds Toxiproxy (the network-fault tests' TCP proxy) from its module, once
 command -v go >/dev/null 2>&1 || [ -x /usr/local/go/bin/go ] || missing+=(golang-go)
 

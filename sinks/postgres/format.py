@@ -122,6 +122,7 @@ def check_server(conn: Connection, options: PostgresSinkOptions) -> None:
     """Refuse a server the sink cannot write to; for exactly-once, one that cannot
     prepare transactions."""
     _refuse_read_only(conn)
+    _refuse_shared_sessions(conn, options)
     if not options.exactly_once:
         return
     row = conn.execute("SHOW max_prepared_transactions").fetchone()
@@ -150,6 +151,24 @@ def _refuse_read_only(conn: Connection) -> None:
             "Option 'dsn' opens read-only sessions (default_transaction_read_only is on for "
             "its user or database, or in its options): the sink cannot write. Connect as a "
             "user that may write, or turn that setting off for it."
+        )
+
+
+def _refuse_shared_sessions(conn: Connection, options: PostgresSinkOptions) -> None:
+    """A pooler that hands one server session to whichever client runs the next
+    transaction (PgBouncer's ``pool_mode`` transaction or statement) gives a second
+    connection the session the first one just left idle. The sink keeps state in its
+    sessions (a session lock held across ``ROLLBACK PREPARED``, psycopg's prepared
+    statements), which such a pooler would hand to another client."""
+    first = conn.execute("SELECT pg_backend_pid()").fetchone()
+    with connect(options) as other:
+        second = other.execute("SELECT pg_backend_pid()").fetchone()
+    if first == second:
+        raise ConfigError(
+            "Option 'dsn' reaches PostgreSQL through a pooler that shares server sessions "
+            "between clients (PgBouncer's pool_mode transaction or statement): two "
+            "connections of the sink ran in one server session. The sink keeps state in its "
+            "sessions: connect to PostgreSQL directly, or to the pooler in session mode."
         )
 
 
