@@ -86,8 +86,9 @@ _NO_TOPIC = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOP
 class DeliveryFailures:
     """A producer's ``on_delivery`` (with ``delivery.report.only.error``): how many
     records the brokers refused, and why (:attr:`first`), naming the record: the first
-    refused or, when a broker refused them for their size, the largest (a broker refuses
-    a whole batch of records, and reports each of them)."""
+    refused or, when a broker refused them for their size, the largest, and when it
+    failed to validate them, one without a key (a broker refuses a whole batch of records,
+    and reports each of them)."""
 
     def __init__(self) -> None:
         self.clear()
@@ -104,9 +105,17 @@ class DeliveryFailures:
         size = len(message.value() or b"")
         if self._error is None:
             self._error = error
-        elif self._error.code() != KafkaError.MSG_SIZE_TOO_LARGE or size <= self._record[2]:
-            return  # named already: the first, or a larger one refused for its size
+        elif not self._tells_more(message.key(), size):
+            return  # named already: the first, or one that tells the cause better
         self._record = (message.topic(), message.key(), size)
+
+    def _tells_more(self, key: Any, size: int) -> bool:
+        """Whether a record tells why its batch was refused better than the one named:
+        a larger one refused for its size, a keyless one refused by validation."""
+        code = self._error.code() if self._error is not None else None
+        if code == KafkaError.MSG_SIZE_TOO_LARGE:
+            return size > self._record[2]
+        return code == KafkaError.INVALID_RECORD and key is None and self._record[1] is not None
 
     @property
     def error(self) -> KafkaError | None:
@@ -126,6 +135,13 @@ class DeliveryFailures:
                 f"{said}; the first was {record_named(topic, key, size)}, which does not "
                 "exist: the sink writes only to existing topics and never creates one "
                 "(create it, or mend the rows' topic column)"
+            )
+        if self._error.code() == KafkaError.INVALID_RECORD and key is None:
+            return (
+                f"{said}; one was {record_named(topic, key, size)}. A compacted topic "
+                "(cleanup.policy compact) refuses a record without a key, and with it the "
+                "batch of records it came in: give every row a key, or filter out the rows "
+                "whose key is null"
             )
         if self._error.code() != KafkaError.MSG_SIZE_TOO_LARGE:
             return f"{said}; the first was {record_named(topic, key, size)}"
