@@ -10,18 +10,16 @@ import re
 from collections.abc import Iterator
 
 import psycopg
-import pyarrow as pa
 import pytest
 from psycopg import sql
 
-from eos_connectors.core.context import TaskIdentity
 from eos_connectors.core.errors import ConfigError
-from eos_connectors.core.protocol import TwoPhaseCommitWriter
 from eos_connectors.dev.endpoints import Endpoints
 from eos_connectors.sinks.postgres.format import PostgresDataSource, check_server
 from eos_connectors.sinks.postgres.options import PostgresSinkOptions, parse_options
 from eos_connectors.testing import CONTRACT_SCHEMA
 from tests.postgres_util import pgbouncer, postgres_server
+from tests.upsert_util import ONE_BATCH, write_one_batch
 
 pytestmark = pytest.mark.services
 
@@ -100,17 +98,12 @@ def test_a_least_privileged_user_is_told_each_grant_then_writes_exactly_once(
         with psycopg.connect(endpoints.postgres_dsn, autocommit=True) as admin:
             for statement in statements:
                 admin.execute(statement.encode())
-    writer = source.streamWriter(CONTRACT_SCHEMA, False)
-    assert isinstance(writer, TwoPhaseCommitWriter)
-    rows = pa.RecordBatch.from_pydict({"word": ["a", "b"], "n": [1, 2]})
-    prepared = writer.prepare_task(TaskIdentity("priv", "q", "run", 0, 0, 1), iter([rows]))
-    writer.commit([prepared], 0)
-    writer.close()
+    write_one_batch(source, "priv")
     with psycopg.connect(endpoints.postgres_dsn) as admin:
         found = admin.execute(
             sql.SQL("SELECT word, n FROM {}").format(sql.Identifier(*table.split(".")))
         )
-        assert dict(found.fetchall()) == {"a": 1, "b": 2}
+        assert dict(found.fetchall()) == ONE_BATCH
     missing = {**options, "table": f"public.new_{unique}", "createTable": "true"}
     with pytest.raises(ConfigError, match=r"may not create table public.new_\w+ \(option create"):
         PostgresDataSource(missing).streamWriter(CONTRACT_SCHEMA, False)

@@ -8,19 +8,16 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 import redis
 
-from eos_connectors.core.context import TaskIdentity
 from eos_connectors.core.errors import ConfigError
-from eos_connectors.core.protocol import TwoPhaseCommitWriter
 from eos_connectors.dev.endpoints import Endpoints
 from eos_connectors.dev.stack.process import free_port
 from eos_connectors.sinks.redis.format import RedisDataSource, check_server
 from eos_connectors.testing import CONTRACT_SCHEMA
 from tests.redis_util import redis_server
-from tests.upsert_util import upserted
+from tests.upsert_util import ONE_BATCH, upserted, write_one_batch
 
 pytestmark = pytest.mark.services
 
@@ -125,13 +122,8 @@ def test_a_user_without_the_acl_is_told_the_rule_then_writes_exactly_once(
     keys = [r.removeprefix("~") for r in given if r.startswith("~")]
     commands = ["-@all", *(r for r in given if not r.startswith("~"))]
     admin.acl_setuser(name, enabled=True, reset_keys=True, keys=keys, commands=commands)
-    writer = source.streamWriter(CONTRACT_SCHEMA, False)
-    assert isinstance(writer, TwoPhaseCommitWriter)
-    rows = pa.RecordBatch.from_pydict({"word": ["a", "b"], "n": [1, 2]})
-    prepared = writer.prepare_task(TaskIdentity("acl", "q", "run", 0, 0, 1), iter([rows]))
-    writer.commit([prepared], 0)
-    writer.close()
-    assert upserted("redis", endpoints, unique) == {"a": 1, "b": 2}
+    write_one_batch(source, "acl")
+    assert upserted("redis", endpoints, unique) == ONE_BATCH
 
     admin.acl_setuser(name, enabled=True, commands=["-@scripting"])
     at_least_once = RedisDataSource({**options, "deliveryGuarantee": "at-least-once"})
