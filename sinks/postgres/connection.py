@@ -106,7 +106,21 @@ def connect(options: PostgresSinkOptions, autocommit: bool = True) -> Connection
             exc,
         ) from None
     conn.base_seconds = conn.call_seconds = seconds
+    _durable_commits(conn)
     return conn
+
+
+def _durable_commits(conn: Connection) -> None:
+    """A commit the sink reports must outlive a server crash: Spark's checkpoint then
+    counts the batch as written. A session whose ``synchronous_commit`` is off (the
+    server's, the database's or the role's setting) acknowledges a commit before its WAL
+    is flushed, so a crash could lose a decided batch; the sink's sessions turn it on.
+    A stronger setting (``remote_write``, ``remote_apply``: a synchronous standby) is
+    kept."""
+    if conn.execute("SHOW synchronous_commit").fetchone() == ("off",):
+        conn.execute("SET synchronous_commit = on")
+    if not conn.autocommit:
+        conn.commit()
 
 
 def call_seconds(options: PostgresSinkOptions) -> float:

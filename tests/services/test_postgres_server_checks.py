@@ -15,6 +15,7 @@ from psycopg import sql
 
 from eos_connectors.core.errors import ConfigError
 from eos_connectors.dev.endpoints import Endpoints
+from eos_connectors.sinks.postgres.connection import connect
 from eos_connectors.sinks.postgres.format import PostgresDataSource, check_server
 from eos_connectors.sinks.postgres.options import PostgresSinkOptions, parse_options
 from eos_connectors.testing import CONTRACT_SCHEMA
@@ -125,3 +126,16 @@ def test_a_pooler_sharing_sessions_is_refused_and_session_pooling_passes(
                 continue
             with pytest.raises(ConfigError, match=r"pooler that shares server sessions"):
                 check_server(conn, options)
+
+
+def test_the_sinks_sessions_commit_durably_whatever_the_server_says(
+    endpoints: Endpoints,
+) -> None:
+    """synchronous_commit off (a server's, database's or role's setting for speed) lets
+    a crash lose a commit already acknowledged: a decided batch that Spark's checkpoint
+    counts as written. The sink's sessions turn it on and keep a stronger setting. ~0.1 s."""
+    for given, expected in (("off", "on"), ("remote_apply", "remote_apply"), ("on", "on")):
+        dsn = f"{endpoints.postgres_dsn}?options=-c%20synchronous_commit%3D{given}"
+        for autocommit in (True, False):
+            with connect(sink_options(dsn, "exactly-once"), autocommit) as conn:
+                assert conn.execute("SHOW synchronous_commit").fetchone() == (expected,)
