@@ -121,6 +121,7 @@ def check_server(client: redis.Redis, exactly_once: bool = True) -> None:
     _refuse_replica(client)
     try:
         config = client.config_get("appendonly")
+        config.update(client.config_get("appendfsync"))
         config.update(client.config_get("maxmemory-policy"))
     except redis.ResponseError:  # CONFIG is often disabled on managed services
         log.warning(
@@ -137,15 +138,28 @@ def check_server(client: redis.Redis, exactly_once: bool = True) -> None:
             "maxmemory-policy noeviction (or a volatile-* policy, which evicts only keys with "
             "a TTL: the sink's bookkeeping has none), or use deliveryGuarantee=at-least-once."
         )
-    appendonly = config.get("appendonly")
+    message = _durability_warning(config.get("appendonly"), config.get("appendfsync"))
+    if message:
+        log.warning(message)
+        warnings.warn(message, stacklevel=2)
+
+
+def _durability_warning(appendonly: object, appendfsync: object) -> str | None:
+    """What a restart or a machine's crash can lose of the writes Redis acknowledged."""
     if appendonly == "no":
-        message = (
+        return (
             "Redis runs with appendonly no: a server restart loses the writes since its last "
             "snapshot, committed batches included. Set appendonly yes (appendfsync everysec "
             "or always) for exactly-once across Redis restarts."
         )
-        log.warning(message)
-        warnings.warn(message, stacklevel=2)
+    if appendfsync == "no":
+        return (
+            "Redis runs with appendfsync no: the operating system flushes its log when it "
+            "likes (about every 30 s on Linux), so a machine's crash can lose that much of "
+            "what Redis acknowledged, committed batches included. Set appendfsync everysec "
+            "or always."
+        )
+    return None
 
 
 def _refuse_replica(client: redis.Redis) -> None:
