@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import binascii
 import hashlib
 import io
 from collections.abc import Callable, Iterator, Sequence
 
+import numpy as np
 import psycopg
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 from psycopg import sql
 
@@ -26,10 +29,31 @@ def csv_bytes(batch: pa.RecordBatch) -> bytes:
 
 def _for_csv(column: pa.Array) -> pa.Array:
     if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
-        return pa.array(
-            [None if v is None else "\\x" + v.hex() for v in column.to_pylist()], pa.string()
-        )
+        return bytea_text(column)
     return column
+
+
+def bytea_text(column: pa.Array) -> pa.Array:
+    """A binary column as PostgreSQL's bytea text (``\\x`` then hex), from the column's
+    buffers at once: the values hex-encoded in one call (each value's offsets doubled),
+    then ``\\x`` joined in front of each by Arrow. No Python work per value."""
+    large = pa.types.is_large_binary(column.type)
+    width = np.int64 if large else np.int32
+    skip = column.offset * np.dtype(width).itemsize  # a slice's first offset, in bytes
+    offsets = np.frombuffer(column.buffers()[1], width, len(column) + 1, skip)
+    first, last = int(offsets[0]), int(offsets[-1])
+    data = column.buffers()[2]
+    hexed = binascii.hexlify(data[first:last]) if data is not None else b""
+    doubled = (2 * (offsets.astype(np.int64) - first)).astype(width)
+    validity = pc.is_valid(column).buffers()[1] if column.null_count else None
+    kind = pa.large_string() if large else pa.string()
+    text = pa.Array.from_buffers(
+        kind,
+        len(column),
+        [validity, pa.py_buffer(doubled), pa.py_buffer(hexed)],
+        column.null_count,
+    )
+    return pc.binary_join_element_wise(pa.scalar("\\x", kind), text, pa.scalar("", kind))
 
 
 def copy_batches(
