@@ -220,6 +220,19 @@ JAVA_ONLY = {
     "value.serializer": "drop it: the value column's bytes are written as they are",
     "max.block.ms": "drop it: librdkafka bounds its calls with its own timeouts",
     "partitioner.class": "set kafka.partitioner (librdkafka's), or give the rows a partition",
+    "partitioner.ignore.keys": "set kafka.partitioner (librdkafka's), or give rows a partition",
+    "partitioner.adaptive.partitioning.enable": "drop it: set kafka.partitioner (librdkafka's)",
+    "compression.gzip.level": "set kafka.compression.level (for kafka.compression.type's codec)",
+    "compression.lz4.level": "set kafka.compression.level (for kafka.compression.type's codec)",
+    "compression.zstd.level": "set kafka.compression.level (for kafka.compression.type's codec)",
+    "default.api.timeout.ms": "drop it: librdkafka bounds each request itself",
+    "exclude.internal.topics": "drop it: the source reads only the topics its options name",
+    "metadata.max.idle.ms": "drop it: see kafka.topic.metadata.refresh.interval.ms (librdkafka's)",
+    "ssl.protocol": "drop it: librdkafka takes the TLS versions its OpenSSL allows",
+    "ssl.enabled.protocols": "drop it: librdkafka takes the TLS versions its OpenSSL allows",
+    "sasl.login.callback.handler.class": "drop it: librdkafka loads no Java classes",
+    "sasl.client.callback.handler.class": "drop it: librdkafka loads no Java classes",
+    "sasl.login.class": "drop it: librdkafka loads no Java classes",
 }
 
 

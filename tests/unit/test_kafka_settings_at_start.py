@@ -22,6 +22,8 @@ SOURCE = {"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t"}
     [
         ({"kafka.buffer.memory": "33554432"}, r"'kafka\.buffer\.memory' is a Java client setting"),
         ({"kafka.interceptor.classes": "a.B"}, "runs no Java interceptors"),
+        ({"kafka.compression.zstd.level": "3"}, r"set kafka\.compression\.level"),
+        ({"kafka.ssl.enabled.protocols": "TLSv1.3"}, "TLS versions its OpenSSL allows"),
         ({"kafka.acks": "1"}, r"refuses option 'kafka\.acks'"),
         ({"kafka.no.such.setting": "1"}, r"option 'kafka\.no\.such\.setting'"),
         ({"kafka.linger.ms": "soon"}, r"option 'kafka\.linger\.ms'"),
@@ -52,6 +54,8 @@ def test_the_sources_consumer_settings_are_checked_at_start() -> None:
         KafkaSourceFormat({**SOURCE, "kafka.fetch.wait.max.ms": "forever"})._check_settings()
     with pytest.raises(ConfigError, match=r"interceptor\.classes"):
         KafkaSourceFormat({**SOURCE, "kafka.interceptor.classes": "a.B"})._check_settings()
+    with pytest.raises(ConfigError, match=r"default\.api\.timeout\.ms' is a Java client"):
+        KafkaSourceFormat({**SOURCE, "kafka.default.api.timeout.ms": "1"})._check_settings()
     KafkaSourceFormat(SOURCE)._check_settings()
 
 
