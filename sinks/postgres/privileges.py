@@ -99,7 +99,7 @@ def creating(conn: Connection, what: str, fix: str) -> Iterator[None]:
 
 
 def schema_exists(conn: Connection, schema: str) -> bool:
-    row = conn.execute("SELECT to_regnamespace(%s) IS NOT NULL", (_quoted_name(schema),))
+    row = conn.execute("SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = %s)", (schema,))
     return bool((row.fetchone() or (False,))[0])
 
 
@@ -150,7 +150,3 @@ def _grant(
 
 def _quoted(conn: Connection, name: sql.Identifier) -> str:
     return name.as_string(conn)
-
-
-def _quoted_name(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
