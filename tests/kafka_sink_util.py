@@ -22,10 +22,10 @@ from eos_connectors.dev.endpoints import Endpoints
 from eos_connectors.dev.harness.data import produce_words
 from eos_connectors.sinks.kafka.checks import check_broker
 from eos_connectors.sinks.kafka.clients import LIBRDKAFKA_LOG, fenced_producer
-from eos_connectors.sinks.kafka.coordinator import TransactionClient
+from eos_connectors.sinks.kafka.coordinator import OpenTransaction, TransactionClient
 from eos_connectors.sinks.kafka.exactly_once import KafkaExactlyOnceWriter, begin
 from eos_connectors.sinks.kafka.marker import MarkerGroup
-from eos_connectors.sinks.kafka.options import KafkaSinkOptions
+from eos_connectors.sinks.kafka.options import KafkaSinkOptions, ids_prefix
 from eos_connectors.sinks.kafka.options import parse_options as sink_options
 from tests.sink_util import stream_into
 from tests.source_util import wait_for
@@ -226,3 +226,40 @@ def short_timeout_writer(endpoints: Endpoints, unique: str) -> KafkaExactlyOnceW
     # the transaction of a task that wrote 50 rows, ci97).
     extra = {"kafka.transaction.timeout.ms": "3000"}
     return KafkaExactlyOnceWriter(new_sink_options(endpoints, "ks-timeout", unique, **extra))
+
+
+def opened_with(
+    client: TransactionClient, options: KafkaSinkOptions, records: int
+) -> OpenTransaction:
+    """An open transaction of the sink ``options``, once ``records`` records reached its
+    topic's partitions (open, not yet visible)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    topic, sink_id = options.topic, options.sink_id
+    assert topic is not None and sink_id is not None
+    uncommitted = {"group.id": "unused", "isolation.level": "read_uncommitted"}
+    reader = Consumer({**options.kafka, **uncommitted})
+    try:
+        partitions = list(reader.list_topics(topic, 10).topics[topic].partitions)
+        deadline = time.monotonic() + 30
+        while True:
+            found = client.open_transactions(ids_prefix(options, sink_id))
+            ends = [
+                reader.get_watermark_offsets(TopicPartition(topic, p), 10)[1] for p in partitions
+            ]
+            if found and sum(ends) >= records:
+                return found[0]
+            assert time.monotonic() < deadline, "the task's records never reached the log"
+            time.sleep(0.05)
+    finally:
+        reader.close()
+
+
+def wait_until_ended(client: TransactionClient, transactional_id: str) -> None:
+    """Wait until ``transactional_id``'s transaction has ended (its markers written): its
+    coordinator describes it complete, or the id fenced and ready for a new one."""
+    deadline = time.monotonic() + 30
+    ended = {"CompleteAbort", "CompleteCommit", "Empty"}
+    while str(client.describe([transactional_id])[transactional_id].state.value) not in ended:
+        assert time.monotonic() < deadline, f"{transactional_id}'s transaction never ended"
+        time.sleep(0.05)

@@ -20,8 +20,8 @@ What changes against ``commitMode=task`` is who ends the transaction:
    returns without ``InitProducerId`` on its id, which would abort the decided
    transaction if it were the same id. Otherwise a new producer of the attempt's id is
    fenced in (ending that id's earlier open transaction only), and the transaction
-   written: the rows, the marker's offset; flushed, every delivery checked (a failed
-   record aborts it and fails the task). The task returns the transaction's identity
+   written: the marker's offset first, then the rows; flushed, every delivery checked
+   (a failed record aborts it and fails the task). The task returns the transaction's identity
    (id, producer id, epoch, read from its own client: :mod:`.txn_identity`) and leaves
    it **open**: nothing of it is visible.
 2. **Driver, the decision.** The batch's transactions go to the marker log as one
@@ -33,7 +33,8 @@ What changes against ``commitMode=task`` is who ends the transaction:
    that died before it leaves an undecided batch: the replay's tasks fence the open
    transactions and write again, whatever the replay's split or expressions.
 3. **Driver, the commits.** ``EndTxn(commit)`` for each named transaction
-   (:mod:`.coordinator`); records of the batch become visible within the round trips to
+   (:mod:`.coordinator`), after a look for any begun again ("Re-begun transactions"
+   below); records of the batch become visible within the round trips to
    their coordinators. Then a sweep aborts the sink's open transactions that no decision
    names (a zombie's, a dead attempt's) and that began before the driver's call
    ("Sweeps" below); a broker that does not answer the listing (a coordinator that just
@@ -53,6 +54,16 @@ What changes against ``commitMode=task`` is who ends the transaction:
 ends every open transaction of the sink's ids begun before its call while the batch is
 undecided, those of tasks that never reported too (the sink id found through the query
 id in the checkpoint when no task reported); a decided batch is never touched.
+
+**Re-begun transactions.** Under transaction protocol version 1 another client's
+``EndTxn(abort)`` moves no epoch, and the next partition a producer adds after it begins
+a new transaction at the same epoch, which holds only what the task wrote after the
+abort; the task cannot tell, and reports the same producer id and epoch. Committed, it
+would make part of the task partition's rows visible and lose the rest. So the marker's
+offset is a transaction's first part: one begun again lacks it. Before its commits the
+driver describes the decided transactions (one DescribeTransactions per coordinator);
+one ongoing at its own epoch with no offsets partition is aborted and judged as an
+``INVALID_TXN_STATE`` refusal is, by its marker: the replay writes it again.
 
 **Sweeps** (after a commit, before a refused decision, in ``abort``; and at a stream's
 start, :func:`.stream_decider.sweep_at_start`) end only
@@ -109,7 +120,6 @@ from eos_connectors.sinks.kafka.clients import (
     CALL_TIMEOUT,
     LIBRDKAFKA_LOG,
     DeliveryFailures,
-    StuckCallError,
     abort_quietly,
     call,
     look_up_topic,
@@ -122,7 +132,9 @@ from eos_connectors.sinks.kafka.coordinator import (
     OpenTransaction,
     TransactionClient,
     TransactionEndedError,
+    TransactionEndError,
     TransactionFencedError,
+    begun_again,
     check_batch_commit,
     kept_client,
 )
@@ -298,6 +310,9 @@ class BatchCommitWriter(StreamArrowWriter):
             return PreparedTask(task, sid, "empty")
         opened_at = time.time()
         call(producer.begin_transaction, "begin_transaction")
+        # The marker's offset is the transaction's first part, before any record: see
+        # the module's "Re-begun transactions".
+        marker.join(producer, task.batch_id + 1, task.query_id, "send_offsets_to_transaction")
         faults.point("before-prepare", task.batch_id, role="worker", query=task.query_name)
         from eos_connectors.sinks.kafka.records import in_order, rows  # pyarrow: tasks only
         from eos_connectors.sinks.kafka.task_keys import TaskKeys
@@ -311,18 +326,6 @@ class BatchCommitWriter(StreamArrowWriter):
             count = produce_rows(producer, rows(ordered, self.options.topic, changes))
         except KafkaSinkError:  # a record refused: its records sent so far stay open else
             abort_quietly(producer)
-            raise
-        # The marker's offset joins the transaction while librdkafka sends the rows: the
-        # two round trips overlap, and both are in the one transaction whatever the order.
-        # (On a thread of its own beside produce_rows(), it waited for the GIL: slower.)
-        try:
-            marker.join(producer, task.batch_id + 1, task.query_id, "send_offsets_to_transaction")
-        except StuckCallError:
-            raise
-        except KafkaSinkError:
-            # A refused record puts the transaction in error before its report is served:
-            # this call then fails as "Erroneous state". Name the record's error instead.
-            fresh.delivered(task)
             raise
         flushing = time.perf_counter()
         fresh.delivered(task)
@@ -527,7 +530,12 @@ class BatchCommitWriter(StreamArrowWriter):
         transactions found aborted are named in an amended decision for the replay to
         write again, and the batch fails."""
         txns = [txn for _, txn in sorted(decision.txns.items())]
-        refused = client.refusals(txns[:1], commit=True)
+        again = client.rebegun(txns)  # see the module's "Re-begun transactions"
+        if again:
+            client.refusals(again, commit=False)  # what its task wrote after the abort
+        refused: dict[OpenTransaction, TransactionEndError] = {t: begun_again(t) for t in again}
+        txns = [txn for txn in txns if txn not in refused]
+        refused |= client.refusals(txns[:1], commit=True)
         if len(txns) > 1:
             faults.point("between-commits", decision.batch, role="driver", query=name)
             refused |= client.refusals(txns[1:], commit=True)  # all sent, then awaited

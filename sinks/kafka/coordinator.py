@@ -42,9 +42,10 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from eos_connectors.core.errors import EosError
@@ -102,6 +103,18 @@ class TransactionEndedError(TransactionEndError):
     """The transaction is no longer open at its epoch: it ended the other way (this
     class), or its id was initialised again (:class:`TransactionFencedError`). What became
     of its records is the transaction's marker's to say, never this answer's."""
+
+
+def begun_again(txn: OpenTransaction) -> TransactionEndedError:
+    """The refusal a decided transaction found begun again (:meth:`TransactionClient.rebegun`)
+    stands for: it ended the other way at its epoch, as ``INVALID_TXN_STATE`` says."""
+    ended = TransactionEndedError(
+        f"Transaction {txn.transactional_id!r} (producer {txn.producer_id}, epoch "
+        f"{txn.epoch}) was aborted by another client while its task wrote, and its task's "
+        "producer then began a new one at the same epoch."
+    )
+    ended.code = "aborted, begun again"
+    return ended
 
 
 class TransactionFencedError(TransactionEndedError):
@@ -182,6 +195,31 @@ class TransactionClient:
                 self.forget_coordinators(transactional_ids)
             raise
 
+    def rebegun(self, transactions: Sequence[OpenTransaction]) -> list[OpenTransaction]:
+        """Those of ``transactions`` that another client ended and their task's producer
+        then began again: ongoing at their own producer id and epoch, yet without the
+        offsets partition that a task's transaction registers first (its marker's
+        offset). Under transaction protocol version 1 an abort moves no epoch, and the
+        next partition a producer adds after it begins a new transaction at the same
+        epoch, which holds only what the task wrote after the abort. Coordinators that
+        cannot answer yet are asked again until the client's deadline."""
+        import kafka.errors as errors
+
+        deadline = time.monotonic() + self.timeout_s
+        ids = [txn.transactional_id for txn in transactions]
+        try:  # one request to each coordinator
+            described = described_when_ready(self, ids, deadline)
+        except errors.TransactionalIdNotFoundError:  # one expired id fails the whole ask
+            described = {}
+            for one in ids:
+                with suppress(errors.TransactionalIdNotFoundError):  # expired: none open
+                    described |= described_when_ready(self, [one], deadline)
+        return [
+            txn
+            for txn in transactions
+            if txn.transactional_id in described and _rebegun(txn, described[txn.transactional_id])
+        ]
+
     def forget_coordinators(self, transactional_ids: Sequence[str]) -> None:
         """Drop the ids' coordinators from kafka-python's cache, which it never drops by
         itself: a coordinator that died or moved would be asked again until the deadline
@@ -244,12 +282,15 @@ class TransactionClient:
         keep: Sequence[OpenTransaction],
         slot: int | None = None,
         began_before: CallTime | None = None,
+        fence_ms: int | None = None,
     ) -> list[OpenTransaction]:
         """Abort every ongoing transaction of the task partitions' ids under ``prefix``
         (only ``slot``'s, only those begun before the call ``began_before``, when given:
         :meth:`open_transactions`) that ``keep`` does not name (by id and epoch): a task
         attempt that died after it wrote, a zombie, a run that lost its version to
-        another. Returns what it aborted; one that ended meanwhile is fine."""
+        another; by fencing its id when ``fence_ms`` (the transaction timeout to ask for)
+        is given (:meth:`fence`). Returns what it aborted; one that ended meanwhile is
+        fine."""
         named = {(t.transactional_id, t.producer_id, t.epoch) for t in keep}
         stray = [
             t
@@ -258,7 +299,10 @@ class TransactionClient:
         ]
         for txn in stray:
             try:
-                self.end([txn], commit=False)
+                if fence_ms is not None:
+                    self.fence([txn], fence_ms)
+                else:
+                    self.end([txn], commit=False)
             except TransactionEndError as exc:  # ended meanwhile, or fenced by a new attempt
                 log.info("open transaction %s ended meanwhile: %s", txn.transactional_id, exc)
         return stray
@@ -291,22 +335,45 @@ class TransactionClient:
         answer is awaited, answers that say "again" retried until the deadline
         (:class:`TransactionEndError` past it). Returns the transactions the coordinators
         refused, each with its refusal."""
+        return self._asked(transactions, partial(_end_txn, commit), _ENDS[commit])
+
+    def fence(self, transactions: Sequence[OpenTransaction], timeout_ms: int) -> None:
+        """End each of ``transactions`` by fencing its id: ``InitProducerId`` on it, as a
+        new producer of the id would send (``timeout_ms``: the transaction timeout it
+        asks for), aborts the open transaction and moves the id's epoch, so that the
+        producer that opened it is refused whatever it sends next. An ``EndTxn(abort)``
+        moves no epoch under transaction protocol version 1, and that producer's next new
+        partition would begin a new transaction at the same epoch. The first refusal is
+        raised."""
+        refused = self._asked(transactions, partial(_init_producer_id, timeout_ms), "fence")
+        if refused:
+            raise next(iter(refused.values()))
+
+    def _asked(
+        self,
+        transactions: Sequence[OpenTransaction],
+        request_for: Callable[[OpenTransaction], Any],
+        doing: str,
+    ) -> dict[OpenTransaction, TransactionEndError]:
+        """Send ``request_for`` each transaction to its coordinator, all at once, and
+        again for those answered "again" until the deadline; the refused ones, each with
+        its refusal."""
         deadline = time.monotonic() + self.timeout_s
         pending = list(transactions)
         refused: dict[OpenTransaction, TransactionEndError] = {}
         delay = 0.01
         while pending:
-            answers = self.admin._manager.run(self._send_all, pending, commit)
+            answers = self.admin._manager.run(self._send_all, pending, request_for)
             again = []
             for txn, error in zip(pending, answers, strict=True):
                 if error in RETRIABLE:
                     again.append(txn)
                 elif error != "NONE":
-                    refused[txn] = self._refused(txn, error, commit)
+                    refused[txn] = _refused(txn, error, doing)
             pending = again
             if pending and time.monotonic() + delay > deadline:
                 raise TransactionEndError(
-                    f"The transaction coordinators of {self.where} did not end "
+                    f"The transaction coordinators of {self.where} did not {doing} "
                     f"{len(pending)} transaction(s) within {self.timeout_s:.0f} s "
                     f"(first: {pending[0].transactional_id!r})."
                 )
@@ -315,11 +382,12 @@ class TransactionClient:
                 delay = min(delay * 2, 0.5)
         return refused
 
-    async def _send_all(self, transactions: Sequence[OpenTransaction], commit: bool) -> list[str]:
-        """Runs on kafka-python's loop: one EndTxn per transaction, to its coordinator."""
+    async def _send_all(
+        self, transactions: Sequence[OpenTransaction], request_for: Callable[[OpenTransaction], Any]
+    ) -> list[str]:
+        """Runs on kafka-python's loop: one request per transaction, to its coordinator."""
         import kafka.errors as errors
         from kafka.protocol.metadata import CoordinatorType
-        from kafka.protocol.producer.transaction import EndTxnRequest
 
         ids = [txn.transactional_id for txn in transactions]
         try:  # one FindCoordinator for every id not cached (v4, Kafka 3.0+)
@@ -330,17 +398,10 @@ class TransactionClient:
             if not exc.retriable:
                 raise
             return ["COORDINATOR_NOT_AVAILABLE"] * len(transactions)
-        futures = []
-        for txn in transactions:
-            node = nodes[txn.transactional_id]
-            request = EndTxnRequest(
-                transactional_id=txn.transactional_id,
-                producer_id=txn.producer_id,
-                producer_epoch=txn.epoch,
-                committed=commit,
-                max_version=END_TXN_VERSION,
-            )
-            futures.append(self.admin._manager.send(request, node_id=node))
+        futures = [
+            self.admin._manager.send(request_for(txn), node_id=nodes[txn.transactional_id])
+            for txn in transactions
+        ]
         answers = []
         for txn, future in zip(transactions, futures, strict=True):
             try:
@@ -354,20 +415,6 @@ class TransactionClient:
             if answers[-1] in RETRIABLE:
                 self.forget_coordinators([txn.transactional_id])
         return answers
-
-    def _refused(self, txn: OpenTransaction, error: str, commit: bool) -> TransactionEndError:
-        kind: type[TransactionEndError] = TransactionEndError
-        if error in FENCED:
-            kind = TransactionFencedError
-        elif error in ENDED_OTHERWISE:
-            kind = TransactionEndedError
-        refused = kind(
-            f"The coordinator refused to {'commit' if commit else 'abort'} transaction "
-            f"{txn.transactional_id!r} (producer {txn.producer_id}, epoch {txn.epoch}): "
-            f"{error}."
-        )
-        refused.code = error
-        return refused
 
 
 #: This driver process's transaction clients, by a digest of their settings: Spark runs a
@@ -419,8 +466,15 @@ def check_batch_commit(
 
 
 def describe_when_ready(client: TransactionClient, transactional_id: str, deadline: float) -> Any:
-    """Describe ``transactional_id`` (its description), asking again while its coordinator
-    answers that it is not ready (a broker that has just started loads the transaction log
+    """Describe ``transactional_id`` (its description): :func:`described_when_ready`."""
+    return described_when_ready(client, [transactional_id], deadline).get(transactional_id)
+
+
+def described_when_ready(
+    client: TransactionClient, transactional_ids: Sequence[str], deadline: float
+) -> dict[str, Any]:
+    """Describe ``transactional_ids`` (by id), asking again while a coordinator answers
+    that it is not ready (a broker that has just started loads the transaction log
     first: COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS), has moved
     (NOT_COORDINATOR) or cannot be reached (its broker died and it has not moved yet),
     until ``deadline``."""
@@ -429,13 +483,67 @@ def describe_when_ready(client: TransactionClient, transactional_id: str, deadli
     delay = 0.1
     while True:
         try:
-            return client.describe([transactional_id]).get(transactional_id)
+            return client.describe(transactional_ids)
         except errors.KafkaError as exc:
             if not exc.retriable or time.monotonic() + delay > deadline:
                 raise
             log.info("transaction coordinator not ready (%s); asking again", type(exc).__name__)
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
+
+
+_ENDS = {True: "commit", False: "abort"}
+
+
+def _end_txn(commit: bool, txn: OpenTransaction) -> Any:
+    from kafka.protocol.producer.transaction import EndTxnRequest
+
+    return EndTxnRequest(
+        transactional_id=txn.transactional_id,
+        producer_id=txn.producer_id,
+        producer_epoch=txn.epoch,
+        committed=commit,
+        max_version=END_TXN_VERSION,
+    )
+
+
+def _init_producer_id(timeout_ms: int, txn: OpenTransaction) -> Any:
+    from kafka.protocol.producer.transaction import InitProducerIdRequest
+
+    return InitProducerIdRequest(
+        transactional_id=txn.transactional_id,
+        transaction_timeout_ms=timeout_ms,
+        producer_id=-1,
+        producer_epoch=-1,
+    )
+
+
+def _refused(txn: OpenTransaction, error: str, doing: str) -> TransactionEndError:
+    kind: type[TransactionEndError] = TransactionEndError
+    if error in FENCED:
+        kind = TransactionFencedError
+    elif error in ENDED_OTHERWISE:
+        kind = TransactionEndedError
+    refused = kind(
+        f"The coordinator refused to {doing} transaction {txn.transactional_id!r} "
+        f"(producer {txn.producer_id}, epoch {txn.epoch}): {error}."
+    )
+    refused.code = error
+    return refused
+
+
+#: The internal topic of consumer groups' offsets: a transaction's marker offset is there.
+OFFSETS_TOPIC = "__consumer_offsets"
+
+
+def _rebegun(txn: OpenTransaction, described: Any) -> bool:
+    """Whether ``described`` (a DescribeTransactions answer) is ``txn``'s id and epoch
+    ongoing without an offsets partition: begun again after another client ended it."""
+    return (
+        str(getattr(described.state, "value", described.state)) == "Ongoing"
+        and (described.producer_id, described.producer_epoch) == (txn.producer_id, txn.epoch)
+        and all(tp.topic != OFFSETS_TOPIC for tp in described.topic_partitions)
+    )
 
 
 def _task(rest: str, slot: int | None) -> bool:

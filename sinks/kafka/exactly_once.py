@@ -34,6 +34,13 @@ Both carry the query id that wrote them: a marker of another query (a new
 checkpoint, or a second query, with the same ``sinkId``) fails the task instead
 of skipping its batches, and a task partition with no marker of its own query
 first makes sure the sink id is its query's (:mod:`sinks.kafka.claim`).
+
+Spark's abort of a failed batch ends the tasks' open transactions from the driver by
+fencing their ids (``InitProducerId``), never by ``EndTxn(abort)``: a task still
+writing (its executor frozen) would, under transaction protocol version 1, begin a new
+transaction at its unchanged epoch with the next partition it adds, holding only what
+came after the abort and no marker, and commit it; the replay would write those records
+again. Fenced, its next request is refused.
 """
 
 from __future__ import annotations
@@ -354,7 +361,9 @@ def abort_open_transactions(options: KafkaSinkOptions, sid: str, batch_id: int) 
     try:
         client = TransactionClient(options.kafka, timeout_s=ABORT_TIMEOUT_S)
         try:
-            ended = client.sweep(ids_prefix(options, sid), [])
+            # Fenced, not aborted: see the module's docstring.
+            timeout_ms = options.transaction_timeout_ms
+            ended = client.sweep(ids_prefix(options, sid), [], fence_ms=timeout_ms)
         finally:
             client.close()
     except Exception as exc:  # the fallback mode's driver may not reach the coordinators

@@ -10,7 +10,7 @@ no hanging transaction; a stream's start aborts what its last decision does not 
 ``eos sinks`` lists and resets it; a batch job's version decided by a driver that died
 is committed before the next version.
 
-Cost: ~31 s in CI (fifteen tests; the woken driver that read the pointer before it
+Cost: ~33 s in CI (sixteen tests; the woken driver that read the pointer before it
 paused, ~3 s); a sixteenth, the coordinator's own timeout (~22 s), is `make soak`'s."""
 
 from __future__ import annotations
@@ -29,10 +29,17 @@ from eos_connectors.core.topics import create_topic, read_to_end
 from eos_connectors.dev.endpoints import Endpoints
 from eos_connectors.dev.harness.checks import MARKER
 from eos_connectors.sinks.kafka.batch_commit import BatchCommitWriter, PreparedTask
+from eos_connectors.sinks.kafka.coordinator import TransactionClient
 from eos_connectors.sinks.kafka.errors import KafkaSinkError
 from eos_connectors.sinks.kafka.options import KafkaSinkOptions, ids_prefix
 from eos_connectors.sinks.kafka.options import parse_options as sink_options
-from tests.kafka_sink_util import a_task, new_sink_options, wait_for_markers
+from tests.kafka_sink_util import (
+    a_task,
+    new_sink_options,
+    opened_with,
+    wait_for_markers,
+    wait_until_ended,
+)
 
 pytestmark = pytest.mark.services
 
@@ -171,7 +178,6 @@ def test_an_undecided_batch_is_aborted_or_rewritten_in_full_by_its_replay(
     visible, and the open transaction of the task partition it no longer has is aborted
     by the commit's sweep, not left to the transaction timeout. A batch too old for its
     transaction timeout is refused before its decision and written by the replay."""
-    from eos_connectors.sinks.kafka.coordinator import TransactionClient
     from eos_connectors.sinks.kafka.decisions import read_pointer
 
     sink_id = writer.options.sink_id
@@ -210,23 +216,19 @@ def test_an_undecided_batch_is_aborted_or_rewritten_in_full_by_its_replay(
 
 
 @pytest.mark.cost(1)
-@pytest.mark.parametrize("late_row", ["then done", "then paused"])
 def test_a_task_that_writes_after_its_batch_was_aborted_leaves_no_hanging_transaction(
-    endpoints: Endpoints, writer: BatchCommitWriter, late_row: str
+    endpoints: Endpoints, writer: BatchCommitWriter
 ) -> None:
     """A task attempt paused between its rows (its executor frozen) while its batch fails
     and the driver's abort ends the sink's open transactions, then woken: the broker
     refuses its later records, since it checks that a transactional write belongs to an
-    open transaction (KIP-890; the start check warns of a broker that does not). The task
-    fails naming the refused record, also when the refusal came back before the marker's
-    offset was sent (that call then fails as "Erroneous state"): ``then paused`` gives
-    the broker a second to answer first, ``then done`` mostly meets the refusal at the
-    flush; either order must pass. Nothing is visible and nothing is left open. Without
-    that check the woken task's records would start a transaction no coordinator knows
-    of, holding every read_committed reader of the partition back until an operator
-    aborts it."""
+    open transaction (KIP-890; the start check warns of a broker that does not), and the
+    task fails naming the refused record. Nothing is visible and nothing is left open:
+    the transaction's first part is the marker's offset, so the woken producer adds no
+    partition that would begin a new transaction at its epoch. (A record that reached
+    its partition before the abort's marker did is aborted with the rest: the task
+    then reports a transaction no longer open, which no commit makes visible.)"""
     from eos_connectors.dev.harness.checks import open_transactions
-    from eos_connectors.sinks.kafka.coordinator import TransactionClient
 
     sink_id, topic = writer.options.sink_id, writer.options.topic
     assert sink_id is not None and topic is not None
@@ -234,14 +236,10 @@ def test_a_task_that_writes_after_its_batch_was_aborted_leaves_no_hanging_transa
 
     def paused_between_its_rows() -> Iterator[pa.RecordBatch]:
         yield _rows(0, 0)[0]
-        deadline = time.monotonic() + 30
-        while not client.open_transactions(ids_prefix(writer.options, sink_id)):
-            assert time.monotonic() < deadline, "the task's transaction never opened"
-            time.sleep(0.05)
+        txn = opened_with(client, writer.options, 40)
         writer.abort([], 0)  # the batch failed: the driver ends what its tasks left open
+        wait_until_ended(client, txn.transactional_id)  # markers written
         yield _rows(0, 0, "-late")[0]
-        if late_row == "then paused":
-            time.sleep(1.0)  # librdkafka sends the row and the broker refuses it meanwhile
 
     try:
         with pytest.raises(KafkaSinkError, match=r"Kafka refused \d+ records"):
@@ -249,6 +247,56 @@ def test_a_task_that_writes_after_its_batch_was_aborted_leaves_no_hanging_transa
         assert client.open_transactions(ids_prefix(writer.options, sink_id)) == []
         assert open_transactions(endpoints.kafka_bootstrap, topic, timeout=10) == set()
         assert _visible(endpoints, writer) == []
+    finally:
+        client.close()
+
+
+def test_a_transaction_aborted_while_its_task_wrote_is_never_committed_in_part(
+    endpoints: Endpoints, writer: BatchCommitWriter
+) -> None:
+    """Another client aborts a task's transaction at its epoch while the task writes (a
+    stale driver's sweep, an operator's tool), and the task writes on, to a partition it
+    had not written yet. Under transaction protocol version 1 the producer's next
+    AddPartitionsToTxn begins a new transaction at the same epoch: the task reports the
+    same producer id and epoch, now naming a transaction that holds only what came after
+    the abort. Its commit would make that part visible and lose the rest for good (before
+    the marker's offset came first, the new transaction held the marker too, and the
+    batch was silently short). The driver finds it begun again (ongoing without the
+    marker's offsets partition), aborts it and fails naming the task partition; the
+    replay writes it again, each record once. Cost: ~2 s."""
+    from eos_connectors.sinks.kafka.decisions import Decision, write_decision
+
+    sink_id = writer.options.sink_id
+    assert sink_id is not None
+    client = TransactionClient(writer.options.kafka)
+
+    def to_partition(partition: int, tag: str) -> pa.RecordBatch:
+        rows = _rows(0, 0)[0]
+        values = [v + tag.encode() for v in rows.column("value").to_pylist()]
+        placed = pa.array([partition] * rows.num_rows, pa.int32())
+        return pa.RecordBatch.from_arrays([pa.array(values), placed], ["value", "partition"])
+
+    def aborted_while_writing() -> Iterator[pa.RecordBatch]:
+        yield to_partition(0, "")
+        txn = opened_with(client, writer.options, 40)
+        client.end([txn], commit=False)  # a stale sweep's abort, at the task's own epoch
+        wait_until_ended(client, txn.transactional_id)
+        yield to_partition(1, "-after")
+
+    try:
+        prepared = [writer.write_task(a_task(0, partition=0), aborted_while_writing())]
+        prepared += [writer.write_task(a_task(0, partition=1), iter(_rows(0, 1)))]
+        txns = {r.partition: r.txn for r in prepared if r.txn is not None}
+        write_decision(writer.options, sink_id, Decision(0, prepared[0].query_id, txns, 80))
+        with pytest.raises(KafkaSinkError, match=r"begun again\).*task partitions \[0\]"):
+            writer.commit(list(prepared), 0)
+        others = [v for v in _expected(range(1)) if v.startswith(b"b0-p1-")]
+        assert _visible(endpoints, writer) == others, "nothing of task partition 0"
+        assert client.open_transactions(ids_prefix(writer.options, sink_id)) == []
+        replay = _prepare(writer, 0, run="run-2")
+        assert [m.state for m in replay] == ["prepared", "marked"], "only partition 0 again"
+        writer.commit(list(replay), 0)
+        assert _visible(endpoints, writer) == _expected(range(1)), "each record once"
     finally:
         client.close()
 
@@ -291,7 +339,6 @@ def test_two_live_attempts_of_one_task_partition_never_fence_each_other(
     the kept transaction, and the batch failed after its decision. Each attempt has its
     own id now (its attempt slot): the kept transaction commits, the other attempt's is a
     stray the commit's sweep ends, and nothing else is visible or left open."""
-    from eos_connectors.sinks.kafka.coordinator import TransactionClient
 
     sink_id = writer.options.sink_id
     assert sink_id is not None
@@ -316,7 +363,6 @@ def test_a_streams_start_aborts_what_its_last_decision_does_not_name(
     commit of that run sweeps it. The next run's start aborts it and keeps the decided
     transactions, which the replay's commit ends: each record once, nothing left open.
     A start for another query's pointer (a sink id not yet reset) aborts nothing."""
-    from eos_connectors.sinks.kafka.coordinator import TransactionClient
     from eos_connectors.sinks.kafka.stream_decider import sweep_at_start
 
     sid = writer.options.sink_id
@@ -470,8 +516,6 @@ def test_a_sweep_no_broker_answers_fails_no_batch_and_the_next_commit_sweeps(
     the commits, the strays and their aborts are the real broker's."""
     import kafka.errors
 
-    from eos_connectors.sinks.kafka.coordinator import TransactionClient
-
     sink_id = writer.options.sink_id
     assert sink_id is not None
     prefix = ids_prefix(writer.options, sink_id)
@@ -573,7 +617,6 @@ def test_no_task_waits_for_an_open_transaction_of_its_own_batch_or_another_query
     log or of a group that waited for open transactions would hang here until A's
     transaction timeout, 60 s at least); and each of A's tasks prepared while the
     others' transactions were open. Then A commits: each sink's rows once."""
-    import time
 
     other_topic = f"kb-other-{unique}"
     create_topic(endpoints.kafka, other_topic, 2)
@@ -609,9 +652,7 @@ def test_a_decided_transaction_the_coordinator_timed_out_is_written_again_by_its
     transactions itself. The late commit finds them fenced and unmarked, fails naming
     the setting to raise, and nothing is visible; the replay writes both task
     partitions again and its commit makes each record visible once."""
-    import time
 
-    from eos_connectors.sinks.kafka.coordinator import TransactionClient
     from eos_connectors.sinks.kafka.decisions import Decision, write_decision
 
     # the driver's start check makes the marker log: on a new broker no test made it yet

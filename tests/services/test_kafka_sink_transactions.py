@@ -2,7 +2,7 @@
 replayed, zombie attempts fenced, pooled producers across workers. Driven without Spark
 (``KafkaExactlyOnceWriter.write_task``); the conformance cells crash it inside pipelines.
 
-Cost: ~20 s (the abort of a stopped batch: 5 s)."""
+Cost: ~22 s (the abort of a stopped batch: 5 s; a task woken after the abort: 2 s)."""
 
 from __future__ import annotations
 
@@ -32,9 +32,11 @@ from tests.kafka_sink_util import (
     a_task,
     expected_values,
     fenced_lines,
+    opened_with,
     paused,
     rows_of,
     values_read,
+    wait_until_ended,
 )
 
 pytestmark = pytest.mark.services
@@ -122,6 +124,55 @@ def test_an_abort_ends_the_open_transaction_of_a_task_spark_stopped_waiting_for(
     once_each = sorted(expected_values(range(1)) * 2)
     read = values_read(endpoints, writer, "read_committed")
     assert [v for v in read if not v.startswith(b"\x00")] == once_each  # not the checks'
+
+
+def test_a_task_that_writes_on_after_the_drivers_abort_commits_nothing(
+    endpoints: Endpoints, writer: KafkaExactlyOnceWriter
+) -> None:
+    """Task-commit mode: a batch fails while one of its tasks still writes (its executor
+    frozen), and Spark's abort ends the sink's open transactions from the driver; then
+    the task wakes and writes on, to a partition it had not written yet. Had the abort
+    been an ``EndTxn(abort)``, which moves no epoch under transaction protocol version 1,
+    the producer's next AddPartitionsToTxn would begin a new transaction at the same
+    epoch, holding only what came after the abort and no marker, and the task's commit
+    would make it visible: the replay writes the whole task partition again, so those
+    records twice (25 of 50 here). The abort fences each id instead, so the woken
+    producer is refused as fenced: nothing of the task is visible, nothing stays open,
+    and the replay writes each record once. Cost: ~2 s."""
+    from eos_connectors.sinks.kafka.coordinator import TransactionClient
+    from eos_connectors.sinks.kafka.exactly_once import abort_open_transactions
+
+    options, topic = writer.options, writer.options.topic
+    assert topic is not None and options.sink_id is not None
+    client = TransactionClient(options.kafka)
+    rows = rows_of(0)[0]
+
+    def placed(half: slice, partition: int) -> pa.RecordBatch:
+        part = rows.slice(half.start, half.stop - half.start)
+        at = pa.array([partition] * part.num_rows, pa.int32())
+        return pa.RecordBatch.from_arrays([part.column("value"), at], ["value", "partition"])
+
+    def aborted_while_writing() -> Iterator[pa.RecordBatch]:
+        yield placed(slice(0, 25), 0)
+        txn = opened_with(client, options, 25)
+        abort_open_transactions(options, options.sink_id or "", 0)
+        wait_until_ended(client, txn.transactional_id)
+        yield placed(slice(25, 50), 1)
+
+    try:
+        with pytest.raises(KafkaSinkError, match=r"(?i)fenced"):
+            writer.write_task(a_task(0, partition=0), aborted_while_writing())
+
+        def visible() -> list[bytes]:
+            read = values_read(endpoints, writer, "read_committed")
+            return [v for v in read if not v.startswith(b"\x00")]  # not the checks'
+
+        assert visible() == [], "visible after the abort"
+        assert open_transactions(endpoints.kafka_bootstrap, topic, timeout=5) == set()
+        writer.write_task(a_task(0, "run-2", 0), iter(rows_of(0)))
+        assert visible() == expected_values(range(1)), "each record once"
+    finally:
+        client.close()
 
 
 def test_a_zombie_attempt_cannot_commit(
