@@ -10,7 +10,7 @@ no hanging transaction; a stream's start aborts what its last decision does not 
 ``eos sinks`` lists and resets it; a batch job's version decided by a driver that died
 is committed before the next version.
 
-Cost: ~33 s in CI (sixteen tests; the woken driver that read the pointer before it
+Cost: ~31 s in CI (fifteen tests; the woken driver that read the pointer before it
 paused, ~3 s); a sixteenth, the coordinator's own timeout (~22 s), is `make soak`'s."""
 
 from __future__ import annotations
