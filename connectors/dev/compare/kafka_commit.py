@@ -12,6 +12,8 @@ runs it. Its parts, each timed on its own afterwards against a batch of the same
   (:mod:`eos_connectors.sinks.kafka.stream_decider`), as a stream's driver decides;
 * ``plain``: the record and the pointer written plainly, as a stream's driver decided
   before it claimed the decider (no compare-and-set), for comparison;
+* ``check``: the look for transactions begun again after another client's abort (one
+  DescribeTransactions per coordinator: :meth:`~.coordinator.TransactionClient.rebegun`);
 * ``end``: one ``EndTxn(commit)`` per transaction, all sent before any answer is awaited;
 * ``sweep``: ListTransactions on every broker, DescribeTransactions of the sink's ids
   (nothing stray to abort here);
@@ -56,6 +58,7 @@ class CommitStep:
     commit_ms: float
     decision_ms: float
     plain_ms: float
+    check_ms: float
     end_ms: float
     sweep_ms: float
     client_ms: float
@@ -64,12 +67,15 @@ class CommitStep:
 def run(bootstrap: str, rounds: int, out_dir: Path) -> list[CommitStep]:
     """Measure each batch size of :data:`TASKS`, print a table, write kafka-commit.json."""
     steps = [_measure(bootstrap, tasks, rounds) for tasks in TASKS]
-    print("| tasks | commit step (ms) | decision | plain decision | EndTxn all | sweep | client |")
-    print("|---:|---:|---:|---:|---:|---:|---:|")
+    print(
+        "| tasks | commit step (ms) | decision | plain decision | begun-again check "
+        "| EndTxn all | sweep | client |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     for s in steps:
         print(
             f"| {s.tasks} | {s.commit_ms:.0f} | {s.decision_ms:.0f} | {s.plain_ms:.0f} "
-            f"| {s.end_ms:.0f} "
+            f"| {s.check_ms:.0f} | {s.end_ms:.0f} "
             f"| {s.sweep_ms:.0f} | {s.client_ms:.0f} |"
         )
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -88,7 +94,7 @@ def _measure(bootstrap: str, tasks: int, rounds: int) -> CommitStep:
     )
     writer = BatchCommitWriter(options)
     sid = options.sink_id or ""
-    kinds = ("commit", "decision", "plain", "end", "sweep")
+    kinds = ("commit", "decision", "plain", "check", "end", "sweep")
     parts: dict[str, list[float]] = {k: [] for k in kinds}
     parts["client"] = []
     for batch in range(rounds * 2):
@@ -103,6 +109,8 @@ def _measure(bootstrap: str, tasks: int, rounds: int) -> CommitStep:
         began = time.perf_counter()
         client = TransactionClient(options.kafka)
         made = time.perf_counter()
+        parts["check"].append(_ms(partial(client.rebegun, list(txns.values()))))
+        made += parts["check"][-1] / 1000
         client.end(list(txns.values()), commit=True)
         ended = time.perf_counter()
         client.sweep(ids_prefix(options, sid), list(txns.values()))
@@ -117,6 +125,7 @@ def _measure(bootstrap: str, tasks: int, rounds: int) -> CommitStep:
         median["commit"],
         median["decision"],
         median["plain"],
+        median["check"],
         median["end"],
         median["sweep"],
         median["client"],
