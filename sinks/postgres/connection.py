@@ -37,6 +37,8 @@ class BoundedConnection(psycopg.Connection[tuple[Any, ...]]):
     #: Seconds each wait may last: ``base_seconds``, or longer inside :func:`allowing`.
     base_seconds: float = CALL_SECONDS
     call_seconds: float = CALL_SECONDS
+    #: What sets ``call_seconds`` now, for the error: empty, or the option's name.
+    bound_by: str = ""
 
     def wait(self, gen: Any, interval: float = 0.1, timeout: float | None = None) -> Any:
         limit = self.call_seconds if timeout is None else timeout
@@ -47,8 +49,9 @@ class BoundedConnection(psycopg.Connection[tuple[Any, ...]]):
                 raise
             self.close()
             raise psycopg.OperationalError(
-                f"PostgreSQL gave no answer within {limit:g} s, so the connection was closed "
-                "(a stopped or overloaded server, or a network that holds packets)"
+                f"PostgreSQL gave no answer within {limit:g} s{self.bound_by}, so the "
+                "connection was closed (a stopped or overloaded server, or a network that "
+                "holds packets)"
             ) from None
 
 
@@ -61,18 +64,25 @@ class _NeverRaisedError(Exception):
 _WAIT_TIMEOUT: type[BaseException] = getattr(psycopg.errors, "_WaitTimeout", _NeverRaisedError)
 
 
+#: How much longer than the server's ``statement_timeout`` the client waits for a statement
+#: that writes a task's rows: a live server's own cancel, which names the cause, comes first.
+SERVER_FIRST_S = 2.0
+
+
 @contextlib.contextmanager
 def allowing(conn: Connection, seconds: float) -> Iterator[None]:
-    """Task: the calls inside (the statements that write a task's rows) may each wait up
-    to ``seconds``; bookkeeping calls keep the connection's ``base_seconds``."""
+    """Task: the calls inside (the statements that write a task's rows, whose server-side
+    bound is ``statementTimeoutMs`` = ``seconds``) may each wait up to ``seconds`` and
+    :data:`SERVER_FIRST_S`; bookkeeping calls keep the connection's ``base_seconds``."""
     if not isinstance(conn, BoundedConnection):
         yield
         return
-    conn.call_seconds = seconds
+    conn.call_seconds = seconds + SERVER_FIRST_S
+    conn.bound_by = f" (statementTimeoutMs and {SERVER_FIRST_S:g} s)"
     try:
         yield
     finally:
-        conn.call_seconds = conn.base_seconds
+        conn.call_seconds, conn.bound_by = conn.base_seconds, ""
 
 
 #: libpq's TCP settings for a network that drops packets (a dead peer is found in about

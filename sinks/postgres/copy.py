@@ -62,17 +62,33 @@ def copy_batches(
     columns: Sequence[str],
     batches: Iterator[pa.RecordBatch],
 ) -> int:
-    """COPY every batch into ``target``; return the row count."""
+    """COPY every batch into ``target``; return the row count.
+
+    The COPY runs while Spark computes the task's rows, so the server's
+    ``statement_timeout`` (the sink's ``statementTimeoutMs``) is lifted for it alone: it
+    would count Spark's time, and a task whose rows took longer to come than the option
+    failed on every try. Each wait for the server still has the client's deadline
+    (:class:`~.connection.BoundedConnection`), and the statements before and after keep
+    the timeout."""
     rows = 0
     statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(
         target, sql.SQL(", ").join(map(sql.Identifier, columns))
     )
+    kept = cur.execute(_LIFT_TIMEOUT).fetchone()
     with cur.copy(statement) as copy:
         for batch in batches:
             if batch.num_rows:
                 copy.write(csv_bytes(batch))
                 rows += batch.num_rows
+    cur.execute(_RESTORE_TIMEOUT, (kept[0] if kept else "0",))
     return rows
+
+
+#: The transaction's statement timeout, read and lifted in one round trip.
+_LIFT_TIMEOUT = sql.SQL(
+    "SELECT current_setting('statement_timeout'), set_config('statement_timeout', '0', true)"
+)
+_RESTORE_TIMEOUT = sql.SQL("SELECT set_config('statement_timeout', %s, true)")
 
 
 def append(

@@ -55,11 +55,12 @@ BOOKKEEPING_SCHEMA = opt.Option(
 STATEMENT_TIMEOUT = opt.Option(
     "statementTimeoutMs",
     opt.integer(1000),
-    "how long each statement that writes a task's rows may run (the server's "
-    "`statement_timeout`) and wait for an answer (kept on the client, so a frozen server "
-    "or a network that holds packets fails the task instead of blocking it); every other "
-    "call (checks, decisions, `COMMIT PREPARED`) and a connection attempt wait at most "
-    "15 s, or this when shorter",
+    "how long each statement that writes a task's rows may run on the server (its "
+    "`statement_timeout`; the COPY that takes the rows while Spark computes them is not "
+    "bounded as a whole, only each of its waits) and wait for an answer (kept on the "
+    "client, 2 s longer, so a frozen server or a network that holds packets fails the task "
+    "instead of blocking it); every other call (checks, decisions, `COMMIT PREPARED`) and "
+    "a connection attempt wait at most 15 s, or this when shorter",
     default=300_000,
 )
 OPTIONS = opt.OptionTable(

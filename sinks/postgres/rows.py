@@ -27,6 +27,10 @@ class TableChangedError(EosError):
     """The sink's table was dropped, or lost a column, after the query's start check."""
 
 
+class StatementTimeoutError(EosError):
+    """A statement that writes a task's rows ran longer than ``statementTimeoutMs``."""
+
+
 class TaskRows:
     """Writing one task's rows in the sink's mode; shared by both delivery guarantees.
     ``control_types``: the PostgreSQL types of a change stream's control columns."""
@@ -56,6 +60,14 @@ class TaskRows:
                 "dropped after the query started. Restart the query: its start creates the "
                 "table again with createTable=true (the rows written before are gone with it),"
                 " or create it first."
+            ) from exc
+        except psycopg.errors.QueryCanceled as exc:
+            raise StatementTimeoutError(
+                f"Writing the task's rows into {self.options.table_name} (option table) ran "
+                f"longer than statementTimeoutMs = {self.options.statement_timeout_ms} and the "
+                f"server cancelled it ({exc.diag.message_primary}). Nothing of the task is "
+                "written; Spark retries it. Raise statementTimeoutMs, or find what holds the "
+                "table's rows or indexes (triggers, a long lock queue, an overloaded server)."
             ) from exc
         except psycopg.errors.UndefinedColumn as exc:
             raise TableChangedError(
