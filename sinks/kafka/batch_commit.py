@@ -128,6 +128,7 @@ from eos_connectors.sinks.kafka.clients import (
     wait_delivered,
 )
 from eos_connectors.sinks.kafka.coordinator import (
+    FORGOTTEN,
     CallTime,
     OpenTransaction,
     TransactionClient,
@@ -595,14 +596,24 @@ def _lost(decision: Decision, lost: dict[int, TransactionEndedError]) -> KafkaSi
         + (f", and {len(lost) - 1} more" if len(lost) > 1 else "")
         + f": task partitions {sorted(lost)} of the batch are not visible. The batch fails; "
         "its replay writes those task partitions again (from the batch's recorded split) and "
-        "commits them. "
-        + (
+        "commits them. " + _why_lost(refusal)
+    )
+
+
+def _why_lost(refusal: TransactionEndedError) -> str:
+    if isinstance(refusal, TransactionFencedError):
+        return (
             "If the commit came later than kafka.transaction.timeout.ms after the task "
             "wrote, raise that option."
-            if isinstance(refusal, TransactionFencedError)
-            else "Another client aborted it at its epoch: make sure no other run of this "
-            "query (a driver that was paused or cut off) still writes to this sink id."
         )
+    if refusal.code == FORGOTTEN:
+        return (
+            "The coordinator had forgotten its transactional id (transactional.id."
+            "expiration.ms): the driver came back that long after the batch was decided."
+        )
+    return (
+        "Another client aborted it at its epoch: make sure no other run of this "
+        "query (a driver that was paused or cut off) still writes to this sink id."
     )
 
 

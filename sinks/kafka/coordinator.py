@@ -34,7 +34,9 @@ moves with every transaction. The answers (checked against Kafka 4.3):
   committed, or not);
 * ``INVALID_TXN_STATE``: the transaction ended the other way at its own epoch (an abort
   after a commit, or a commit after another client's abort, which moves no epoch):
-  :class:`TransactionEndedError`, judged by its marker as a fenced one is.
+  :class:`TransactionEndedError`, judged by its marker as a fenced one is;
+* ``INVALID_PRODUCER_ID_MAPPING``: the coordinator forgot the id (it expired, days after
+  its last transaction ended: a driver restarted that late): the same.
 """
 
 from __future__ import annotations
@@ -63,7 +65,11 @@ RETRIABLE = frozenset(
     | {"COORDINATOR_NOT_AVAILABLE", "NODE_NOT_READY"}
 )
 FENCED = frozenset({"INVALID_PRODUCER_EPOCH", "PRODUCER_FENCED"})
-ENDED_OTHERWISE = frozenset({"INVALID_TXN_STATE"})
+#: The coordinator no longer knows the transactional id: it expired after
+#: ``transactional.id.expiration.ms`` without a transaction (7 days by default), long
+#: after its last transaction ended, one way or the other.
+FORGOTTEN = "INVALID_PRODUCER_ID_MAPPING"
+ENDED_OTHERWISE = frozenset({"INVALID_TXN_STATE", FORGOTTEN})
 #: Requests the driver's client keeps in flight on one connection; past it a request is
 #: sent again in the next round.
 MAX_IN_FLIGHT = 1024

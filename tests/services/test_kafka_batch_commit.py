@@ -10,8 +10,8 @@ no hanging transaction; a stream's start aborts what its last decision does not 
 ``eos sinks`` lists and resets it; a batch job's version decided by a driver that died
 is committed before the next version.
 
-Cost: ~31 s in CI (fifteen tests; the woken driver that read the pointer before it
-paused, ~3 s); a sixteenth, the coordinator's own timeout (~22 s), is `make soak`'s."""
+Cost: ~33 s in CI (sixteen tests; the woken driver that read the pointer before it
+paused, ~3 s); a seventeenth, the coordinator's own timeout (~22 s), is `make soak`'s."""
 
 from __future__ import annotations
 
@@ -322,6 +322,35 @@ def test_a_decided_transaction_another_client_aborted_is_written_again_not_stall
     with kept_client(options.kafka) as client:
         client.end([txns[1]], commit=False)  # a stale sweep's abort
     with pytest.raises(KafkaSinkError, match=r"INVALID_TXN_STATE.*task partitions \[1\]"):
+        writer.commit(list(prepared), 0)
+    replay = _prepare(writer, 0, run="run-2")
+    assert [m.state for m in replay] == ["marked", "prepared"], "only partition 1 again"
+    writer.commit(list(replay), 0)
+    assert _visible(endpoints, writer) == _expected(range(1)), "each record once"
+
+
+def test_a_decided_transaction_whose_id_the_coordinator_forgot_is_written_again(
+    endpoints: Endpoints, writer: BatchCommitWriter
+) -> None:
+    """A driver that died after batch 0's decision comes back after the transactional
+    ids expired at their coordinator (``transactional.id.expiration.ms``, 7 days by
+    default; its transaction was aborted by its timeout long before): the commit is
+    answered ``INVALID_PRODUCER_ID_MAPPING``, raised as is on every restart before, so
+    the query could never go on. It is judged by the marker as an abort is: the task
+    partition is named, and the replay writes it again. (A decision naming an id the
+    coordinator never knew is answered the same way as one it forgot.)"""
+    from eos_connectors.sinks.kafka.coordinator import kept_client
+    from eos_connectors.sinks.kafka.decisions import Decision, write_decision
+
+    options, sid = writer.options, writer.options.sink_id
+    assert sid is not None
+    prepared = _prepare(writer, 0)
+    txns = {r.partition: r.txn for r in prepared if r.txn is not None}
+    with kept_client(options.kafka) as client:
+        client.end([txns[1]], commit=False)  # the timeout's abort, days ago
+    forgotten = dataclasses.replace(txns[1], transactional_id=f"{ids_prefix(options, sid)}1a15")
+    write_decision(options, sid, Decision(0, prepared[0].query_id, {**txns, 1: forgotten}, 80))
+    with pytest.raises(KafkaSinkError, match=r"task partitions \[1\] of the batch.*forgotten its"):
         writer.commit(list(prepared), 0)
     replay = _prepare(writer, 0, run="run-2")
     assert [m.state for m in replay] == ["marked", "prepared"], "only partition 1 again"
