@@ -309,11 +309,12 @@ class BatchCommitWriter(StreamArrowWriter):
         first = next(batches, None)
         if first is None:
             return PreparedTask(task, sid, "empty")
-        opened_at = time.time()
+        opened_at, joining = time.time(), time.perf_counter()
         call(producer.begin_transaction, "begin_transaction")
         # The marker's offset is the transaction's first part, before any record: see
         # the module's "Re-begun transactions".
         marker.join(producer, task.batch_id + 1, task.query_id, "send_offsets_to_transaction")
+        steps.add("marker's offset", joining)
         faults.point("before-prepare", task.batch_id, role="worker", query=task.query_name)
         from eos_connectors.sinks.kafka.records import in_order, rows  # pyarrow: tasks only
         from eos_connectors.sinks.kafka.task_keys import TaskKeys
