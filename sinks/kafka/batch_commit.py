@@ -53,7 +53,9 @@ What changes against ``commitMode=task`` is who ends the transaction:
 ``abort`` (Spark's, when the batch's write fails or the query is stopped mid-batch)
 ends every open transaction of the sink's ids begun before its call while the batch is
 undecided, those of tasks that never reported too (the sink id found through the query
-id in the checkpoint when no task reported); a decided batch is never touched.
+id in the checkpoint when no task reported), by fencing each id (``InitProducerId``):
+a task still writing is refused, where after an ``EndTxn(abort)`` it would begin a new
+transaction ("Re-begun transactions"). A decided batch is never touched.
 
 **Re-begun transactions.** Under transaction protocol version 1 another client's
 ``EndTxn(abort)`` moves no epoch, and the next partition a producer adds after it begins
@@ -575,9 +577,12 @@ class BatchCommitWriter(StreamArrowWriter):
     def _abort_open(self, sid: str, called: CallTime) -> None:
         """Driver, for an undecided batch: every open transaction of the sink's ids that
         began before the driver's call ends (a batch job run's own only: another run of
-        its version may be going)."""
+        its version may be going), by fencing its id: a task still writing would begin a
+        new transaction at its epoch with its next partition ("Re-begun transactions"),
+        which only a later batch's sweep would end, and a batch job has none."""
+        timeout_ms = self.options.transaction_timeout_ms
         with kept_client(self.options.kafka) as client:
-            client.sweep(ids_prefix(self.options, sid), [], self._slot, called)
+            client.sweep(ids_prefix(self.options, sid), [], self._slot, called, timeout_ms)
 
 
 def decision_margin(limit_s: float) -> float:
@@ -667,7 +672,7 @@ class TaskProducer:
                 f"Task partition {task.partition} of batch {task.batch_id}",
             )
         except KafkaSinkError:
-            self.producer.abort_transaction(CALL_TIMEOUT)
+            abort_quietly(self.producer)  # a fenced producer's abort fails: the cause stays
             raise
 
 

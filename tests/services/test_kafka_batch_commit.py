@@ -216,18 +216,25 @@ def test_an_undecided_batch_is_aborted_or_rewritten_in_full_by_its_replay(
 
 
 @pytest.mark.cost(1)
-def test_a_task_that_writes_after_its_batch_was_aborted_leaves_no_hanging_transaction(
-    endpoints: Endpoints, writer: BatchCommitWriter
+@pytest.mark.parametrize("aborted_by", ["another client", "the driver"])
+def test_a_task_that_writes_after_its_transaction_ended_leaves_nothing_open(
+    endpoints: Endpoints, writer: BatchCommitWriter, aborted_by: str
 ) -> None:
-    """A task attempt paused between its rows (its executor frozen) while its batch fails
-    and the driver's abort ends the sink's open transactions, then woken: the broker
-    refuses its later records, since it checks that a transactional write belongs to an
-    open transaction (KIP-890; the start check warns of a broker that does not), and the
-    task fails naming the refused record. Nothing is visible and nothing is left open:
-    the transaction's first part is the marker's offset, so the woken producer adds no
-    partition that would begin a new transaction at its epoch. (A record that reached
-    its partition before the abort's marker did is aborted with the rest: the task
-    then reports a transaction no longer open, which no commit makes visible.)"""
+    """A task attempt paused between its rows (its executor frozen) while its transaction
+    is ended, then woken: its later records are refused and the task fails. Nothing is
+    visible and nothing is left open.
+
+    ``another client``: an ``EndTxn(abort)`` at its epoch. The broker refuses a record to
+    a partition of the ended transaction, since it checks that a transactional write
+    belongs to an open transaction (KIP-890; the start check warns of a broker that does
+    not): without that check the record would start a transaction no coordinator knows
+    of, holding every read_committed reader of the partition back until an operator
+    aborts it. ``the driver``: the batch failed and Spark's abort ends the sink's open
+    transactions by fencing their ids; the woken producer's record to a partition it had
+    not written is refused as fenced. Ended by ``EndTxn(abort)``, that record began a new
+    transaction at its epoch (without the marker's offset, so never committed: rule 30)
+    and the task reported it, left open until a later batch's sweep; a batch job has
+    none."""
     from eos_connectors.dev.harness.checks import open_transactions
 
     sink_id, topic = writer.options.sink_id, writer.options.topic
@@ -235,20 +242,31 @@ def test_a_task_that_writes_after_its_batch_was_aborted_leaves_no_hanging_transa
     client = TransactionClient(writer.options.kafka)
 
     def paused_between_its_rows() -> Iterator[pa.RecordBatch]:
-        yield _rows(0, 0)[0]
+        yield _placed(_rows(0, 0)[0], 0)
         txn = opened_with(client, writer.options, 40)
-        writer.abort([], 0)  # the batch failed: the driver ends what its tasks left open
+        if aborted_by == "the driver":
+            writer.abort([], 0)  # the batch failed: the driver ends what its tasks left open
+        else:
+            client.end([txn], commit=False)
         wait_until_ended(client, txn.transactional_id)  # markers written
-        yield _rows(0, 0, "-late")[0]
+        # to a partition it wrote (another client), to one it had not (the driver)
+        yield _placed(_rows(0, 0, "-late")[0], 0 if aborted_by == "another client" else 1)
 
+    refused = r"Kafka refused \d+ records" if aborted_by == "another client" else r"fenced"
     try:
-        with pytest.raises(KafkaSinkError, match=r"Kafka refused \d+ records"):
+        with pytest.raises(KafkaSinkError, match=refused):
             writer.write_task(a_task(0), paused_between_its_rows())
         assert client.open_transactions(ids_prefix(writer.options, sink_id)) == []
         assert open_transactions(endpoints.kafka_bootstrap, topic, timeout=10) == set()
         assert _visible(endpoints, writer) == []
     finally:
         client.close()
+
+
+def _placed(rows: pa.RecordBatch, partition: int) -> pa.RecordBatch:
+    """``rows``'s values, all to topic partition ``partition``."""
+    at = pa.array([partition] * rows.num_rows, pa.int32())
+    return pa.RecordBatch.from_arrays([rows.column("value"), at], ["value", "partition"])
 
 
 def test_a_transaction_aborted_while_its_task_wrote_is_never_committed_in_part(
@@ -270,18 +288,12 @@ def test_a_transaction_aborted_while_its_task_wrote_is_never_committed_in_part(
     assert sink_id is not None
     client = TransactionClient(writer.options.kafka)
 
-    def to_partition(partition: int, tag: str) -> pa.RecordBatch:
-        rows = _rows(0, 0)[0]
-        values = [v + tag.encode() for v in rows.column("value").to_pylist()]
-        placed = pa.array([partition] * rows.num_rows, pa.int32())
-        return pa.RecordBatch.from_arrays([pa.array(values), placed], ["value", "partition"])
-
     def aborted_while_writing() -> Iterator[pa.RecordBatch]:
-        yield to_partition(0, "")
+        yield _placed(_rows(0, 0)[0], 0)
         txn = opened_with(client, writer.options, 40)
         client.end([txn], commit=False)  # a stale sweep's abort, at the task's own epoch
         wait_until_ended(client, txn.transactional_id)
-        yield to_partition(1, "-after")
+        yield _placed(_rows(0, 0, "-after")[0], 1)
 
     try:
         prepared = [writer.write_task(a_task(0, partition=0), aborted_while_writing())]
