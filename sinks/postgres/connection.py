@@ -39,6 +39,8 @@ class BoundedConnection(psycopg.Connection[tuple[Any, ...]]):
     call_seconds: float = CALL_SECONDS
     #: What sets ``call_seconds`` now, for the error: empty, or the option's name.
     bound_by: str = ""
+    #: The server process of this session, once asked (:func:`server_pid`).
+    server_pid: int | None = None
 
     def wait(self, gen: Any, interval: float = 0.1, timeout: float | None = None) -> Any:
         limit = self.call_seconds if timeout is None else timeout
@@ -131,6 +133,18 @@ def _durable_commits(conn: Connection) -> None:
         conn.execute("SET synchronous_commit = on")
     if not conn.autocommit:
         conn.commit()
+
+
+def server_pid(conn: Connection) -> int:
+    """The server process of ``conn``'s session, asked once per connection: the pid the
+    connection was given at start is a pooler's own behind PgBouncer."""
+    known = getattr(conn, "server_pid", None)
+    if known is None:
+        row = conn.execute("SELECT pg_backend_pid()").fetchone()
+        known = int(row[0]) if row else conn.info.backend_pid
+        if isinstance(conn, BoundedConnection):
+            conn.server_pid = known
+    return int(known)
 
 
 def call_seconds(options: PostgresSinkOptions) -> float:

@@ -33,10 +33,12 @@ from eos_connectors.sinks.postgres.connection import (
     allowing,
     first_line,
     give_back,
+    server_pid,
     take,
 )
 from eos_connectors.sinks.postgres.options import PostgresSinkOptions
 from eos_connectors.sinks.postgres.rows import ControlTypes, TaskRows
+from eos_connectors.sinks.postgres.waits import PreparedWait, PreparedWaitError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -187,8 +189,9 @@ class PostgresExactlyOnceWriter(TwoPhaseCommitWriter):
         conn = self.conn
         side = take(self.options, "claims") if self.options.key_columns else None
         seconds = self.options.statement_seconds
+        watch = PreparedWait(self.options, unit, server_pid(conn))
         try:
-            with conn.cursor() as cur, allowing(conn, seconds):
+            with conn.cursor() as cur, allowing(conn, seconds), watch:
                 cur.execute("BEGIN")
                 count = self.rows.write(cur, str(unit), rows, self._claiming(unit, side))
                 cur.execute(
@@ -202,8 +205,10 @@ class PostgresExactlyOnceWriter(TwoPhaseCommitWriter):
                     cur.execute(end if count else sql.SQL("ROLLBACK"))
                 except psycopg.errors.OutOfMemory as exc:  # PREPARE's own: the limit
                     raise PreparedLimitError(unit, exc) from exc
-        except BaseException:
+        except BaseException as exc:
             self._drop()
+            if watch.holder is not None:
+                raise PreparedWaitError(self.options, unit, watch.holder) from exc
             raise
         finally:
             if side is not None:

@@ -62,6 +62,8 @@ class TaskRows:
                 " or create it first."
             ) from exc
         except psycopg.errors.QueryCanceled as exc:
+            if "statement timeout" not in str(exc.diag.message_primary):
+                raise  # cancelled by a request (sinks.postgres.waits)
             raise StatementTimeoutError(
                 f"Writing the task's rows into {self.options.table_name} (option table) ran "
                 f"longer than statementTimeoutMs = {self.options.statement_timeout_ms} and the "
