@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg import sql
 
-from eos_connectors.core.errors import EosError
+from eos_connectors.core.errors import BadRecordError, EosError
 from eos_connectors.sinks.postgres.options import PostgresSinkOptions
 
 if TYPE_CHECKING:
@@ -70,6 +70,17 @@ class TaskRows:
                 f"server cancelled it ({exc.diag.message_primary}). Nothing of the task is "
                 "written; Spark retries it. Raise statementTimeoutMs, or find what holds the "
                 "table's rows or indexes (triggers, a long lock queue, an overloaded server)."
+            ) from exc
+        except psycopg.errors.UniqueViolation as exc:
+            if self.options.mode != "append":
+                raise
+            raise BadRecordError(
+                f"Appending the task's rows into {self.options.table_name} (option table) met "
+                f"a key its constraint {exc.diag.constraint_name} refuses: "
+                f"{exc.diag.message_detail or exc.diag.message_primary} (a key already in the "
+                "table, or twice in the task's rows). Nothing of the task is written. Drop "
+                "the duplicates, or write with mode=upsert and keyColumns (the last row of a "
+                "key wins)."
             ) from exc
         except psycopg.errors.UndefinedColumn as exc:
             raise TableChangedError(
