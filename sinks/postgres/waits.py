@@ -2,7 +2,8 @@
 
 A task whose statement needs a row lock another task of the same batch holds waits for
 that task's prepared transaction: a key of a unique constraint both insert (append mode
-with duplicate keys in two tasks), a row both update. The driver commits that
+with duplicate keys in two tasks), a row both update, a row whose foreign key names a
+row the other inserts. The driver commits that
 transaction only once this task has reported, so the wait ends only at the sink's
 ``lock_timeout`` (60 s), on every retry of the task, and then says only "lock timeout".
 While a task's statements run, :class:`PreparedWait` looks from a second connection,
@@ -45,11 +46,12 @@ class PreparedWaitError(BadRecordError):
     def __init__(self, options: PostgresSinkOptions, unit: UnitId, holder: int) -> None:
         super().__init__(
             f"Task partition {unit.partition} of batch {unit.batch_id} of sink "
-            f"{unit.sink_id!r} waited for a row that task partition {holder} of the same "
-            f"batch wrote into {options.table_name} (option table) and holds until the "
-            "batch commits, which waits for this task: two tasks of the batch write the "
-            "same key of a unique constraint, or the same row. Nothing of the batch is "
-            "written. In append mode each key must reach one task: drop the duplicates, or "
+            f"{unit.sink_id!r} waited, writing into {options.table_name} (option table), for "
+            f"a row that task partition {holder} of the same batch holds until the batch "
+            "commits, which waits for this task: two tasks of the batch write the same key "
+            "of a unique constraint, or the same row (or one references a row the other "
+            "inserts). Nothing of the batch is written. In append mode each key must reach "
+            "one task: drop the duplicates, or "
             "write with mode=upsert and keyColumns (the last row of a key wins), or "
             ".repartition(<key columns>) just before the sink."
         )
