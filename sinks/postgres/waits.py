@@ -8,9 +8,9 @@ transaction only once this task has reported, so the wait ends only at the sink'
 ``lock_timeout`` (60 s), on every retry of the task, and then says only "lock timeout".
 While a task's statements run, :class:`PreparedWait` looks from a second connection,
 after :data:`FIRST_LOOK_S` and then every :data:`LOOK_EVERY_S`, whether the task's
-backend waits for a transaction prepared under a unit of its sink's batch from another
-task partition; found, it cancels the task's statement, and the task fails naming both
-task partitions. Tasks that end before the first look open no connection.
+backend waits for a transaction prepared under a unit of its sink's batch and query run
+from another task partition; found, it cancels the task's statement, and the task fails
+naming both task partitions. Tasks that end before the first look open no connection.
 """
 
 from __future__ import annotations
@@ -104,13 +104,17 @@ class PreparedWait:
                 conn.close()
 
     def _holder(self, conn: Connection) -> int | None:
-        """The other task partition of this batch whose prepared unit the task waits for."""
+        """The other task partition of this batch and run whose prepared unit the task
+        waits for (a stray of an earlier run is left to the lock timeout, as before: its
+        run's abort or the next commit's recovery ends it)."""
+        mine = self.unit
         for (gid,) in conn.execute(_HOLDERS, (self.pid,)).fetchall():
             held = UnitId.parse(str(gid))
             if (
                 held is not None
-                and (held.sink_id, held.batch_id) == (self.unit.sink_id, self.unit.batch_id)
-                and held.partition != self.unit.partition
+                and (held.sink_id, held.batch_id, held.run)
+                == (mine.sink_id, mine.batch_id, mine.run)
+                and held.partition != mine.partition
             ):
                 return held.partition
         return None
