@@ -37,6 +37,8 @@ LOG4J_VERSION = "2.24.3"
 SLF4J_VERSION = "2.0.17"
 
 SASL_USER = "eos"
+#: KRaft's authorizer: ACLs live in the metadata log.
+AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 SCRAM_ITERATIONS = 4096
 
 # Broker settings shared with docker-compose.yml (a test checks that they match).
@@ -447,6 +449,11 @@ class KafkaService(Service):
             "listener.name.sasl_ssl.ssl.keystore.location": str(tls.keystore),
             "listener.name.sasl_ssl.ssl.keystore.password": tls.password,
             "listener.name.sasl_ssl.ssl.keystore.type": "PKCS12",
+            # ACLs are checked, as in production: the plain listeners' principal (the
+            # tests' and the controller's) and the SASL user may do anything; a test
+            # user made with tests.kafka_acl_util holds only the ACLs the docs list.
+            "authorizer.class.name": AUTHORIZER,
+            "super.users": f"User:ANONYMOUS;User:{SASL_USER}",
             "log.dirs": str(self.dir / "data"),
         }
         fd = os.open(self.marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
