@@ -70,6 +70,8 @@ FENCED = frozenset({"INVALID_PRODUCER_EPOCH", "PRODUCER_FENCED"})
 #: after its last transaction ended, one way or the other.
 FORGOTTEN = "INVALID_PRODUCER_ID_MAPPING"
 ENDED_OTHERWISE = frozenset({"INVALID_TXN_STATE", FORGOTTEN})
+#: Kafka's error code for a topic the principal may not describe (or read, or write).
+TOPIC_AUTHORIZATION_FAILED = 29
 #: Requests the driver's client keeps in flight on one connection; past it a request is
 #: sent again in the next round.
 MAX_IN_FLIGHT = 1024
@@ -220,11 +222,22 @@ class TransactionClient:
             for one in ids:
                 with suppress(errors.TransactionalIdNotFoundError):  # expired: none open
                     described |= described_when_ready(self, [one], deadline)
-        return [
+        again = [
             txn
             for txn in transactions
             if txn.transactional_id in described and _rebegun(txn, described[txn.transactional_id])
         ]
+        if again and not self.sees_offsets_topic():  # found by a partition hidden from it
+            raise offsets_topic_hidden(self.where)
+        return again
+
+    def sees_offsets_topic(self) -> bool:
+        """Whether the client's principal may describe the offsets topic: a coordinator
+        lists only the partitions of a transaction that the asker may describe (its
+        DESCRIBE ACL on each topic), so without it every transaction looks as if it
+        held no offsets partition (:meth:`rebegun`)."""
+        (found,) = self.admin.describe_topics([OFFSETS_TOPIC])
+        return int(found["error_code"]) != TOPIC_AUTHORIZATION_FAILED
 
     def forget_coordinators(self, transactional_ids: Sequence[str]) -> None:
         """Drop the ids' coordinators from kafka-python's cache, which it never drops by
@@ -439,7 +452,8 @@ def check_batch_commit(
     config: KafkaConfig, transactional_id: str, timeout_s: float = COORDINATOR_WAIT_S
 ) -> None:
     """Driver, at start: the driver reaches the transaction coordinators and may describe
-    the sink's transactional ids; else the query fails naming the fallback mode. Never
+    the sink's transactional ids and the offsets topic (:meth:`TransactionClient.rebegun`
+    needs it); else the query fails naming the fallback mode. Never
     falls back on its own. A refusal fails at once; a coordinator that cannot be reached
     or is loading is asked again for ``timeout_s``."""
     import kafka.errors as errors
@@ -451,6 +465,18 @@ def check_batch_commit(
             f"The driver cannot reach the Kafka cluster at {bootstrap(config)} for the batch "
             f"commit ({type(exc).__name__}); let it reach the brokers or use {FALLBACK_HINT}."
         ) from None
+    try:
+        _check_describes(client, transactional_id, timeout_s)
+        if not client.sees_offsets_topic():
+            raise offsets_topic_hidden(client.where)
+    finally:
+        client.close()
+
+
+def _check_describes(client: TransactionClient, transactional_id: str, timeout_s: float) -> None:
+    """Start check: the driver may describe ``transactional_id`` at its coordinator."""
+    import kafka.errors as errors
+
     try:
         describe_when_ready(client, transactional_id, time.monotonic() + timeout_s)
     except errors.TransactionalIdNotFoundError:
@@ -467,8 +493,18 @@ def check_batch_commit(
             f"{client.where} ({type(exc).__name__}): the batch commit needs DESCRIBE and WRITE "
             f"on the sink's transactional ids; grant them or use {FALLBACK_HINT}."
         ) from None
-    finally:
-        client.close()
+
+
+def offsets_topic_hidden(where: str) -> TransactionEndError:
+    """The refusal when the driver may not describe the offsets topic (checked at start,
+    and again before a transaction is taken for begun again: ACLs change)."""
+    return TransactionEndError(
+        f"The driver may not describe topic {OFFSETS_TOPIC} on {where}: the batch commit "
+        "tells a transaction that another client ended (and its task began again) by the "
+        "offsets partition it lacks, and Kafka shows a transaction's partitions only to a "
+        f"principal that may describe their topics. Grant DESCRIBE on topic {OFFSETS_TOPIC} "
+        f"(nothing there is read) or use {FALLBACK_HINT}. Nothing was committed or aborted."
+    )
 
 
 def describe_when_ready(client: TransactionClient, transactional_id: str, deadline: float) -> Any:

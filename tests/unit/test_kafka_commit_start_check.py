@@ -33,6 +33,9 @@ class _Scripted:
             raise answer
         return {}
 
+    def sees_offsets_topic(self) -> bool:
+        return True  # the real answer: tests/services/test_kafka_acls.py
+
     def close(self) -> None:
         pass
 
