@@ -41,7 +41,7 @@ import random
 import re
 import time
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from eos_connectors.core.errors import EosError, keeping_code
 from eos_connectors.core.protocol import Lineage, SinkClaimedError
@@ -53,7 +53,7 @@ from eos_connectors.sinks.kafka.clients import (
     missing,
     topic_gone,
 )
-from eos_connectors.sinks.kafka.errors import FENCED_CODES, error_of
+from eos_connectors.sinks.kafka.errors import FENCED_CODES, acl_needed, error_of
 from eos_connectors.sinks.kafka.marker import marker_consumer
 from eos_connectors.sinks.kafka.marker_log import Marker, decode, encode, read_for
 from eos_connectors.sinks.kafka.options import KafkaSinkOptions
@@ -104,7 +104,8 @@ def claim_at_start(options: KafkaSinkOptions, checkpoint: str | None) -> None:
     ``checkpoint``'s metadata names. Nothing happens when the checkpoint cannot be read
     here (set through Spark's conf, or on a store the package does not read) or the
     claim cannot be taken (the driver lacks the claim's transactional id ACL): the
-    tasks claim as before. :class:`SinkClaimedError` when another query holds it."""
+    tasks claim as before. :class:`SinkClaimedError` when another query holds it, and a
+    :class:`ClaimError` naming the ACL when the markers' topic or groups refuse it."""
     from eos_connectors.core.checkpoint_sinks import checkpoint_query_id
 
     query_id = checkpoint_query_id(checkpoint)
@@ -114,7 +115,18 @@ def claim_at_start(options: KafkaSinkOptions, checkpoint: str | None) -> None:
     try:
         ensure_claimed(options, sink_id, query_id)
     except (ClaimError, KafkaException) as exc:
+        if getattr(exc, "code", None) in _NO_TASK_HAS:
+            raise  # the tasks' principal lacks it too: fail at the start, naming the ACL
         log.warning("sink %s not claimed at the start (its tasks claim it): %s", sink_id, exc)
+
+
+#: ACL refusals the driver's claim meets that the tasks would meet as well: on the
+#: markers' topic and groups (a claim refused on its transactional id is left to the
+#: tasks, whose principal may differ).
+_NO_TASK_HAS = frozenset(
+    KafkaError(code).name()
+    for code in (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED)
+)
 
 
 def _is_ours(options: KafkaSinkOptions, sink_id: str, query_id: str, consumer: Consumer) -> bool:
@@ -133,8 +145,8 @@ def read_claim(options: KafkaSinkOptions, sink_id: str, consumer: Consumer) -> t
     except KafkaException as exc:
         raise keeping_code(
             ClaimError(
-                f"Reading the claim on sink {sink_id!r} failed: {error_of(exc).str()}. Nothing was "
-                "written; the task fails so Spark retries it."
+                f"Reading the claim on sink {sink_id!r} failed: {error_of(exc).str()}. "
+                f"{_then(options, sink_id, exc)}"
             ),
             exc,
         ) from None
@@ -215,7 +227,7 @@ def _take(
                     ClaimError(
                         f"Claiming sink {sink_id!r} for query {query_id} failed: "
                         f"{_reason(options, error.str(), undelivered)}. "
-                        "Nothing was written; the task fails so Spark retries it."
+                        f"{_then(options, sink_id, exc)}"
                     ),
                     exc,
                 ) from None
@@ -224,6 +236,16 @@ def _take(
             if _is_ours(options, sink_id, query_id, quick):
                 return
     raise AssertionError("unreachable")
+
+
+def _then(options: KafkaSinkOptions, sink_id: str, exc: KafkaException) -> str:
+    """What follows a failed claim: the ACL the principal lacks (asking again cannot help),
+    or Spark's retry of the task."""
+    names = f"{options.transactional_id_prefix}-{sink_id}-*"
+    needed = acl_needed(error_of(exc), options.marker_topic, names)
+    if needed:
+        return f"Nothing was written.{needed}"
+    return "Nothing was written; the task fails so Spark retries it."
 
 
 def _reason(options: KafkaSinkOptions, said: str, undelivered: DeliveryFailures) -> str:

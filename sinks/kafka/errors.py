@@ -58,3 +58,21 @@ def error_of(exc: KafkaException) -> KafkaError:
 
 class KafkaSinkError(EosError):
     """The Kafka sink could not complete a task's transaction."""
+
+
+def acl_needed(error: KafkaError, marker_topic: str, names: str) -> str:
+    """What the sink's principal lacks when ``error`` is an ACL refusal ("" otherwise):
+    ``marker_topic`` holds the markers, ``names`` is ``<prefix>-<sink id>-*``."""
+    needs = {
+        KafkaError.TOPIC_AUTHORIZATION_FAILED: (
+            f"READ (besides WRITE) on topic {marker_topic!r}: the sink keeps its markers as "
+            "consumer-group offsets on its partition 0"
+        ),
+        KafkaError.GROUP_AUTHORIZATION_FAILED: f"READ on the consumer groups {names!r}",
+        KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: (
+            f"WRITE and DESCRIBE on the transactional ids {names!r}"
+        ),
+    }.get(error.code())
+    if needs is None:
+        return ""
+    return f" The sink's principal needs {needs} (docs/deploy.md lists every ACL)."

@@ -1,19 +1,23 @@
 """The source and the sink in Spark queries over SASL: librdkafka's settings, and a Java
 job's (a JAAS login and a PKCS#12 truststore) over SASL_SSL.
 
-Cost: ~10 s.
+Cost: ~17 s.
 """
 
 from __future__ import annotations
 
 import json
+from contextlib import suppress
 from pathlib import Path
 
 import pytest
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
 
 from eos_connectors.core.topics import create_topic, read_to_end
 from eos_connectors.dev.endpoints import Endpoints, KafkaSasl
+from tests.kafka_acl_util import READ, TOPIC, Grant, Principal, sink_grants, source_grants
 from tests.kafka_util import produce_plain, uncommit
 from tests.services.test_kafka_sasl import _values
 
@@ -108,3 +112,53 @@ def test_a_java_jobs_security_settings_run_a_pipeline_over_sasl_ssl(
     untrusted = {**java, "kafka.ssl.truststore.location": str(tmp_path / "none.p12")}
     with pytest.raises(Exception, match="cannot read"):
         spark.read.format("eos_kafka").options(**untrusted).option("subscribe", out).load()
+
+
+@pytest.mark.cost(7)
+def test_the_acls_the_docs_list_run_a_query_and_a_missing_one_is_named_at_start(
+    spark: SparkSession, endpoints: Endpoints, sasl: KafkaSasl, unique: str, tmp_path: Path
+) -> None:
+    """A principal holding only the ACLs docs/deploy.md lists runs a stream from the
+    source to the sink in the default mode, exactly once; one without READ on the sink's
+    topic (where its markers are group offsets) fails at its start naming that ACL,
+    instead of in every task of its first batch."""
+    source, out = f"acl-in-{unique}", f"acl-out-{unique}"
+    create_topic(endpoints.kafka, source, 2)
+    create_topic(endpoints.kafka, out, 2)
+    values = [f"v{i}".encode() for i in range(100)]
+    produce_plain(endpoints.kafka_bootstrap, source, values)
+
+    def run(sink_id: str, principal: Principal) -> StreamingQuery:
+        rows = (
+            spark.readStream.format("eos_kafka")
+            .options(**principal.sasl.options())
+            .option("subscribe", source)
+            .option("startingOffsets", "earliest")
+            .load()
+        )
+        query = (
+            rows.select("key", "value")
+            .writeStream.format("eos_kafka")
+            .options(**principal.sasl.options())
+            .option("topic", out)
+            .option("sinkId", sink_id)
+            .option("checkpointLocation", str(tmp_path / sink_id))
+            .trigger(availableNow=True)
+            .start()
+        )
+        with suppress(StreamingQueryException):  # read below
+            query.awaitTermination(300)
+        return query
+
+    log = "eos-sink-markers"
+    granted = Principal(
+        endpoints, sasl, [*source_grants(source), *sink_grants(f"s1-{unique}", out, log)]
+    )
+    query = run(f"s1-{unique}", granted)
+    assert query.exception() is None, query.exception()
+    assert _values(endpoints, out) == sorted(values)
+    unread = [g for g in sink_grants(f"s2-{unique}", out, log) if g != Grant(TOPIC, out, READ)]
+    query = run(f"s2-{unique}", Principal(endpoints, sasl, [*source_grants(source), *unread]))
+    failed = str(query.exception())
+    assert f"READ (besides WRITE) on topic '{out}'" in failed, failed
+    assert "stage failure" not in failed, "the driver's start refused it, no task ran"
