@@ -19,6 +19,9 @@ TLS_ENV_NAMES = (
     "EOS_KAFKA_TRUSTSTORE",
     "EOS_KAFKA_TRUSTSTORE_PASSWORD",
 )
+#: The mutual TLS listener (optional): where, and the client's PKCS#12 keystore (its
+#: password is the truststore's)
+MTLS_ENV_NAMES = ("EOS_KAFKA_MTLS_BOOTSTRAP", "EOS_KAFKA_CLIENT_KEYSTORE")
 SASL_MECHANISM = "SCRAM-SHA-512"
 #: The brokers' listeners for network faults: "proxy=listener,..." per broker, the
 #: address the broker advertises there (where a fault proxy listens) and the one it binds
@@ -38,6 +41,10 @@ class KafkaSasl:
     truststore: str = ""
     truststore_password: str = field(default="", repr=False)
     mechanism: str = SASL_MECHANISM
+    #: the broker's mutual TLS listener, where it has one, and the client keystore (a
+    #: certificate the same CA signed) that signs in there
+    mtls_bootstrap: str = ""
+    client_keystore: str = ""
 
     def options(self) -> dict[str, str]:
         """The ``kafka.*`` options of a source or sink (Spark's pass-through names)."""
@@ -72,19 +79,55 @@ class KafkaSasl:
             "kafka.ssl.truststore.type": "PKCS12",
         }
 
+    def mtls_options(self) -> dict[str, str]:
+        """The mutual TLS listener as a Java job's ``kafka.*`` options name it: a PKCS#12
+        keystore and truststore (empty when the broker has no such listener)."""
+        if not self.mtls_bootstrap:
+            return {}
+        stores = {
+            f"kafka.ssl.{kind}.{part}": value
+            for kind, location in (
+                ("keystore", self.client_keystore),
+                ("truststore", self.truststore),
+            )
+            for part, value in (
+                ("location", location),
+                ("password", self.truststore_password),
+                ("type", "PKCS12"),
+            )
+        }
+        return {
+            "kafka.bootstrap.servers": self.mtls_bootstrap,
+            "kafka.security.protocol": "SSL",
+            **stores,
+        }
+
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> KafkaSasl | None:
-        values = [env.get(name, "") for name in SASL_ENV_NAMES]
-        if not all(values):
+        bootstrap, username, password = (env.get(n, "") for n in SASL_ENV_NAMES)
+        if not (bootstrap and username and password):
             return None
-        return cls(*values, *(env.get(name, "") for name in TLS_ENV_NAMES))
+        ssl_bootstrap, truststore, truststore_password = (env.get(n, "") for n in TLS_ENV_NAMES)
+        mtls_bootstrap, client_keystore = (env.get(n, "") for n in MTLS_ENV_NAMES)
+        return cls(
+            bootstrap,
+            username,
+            password,
+            ssl_bootstrap=ssl_bootstrap,
+            truststore=truststore,
+            truststore_password=truststore_password,
+            mtls_bootstrap=mtls_bootstrap,
+            client_keystore=client_keystore,
+        )
 
     def as_env(self) -> dict[str, str]:
         values = (self.bootstrap, self.username, self.password)
         tls = (self.ssl_bootstrap, self.truststore, self.truststore_password)
+        mtls = (self.mtls_bootstrap, self.client_keystore)
         return {
             **dict(zip(SASL_ENV_NAMES, values, strict=True)),
             **(dict(zip(TLS_ENV_NAMES, tls, strict=True)) if self.ssl_bootstrap else {}),
+            **(dict(zip(MTLS_ENV_NAMES, mtls, strict=True)) if self.mtls_bootstrap else {}),
         }
 
 

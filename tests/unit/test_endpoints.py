@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from eos_connectors.core.errors import ConfigError
@@ -52,6 +54,12 @@ def test_the_sasl_ssl_listener_travels_through_the_environment_and_hides_its_pas
     assert "s3cret" not in repr(sasl) and "tru5t" not in repr(sasl)
     plain_only = KafkaSasl("h:9094", "eos", "s3cret")
     assert plain_only.java_options() == {} and "EOS_KAFKA_TRUSTSTORE" not in plain_only.as_env()
+    assert plain_only.mtls_options() == {} and "EOS_KAFKA_MTLS_BOOTSTRAP" not in sasl.as_env()
+    mtls = replace(sasl, mtls_bootstrap="h:9096", client_keystore="/stack/client.p12")
+    again = Endpoints.from_env({**env, **mtls.as_env()})
+    assert again is not None and again.kafka_sasl == mtls
+    assert mtls.mtls_options()["kafka.ssl.keystore.location"] == "/stack/client.p12"
+    assert mtls.mtls_options()["kafka.security.protocol"] == "SSL"
 
 
 def test_the_brokers_proxied_listeners_travel_through_the_environment() -> None:

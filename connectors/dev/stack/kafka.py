@@ -37,6 +37,8 @@ LOG4J_VERSION = "2.24.3"
 SLF4J_VERSION = "2.0.17"
 
 SASL_USER = "eos"
+#: The common name of the client certificate the mutual TLS listener's user signs in with.
+CLIENT_NAME = "eos-client"
 #: KRaft's authorizer: ACLs live in the metadata log.
 AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 SCRAM_ITERATIONS = 4096
@@ -168,11 +170,14 @@ def add_scram_user(bootstrap: str, user: tuple[str, str]) -> None:
 class TlsMaterial:
     """The local broker's TLS: a CA, the broker's key and certificate signed by it (for
     127.0.0.1 and localhost) in ``keystore``, the CA alone in ``truststore`` (what a
-    client trusts), all PKCS#12 under one generated ``password``."""
+    client trusts, and what the mutual TLS listener checks clients by), a client's key
+    and certificate signed by it (``CN=eos-client``) in ``client_keystore``, all PKCS#12
+    under one generated ``password``."""
 
     keystore: Path
     truststore: Path
     password: str
+    client_keystore: Path
 
 
 def tls_material(where: Path) -> TlsMaterial:
@@ -185,7 +190,7 @@ def tls_material(where: Path) -> TlsMaterial:
         secret.write_text(secrets.token_hex(16))
         secret.chmod(0o600)
         _make_stores(where, secret.read_text())
-    return TlsMaterial(keystore, truststore, secret.read_text())
+    return TlsMaterial(keystore, truststore, secret.read_text(), where / "client.p12")
 
 
 # The CA and the broker's key and certificate are made in this process (the
@@ -206,6 +211,9 @@ def _make_stores(where: Path, password: str) -> None:
     encryption = serialization.BestAvailableEncryption(password.encode())
     store = pkcs12.serialize_key_and_certificates(b"broker", broker_key, broker, [ca], encryption)
     (where / "broker.p12").write_bytes(store)
+    client_key, client = _certificate(CLIENT_NAME, (ca_key, ca))
+    store = pkcs12.serialize_key_and_certificates(b"client", client_key, client, [ca], encryption)
+    (where / "client.p12").write_bytes(store)
     (where / "ca.pem").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     keytool(where, password, *_import("ca", "ca.pem", "truststore.p12"))
 
@@ -365,11 +373,11 @@ class KafkaService(Service):
 
     @staticmethod
     def _ports(old: tuple[int, ...]) -> tuple[int, ...]:
-        """The plain, controller, SASL and SASL_SSL ports, and the proxied listener's
-        bound and advertised ports (:func:`proxied_listener`): the previous ones where
-        still free."""
+        """The plain, controller, SASL and SASL_SSL ports, the proxied listener's
+        bound and advertised ports (:func:`proxied_listener`) and the mutual TLS port: the
+        previous ones where still free."""
         chosen: list[int] = []
-        for i in range(6):
+        for i in range(7):
             port = free_port(old[i] if i < len(old) else None)
             while port in chosen:
                 port = free_port()
@@ -404,11 +412,18 @@ class KafkaService(Service):
         if len(record.ports) < 4:
             return sasl
         tls = tls_material(self.dir / "tls")
-        return replace(
+        with_tls = replace(
             sasl,
             ssl_bootstrap=f"{LOOPBACK}:{record.ports[3]}",
             truststore=str(tls.truststore),
             truststore_password=tls.password,
+        )
+        if len(record.ports) < 7 or not tls.client_keystore.exists():
+            return with_tls
+        return replace(
+            with_tls,
+            mtls_bootstrap=f"{LOOPBACK}:{record.ports[6]}",
+            client_keystore=str(tls.client_keystore),
         )
 
     def answers(self, record: ServiceRecord) -> bool:
@@ -419,13 +434,14 @@ class KafkaService(Service):
         return [*java_command(self.dir, heap, classpath), main, *args]
 
     def _write_config(self, *ports: int) -> None:
-        port, controller_port, sasl_port, tls_port, bound, advertised = ports
+        port, controller_port, sasl_port, tls_port, bound, advertised, mtls_port = ports
         self.dir.mkdir(parents=True, exist_ok=True)
         tls = tls_material(self.dir / "tls")
         listeners = (
             f"PLAINTEXT://{LOOPBACK}:{port}",
             f"SASL_PLAINTEXT://{LOOPBACK}:{sasl_port}",
             f"SASL_SSL://{LOOPBACK}:{tls_port}",
+            f"SSL://{LOOPBACK}:{mtls_port}",
         )
         proxied = proxied_listener(bound, advertised)
         scram = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
@@ -439,7 +455,7 @@ class KafkaService(Service):
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
             "listener.security.protocol.map": (
-                "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL,"
+                "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL,SSL:SSL,"
                 f"{proxied.security},CONTROLLER:PLAINTEXT"
             ),
             "sasl.enabled.mechanisms": SASL_MECHANISM,
@@ -449,11 +465,24 @@ class KafkaService(Service):
             "listener.name.sasl_ssl.ssl.keystore.location": str(tls.keystore),
             "listener.name.sasl_ssl.ssl.keystore.password": tls.password,
             "listener.name.sasl_ssl.ssl.keystore.type": "PKCS12",
+            # mutual TLS: a client signs in with a certificate the stack's CA signed
+            **{
+                f"listener.name.ssl.ssl.{k}": v
+                for k, v in {
+                    "keystore.location": str(tls.keystore),
+                    "keystore.password": tls.password,
+                    "keystore.type": "PKCS12",
+                    "truststore.location": str(tls.truststore),
+                    "truststore.password": tls.password,
+                    "truststore.type": "PKCS12",
+                    "client.auth": "required",
+                }.items()
+            },
             # ACLs are checked, as in production: the plain listeners' principal (the
             # tests' and the controller's) and the SASL user may do anything; a test
             # user made with tests.kafka_acl_util holds only the ACLs the docs list.
             "authorizer.class.name": AUTHORIZER,
-            "super.users": f"User:ANONYMOUS;User:{SASL_USER}",
+            "super.users": f"User:ANONYMOUS;User:{SASL_USER};User:CN={CLIENT_NAME}",
             "log.dirs": str(self.dir / "data"),
         }
         fd = os.open(self.marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
