@@ -24,6 +24,7 @@ from typing import Any
 from eos_connectors.core.errors import ConfigError
 from eos_connectors.core.java_security import translate
 from eos_connectors.core.secrets import redact, secret_values
+from eos_connectors.core.tls_context import ssl_context
 
 #: Facilities of librdkafka's lines about a connection it retries or an id it is still
 #: getting, or a client's clean-up: librdkafka retries on its own, and a call that cannot
@@ -154,6 +155,10 @@ _TLS_SETTINGS = (
     "ssl.certificate.location",
     "ssl.key.location",
     "ssl.key.password",
+    "ssl.certificate.pem",
+    "ssl.key.pem",
+    "ssl.keystore.location",
+    "ssl.keystore.password",
     "ssl.endpoint.identification.algorithm",
 )
 _HANDLED = {BOOTSTRAP, "security.protocol", "sasl.mechanism", "sasl.mechanisms"}
@@ -188,27 +193,8 @@ def to_kafka_python(config: KafkaConfig) -> dict[str, Any]:
         if name in settings:
             out[keyword] = settings[name]
     if protocol.endswith("SSL"):
-        out["ssl_context"] = _ssl_context(settings)
+        out["ssl_context"] = ssl_context(settings)
     return out
-
-
-def _ssl_context(settings: Mapping[str, Any]) -> Any:
-    """A TLS context of the settings: the CA (a file or PEM text), the client's
-    certificate and key files, and host name checks unless turned off."""
-    import ssl
-
-    context = ssl.create_default_context(cafile=settings.get("ssl.ca.location"))
-    if "ssl.ca.pem" in settings:
-        context.load_verify_locations(cadata=str(settings["ssl.ca.pem"]))
-    if "ssl.certificate.location" in settings:
-        context.load_cert_chain(
-            settings["ssl.certificate.location"],
-            settings.get("ssl.key.location"),
-            settings.get("ssl.key.password"),
-        )
-    if str(settings.get("ssl.endpoint.identification.algorithm", "https")).lower() == "none":
-        context.check_hostname = False
-    return context
 
 
 #: Java client settings librdkafka has no setting for, with what to do instead.

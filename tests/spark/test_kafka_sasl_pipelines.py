@@ -1,7 +1,8 @@
 """The source and the sink in Spark queries over SASL: librdkafka's settings, and a Java
-job's (a JAAS login and a PKCS#12 truststore) over SASL_SSL.
+job's (a JAAS login and a PKCS#12 truststore) over SASL_SSL; over mutual TLS (a Java
+job's PKCS#12 keystore); and as a user holding only the ACLs docs/deploy.md lists.
 
-Cost: ~17 s.
+Cost: ~25 s.
 """
 
 from __future__ import annotations
@@ -162,3 +163,55 @@ def test_the_acls_the_docs_list_run_a_query_and_a_missing_one_is_named_at_start(
     failed = str(query.exception())
     assert f"READ (besides WRITE) on topic '{out}'" in failed, failed
     assert "stage failure" not in failed, "the driver's start refused it, no task ran"
+
+
+@pytest.mark.cost(7)
+def test_a_java_jobs_mutual_tls_settings_run_a_pipeline_in_the_default_mode(
+    spark: SparkSession, endpoints: Endpoints, sasl: KafkaSasl, unique: str, tmp_path: Path
+) -> None:
+    """Mutual TLS, as a Java job sets it (a PKCS#12 keystore with the client's
+    certificate, a PKCS#12 truststore): the source, the tasks' transactions and the
+    driver's batch commit all sign in with the client certificate (the driver's
+    kafka-python client refused the keystore, and the query had to fall back to
+    commitMode=task); a keystore that does not open is named at the start."""
+    if not sasl.mtls_bootstrap:
+        pytest.skip("this broker has no mutual TLS listener; `eos stack up` starts one")
+    source, out = f"mtls-in-{unique}", f"mtls-out-{unique}"
+    create_topic(endpoints.kafka, source, 2)
+    create_topic(endpoints.kafka, out, 2)
+    values = [f"v{i}".encode() for i in range(100)]
+    produce_plain(endpoints.kafka_bootstrap, source, values)
+    mtls = sasl.mtls_options()
+    rows = (
+        spark.readStream.format("eos_kafka")
+        .options(**mtls)
+        .option("subscribe", source)
+        .option("startingOffsets", "earliest")
+        .load()
+    )
+    query = (
+        rows.select("key", "value")
+        .writeStream.format("eos_kafka")
+        .options(**mtls)
+        .option("topic", out)
+        .option("sinkId", f"mtls-{unique}")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(300)
+    assert query.exception() is None, query.exception()
+    assert _values(endpoints, out) == sorted(values)
+    wrong = {**mtls, "kafka.ssl.keystore.password": "not-it"}
+    with pytest.raises(Exception, match=r"option .kafka.ssl.keystore.location."):
+        (
+            spark.range(1)
+            .selectExpr("'v' as value")
+            .write.format("eos_kafka")
+            .options(**wrong)
+            .option("topic", out)
+            .option("sinkId", f"mtls-job-{unique}")
+            .option("txnVersion", "1")
+            .mode("append")
+            .save()
+        )
