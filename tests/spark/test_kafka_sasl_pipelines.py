@@ -81,30 +81,9 @@ def test_a_java_jobs_security_settings_run_a_pipeline_over_sasl_ssl(
     """The settings a Java Spark job carries (a SCRAM JAAS login, a PKCS#12 truststore
     with its password) taken unchanged: a stream and a batch read, and the exactly-once
     sink with its markers, over TLS with the broker's host name checked."""
-    source, out = f"tls-in-{unique}", f"tls-out-{unique}"
-    create_topic(sasl_ssl.client_config(), source, 2)
-    create_topic(sasl_ssl.client_config(), out, 2)
-    values = [f"v{i}".encode() for i in range(100)]
-    produce_plain(endpoints.kafka_bootstrap, source, values)
+    source, out, values = _topics(endpoints, f"tls-{unique}")
     java = sasl_ssl.java_options()
-    rows = (
-        spark.readStream.format("eos_kafka")
-        .options(**java)
-        .option("subscribe", source)
-        .option("startingOffsets", "earliest")
-        .load()
-    )
-    query = (
-        rows.select("key", "value")
-        .writeStream.format("eos_kafka")
-        .options(**java)
-        .option("topic", out)
-        .option("sinkId", f"tls-{unique}")
-        .option("checkpointLocation", str(tmp_path / "ck"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination(300)
+    query = _copied(spark, java, source, out, f"tls-{unique}", tmp_path / "ck")
     assert query.exception() is None, query.exception()
     assert _values(endpoints, out) == sorted(values)
     batch = spark.read.format("eos_kafka").options(**java).option("subscribe", out).load()
@@ -123,33 +102,11 @@ def test_the_acls_the_docs_list_run_a_query_and_a_missing_one_is_named_at_start(
     source to the sink in the default mode, exactly once; one without READ on the sink's
     topic (where its markers are group offsets) fails at its start naming that ACL,
     instead of in every task of its first batch."""
-    source, out = f"acl-in-{unique}", f"acl-out-{unique}"
-    create_topic(endpoints.kafka, source, 2)
-    create_topic(endpoints.kafka, out, 2)
-    values = [f"v{i}".encode() for i in range(100)]
-    produce_plain(endpoints.kafka_bootstrap, source, values)
+    source, out, values = _topics(endpoints, f"acl-{unique}")
 
     def run(sink_id: str, principal: Principal) -> StreamingQuery:
-        rows = (
-            spark.readStream.format("eos_kafka")
-            .options(**principal.sasl.options())
-            .option("subscribe", source)
-            .option("startingOffsets", "earliest")
-            .load()
-        )
-        query = (
-            rows.select("key", "value")
-            .writeStream.format("eos_kafka")
-            .options(**principal.sasl.options())
-            .option("topic", out)
-            .option("sinkId", sink_id)
-            .option("checkpointLocation", str(tmp_path / sink_id))
-            .trigger(availableNow=True)
-            .start()
-        )
-        with suppress(StreamingQueryException):  # read below
-            query.awaitTermination(300)
-        return query
+        options = principal.sasl.options()
+        return _copied(spark, options, source, out, sink_id, tmp_path / sink_id)
 
     log = "eos-sink-markers"
     granted = Principal(
@@ -176,30 +133,9 @@ def test_a_java_jobs_mutual_tls_settings_run_a_pipeline_in_the_default_mode(
     commitMode=task); a keystore that does not open is named at the start."""
     if not sasl.mtls_bootstrap:
         pytest.skip("this broker has no mutual TLS listener; `eos stack up` starts one")
-    source, out = f"mtls-in-{unique}", f"mtls-out-{unique}"
-    create_topic(endpoints.kafka, source, 2)
-    create_topic(endpoints.kafka, out, 2)
-    values = [f"v{i}".encode() for i in range(100)]
-    produce_plain(endpoints.kafka_bootstrap, source, values)
+    source, out, values = _topics(endpoints, f"mtls-{unique}")
     mtls = sasl.mtls_options()
-    rows = (
-        spark.readStream.format("eos_kafka")
-        .options(**mtls)
-        .option("subscribe", source)
-        .option("startingOffsets", "earliest")
-        .load()
-    )
-    query = (
-        rows.select("key", "value")
-        .writeStream.format("eos_kafka")
-        .options(**mtls)
-        .option("topic", out)
-        .option("sinkId", f"mtls-{unique}")
-        .option("checkpointLocation", str(tmp_path / "ck"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination(300)
+    query = _copied(spark, mtls, source, out, f"mtls-{unique}", tmp_path / "ck")
     assert query.exception() is None, query.exception()
     assert _values(endpoints, out) == sorted(values)
     wrong = {**mtls, "kafka.ssl.keystore.password": "not-it"}
@@ -215,3 +151,41 @@ def test_a_java_jobs_mutual_tls_settings_run_a_pipeline_in_the_default_mode(
             .mode("append")
             .save()
         )
+
+
+def _copied(
+    spark: SparkSession, options: dict[str, str], source: str, out: str, sink_id: str, ck: Path
+) -> StreamingQuery:
+    """A stream of ``source``'s records into ``out`` through the sink ``sink_id`` in the
+    default mode, both ends with ``options``, run to its end (its error, if any, kept)."""
+    rows = (
+        spark.readStream.format("eos_kafka")
+        .options(**options)
+        .option("subscribe", source)
+        .option("startingOffsets", "earliest")
+        .load()
+    )
+    query = (
+        rows.select("key", "value")
+        .writeStream.format("eos_kafka")
+        .options(**options)
+        .option("topic", out)
+        .option("sinkId", sink_id)
+        .option("checkpointLocation", str(ck))
+        .trigger(availableNow=True)
+        .start()
+    )
+    with suppress(StreamingQueryException):  # read by the caller
+        query.awaitTermination(300)
+    return query
+
+
+def _topics(endpoints: Endpoints, name: str) -> tuple[str, str, list[bytes]]:
+    """A source topic holding 100 records and an empty output topic, two partitions each;
+    and the records' values."""
+    source, out = f"{name}-in", f"{name}-out"
+    create_topic(endpoints.kafka, source, 2)
+    create_topic(endpoints.kafka, out, 2)
+    values = [f"v{i}".encode() for i in range(100)]
+    produce_plain(endpoints.kafka_bootstrap, source, values)
+    return source, out, values
