@@ -70,13 +70,10 @@ def sink_grants(sink_id: str, topic: str, marker_log: str, prefix: str = "eos") 
     ]
 
 
-def source_grants(topic: str, group_prefix: str = "eos-kafka-source") -> list[Grant]:
-    """docs/deploy.md's list for the source reading ``topic``."""
-    return [
-        Grant(TOPIC, topic, READ),
-        Grant(TOPIC, topic, DESCRIBE),
-        Grant(GROUP, group_prefix, READ, prefixed=True),
-    ]
+def source_grants(topic: str) -> list[Grant]:
+    """docs/deploy.md's list for the source reading ``topic``: READ alone (it implies
+    DESCRIBE), no consumer group."""
+    return [Grant(TOPIC, topic, READ)]
 
 
 class Principal:

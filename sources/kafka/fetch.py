@@ -332,6 +332,8 @@ def _split_events(
             what = f"{work.topic}-{work.partition}: offset out of range"
             report_data_loss(options, what, work.end)
             return records, True
+        elif error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+            continue  # the group's coordinator, looked up by librdkafka: never used here
         elif error.fatal() or not error.retriable():
             raise ServiceUnavailableError(
                 f"Reading {work.topic}-{work.partition} failed: {error.str()}"

@@ -99,7 +99,9 @@ def test_the_acls_the_docs_list_run_a_query_and_a_missing_one_is_named_at_start(
     spark: SparkSession, endpoints: Endpoints, sasl: KafkaSasl, unique: str, tmp_path: Path
 ) -> None:
     """A principal holding only the ACLs docs/deploy.md lists runs a stream from the
-    source to the sink in the default mode, exactly once; one without READ on the sink's
+    source (READ on its topic, no consumer group: librdkafka's look-up of the group's
+    coordinator, refused, failed every read task) to the sink in the default mode,
+    exactly once, and a batch read; one without READ on the sink's
     topic (where its markers are group offsets) fails at its start naming that ACL,
     instead of in every task of its first batch."""
     source, out, values = _topics(endpoints, f"acl-{unique}")
@@ -115,6 +117,8 @@ def test_the_acls_the_docs_list_run_a_query_and_a_missing_one_is_named_at_start(
     query = run(f"s1-{unique}", granted)
     assert query.exception() is None, query.exception()
     assert _values(endpoints, out) == sorted(values)
+    batch = spark.read.format("eos_kafka").options(**granted.sasl.options())
+    assert batch.option("subscribe", source).load().count() == len(values)
     unread = [g for g in sink_grants(f"s2-{unique}", out, log) if g != Grant(TOPIC, out, READ)]
     query = run(f"s2-{unique}", Principal(endpoints, sasl, [*source_grants(source), *unread]))
     failed = str(query.exception())
