@@ -27,6 +27,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 
 from eos_connectors.dev.endpoints import Endpoints, KafkaSasl
 from eos_connectors.dev.stack.kafka import add_scram_user
+from eos_connectors.sinks.kafka.coordinator import OFFSETS_TOPIC  # the driver needs DESCRIBE
 
 READ, WRITE, CREATE, DESCRIBE = (
     AclOperation.READ,
@@ -35,8 +36,6 @@ READ, WRITE, CREATE, DESCRIBE = (
     AclOperation.DESCRIBE,
 )
 TOPIC, GROUP, TXN_ID = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.TRANSACTIONAL_ID
-#: The offsets topic: the batch commit's driver needs DESCRIBE on it.
-OFFSETS_TOPIC = "__consumer_offsets"
 
 
 @dataclass(frozen=True)

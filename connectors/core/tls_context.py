@@ -38,28 +38,23 @@ def ssl_context(settings: Mapping[str, Any]) -> ssl.SSLContext:
     else:
         client = _client_pem(settings)
         if client is not None:
-            named = (
-                "ssl.certificate.pem"
-                if "ssl.certificate.pem" in settings
-                else "ssl.keystore.location"
-            )
-            _load_pem(context, *client, named)
+            _load_pem(context, *client)
     if str(settings.get("ssl.endpoint.identification.algorithm", "https")).lower() == "none":
         context.check_hostname = False
     return context
 
 
-def _client_pem(settings: Mapping[str, Any]) -> tuple[bytes, Any] | None:
-    """The client's certificate chain (PEM) and private key, from PEM text or a PKCS#12
-    keystore; None when the settings name neither."""
+def _client_pem(settings: Mapping[str, Any]) -> tuple[bytes, Any, str] | None:
+    """The client's certificate chain (PEM), private key and the option that gave them,
+    from PEM text or a PKCS#12 keystore; None when the settings name neither."""
     from cryptography.hazmat.primitives.serialization import (
         Encoding,
         load_pem_private_key,
         pkcs12,
     )
 
-    password = settings.get("ssl.key.password")
     if "ssl.certificate.pem" in settings:
+        password = settings.get("ssl.key.password")
         if "ssl.key.pem" not in settings:
             raise ConfigError("Option 'kafka.ssl.certificate.pem' needs 'kafka.ssl.key.pem'.")
         try:
@@ -71,7 +66,7 @@ def _client_pem(settings: Mapping[str, Any]) -> tuple[bytes, Any] | None:
                 "Option 'kafka.ssl.key.pem' does not open as a PEM private key with "
                 "'kafka.ssl.key.password' (a wrong or missing password, or another format)."
             ) from None
-        return str(settings["ssl.certificate.pem"]).encode(), key
+        return str(settings["ssl.certificate.pem"]).encode(), key, "ssl.certificate.pem"
     location = settings.get("ssl.keystore.location")
     if location is None:
         return None
@@ -92,7 +87,7 @@ def _client_pem(settings: Mapping[str, Any]) -> tuple[bytes, Any] | None:
             "certificate."
         )
     chain = [store.cert.certificate, *(c.certificate for c in store.additional_certs)]
-    return b"".join(c.public_bytes(Encoding.PEM) for c in chain), store.key
+    return b"".join(c.public_bytes(Encoding.PEM) for c in chain), store.key, "ssl.keystore.location"
 
 
 def _load_pem(context: ssl.SSLContext, chain: bytes, key: Any, named: str) -> None:

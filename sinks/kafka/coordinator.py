@@ -70,8 +70,6 @@ FENCED = frozenset({"INVALID_PRODUCER_EPOCH", "PRODUCER_FENCED"})
 #: after its last transaction ended, one way or the other.
 FORGOTTEN = "INVALID_PRODUCER_ID_MAPPING"
 ENDED_OTHERWISE = frozenset({"INVALID_TXN_STATE", FORGOTTEN})
-#: Kafka's error code for a topic the principal may not describe (or read, or write).
-TOPIC_AUTHORIZATION_FAILED = 29
 #: Requests the driver's client keeps in flight on one connection; past it a request is
 #: sent again in the next round.
 MAX_IN_FLIGHT = 1024
@@ -236,8 +234,10 @@ class TransactionClient:
         lists only the partitions of a transaction that the asker may describe (its
         DESCRIBE ACL on each topic), so without it every transaction looks as if it
         held no offsets partition (:meth:`rebegun`)."""
+        from kafka.errors import TopicAuthorizationFailedError
+
         (found,) = self.admin.describe_topics([OFFSETS_TOPIC])
-        return int(found["error_code"]) != TOPIC_AUTHORIZATION_FAILED
+        return bool(int(found["error_code"]) != TopicAuthorizationFailedError.errno)
 
     def forget_coordinators(self, transactional_ids: Sequence[str]) -> None:
         """Drop the ids' coordinators from kafka-python's cache, which it never drops by

@@ -11,6 +11,7 @@ import pytest
 from eos_connectors.dev.endpoints import Endpoints, KafkaSasl
 from eos_connectors.sinks.kafka.batch_commit import BatchCommitWriter
 from eos_connectors.sinks.kafka.coordinator import (
+    OFFSETS_TOPIC,
     TransactionClient,
     TransactionEndError,
     check_batch_commit,
@@ -18,7 +19,7 @@ from eos_connectors.sinks.kafka.coordinator import (
 from eos_connectors.sinks.kafka.decisions import Decision, write_decision
 from eos_connectors.sinks.kafka.options import KafkaSinkOptions
 from eos_connectors.sinks.kafka.options import parse_options as sink_options
-from tests.kafka_acl_util import DESCRIBE, OFFSETS_TOPIC, TOPIC, Grant, Principal, sink_grants
+from tests.kafka_acl_util import DESCRIBE, TOPIC, Grant, Principal, sink_grants
 from tests.kafka_sink_util import a_task, read_written, rows_of
 
 pytestmark = pytest.mark.services
