@@ -52,6 +52,7 @@ from pyspark.sql.datasource import WriterCommitMessage
 from eos_connectors.core import faults, timing
 from eos_connectors.core.ahead import RowsAhead
 from eos_connectors.core.context import TaskIdentity, query_tag
+from eos_connectors.core.continuous import refuse_continuous
 from eos_connectors.core.errors import EosError, ServiceUnavailableError
 from eos_connectors.core.spark_api import StreamArrowWriter
 
@@ -361,8 +362,10 @@ class TwoPhaseCommitWriter(StreamArrowWriter, UnitStore):
     #: Decisions of batches older than this many batches are pruned.
     keep_decisions = 100
     #: The query's ``checkpointLocation`` option, when the format hands it to the writer
-    #: (driver only: :meth:`unreported_sink`).
+    #: (driver only: :meth:`unreported_sink`, :func:`refuse_continuous`).
     checkpoint_location: str | None = None
+    #: The sink's format name, for messages.
+    connector = "this sink"
 
     # -- prepare: in every task --------------------------------------------------
 
@@ -463,7 +466,9 @@ class TwoPhaseCommitWriter(StreamArrowWriter, UnitStore):
 
         Step 4 comes before step 5: a batch decided but not yet applied (a driver that
         died between decision and commit, then a batch job run with the next version)
-        must land before this batch's units, never over them."""
+        must land before this batch's units, never over them. An epoch of continuous
+        processing is refused first (:mod:`eos_connectors.core.continuous`)."""
+        refuse_continuous(messages, batchId, self.checkpoint_location, self.connector)
         prepared = _prepared_units(messages, batchId)
         sink_id = _sink_of(prepared)
         if sink_id is None:

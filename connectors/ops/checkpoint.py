@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from eos_connectors.core.continuous import written_by_continuous
 from eos_connectors.ops.locations import CheckpointError, Location, location, walk_files
 
 __all__ = ["Checkpoint", "CheckpointError", "batches", "read_checkpoint", "read_offsets"]
@@ -75,6 +76,9 @@ class Checkpoint:
     sources: tuple[Any, ...] = ()
     operators: tuple[OperatorState, ...] = ()
     unfinished: tuple[str, ...] = ()  # offsets/ and commits/ writes a crash cut short
+    #: The last planned batch's offsets were written under continuous processing
+    #: (``trigger(continuous=...)``), which this package's sinks refuse.
+    continuous: bool = False
 
     @property
     def clean(self) -> bool:
@@ -94,12 +98,14 @@ def batches(directory: Location) -> list[int]:
     return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit())
 
 
-def read_offsets(path: Location, batch: int) -> tuple[dict[str, Any], list[Any]]:
-    """``offsets/<batch>``: its metadata and each source's offset (None for "-")."""
-    lines = (path / "offsets" / str(batch)).read_text().splitlines()
+def read_offsets(path: Location, batch: int) -> tuple[dict[str, Any] | None, list[Any]]:
+    """``offsets/<batch>``: its metadata (None in a continuous run's, which has none) and
+    each source's offset (None for "-")."""
+    text = (path / "offsets" / str(batch)).read_text()
+    lines = text.splitlines()
     if len(lines) < 2 or not lines[0].startswith("v"):
         raise CheckpointError(f"{path / 'offsets' / str(batch)} is not a Spark offsets file.")
-    metadata = json.loads(lines[1])
+    metadata = None if written_by_continuous(text) else json.loads(lines[1])
     return metadata, [None if line == "-" else json.loads(line) for line in lines[2:]]
 
 
@@ -117,10 +123,12 @@ def read_checkpoint(path: Location | str) -> Checkpoint:
     conf: dict[str, str] = {}
     sources: list[Any] = []
     watermark = 0
+    continuous = False
     if planned:
         batch_metadata, sources = read_offsets(path, planned[-1])
-        conf = {str(k): str(v) for k, v in batch_metadata.get("conf", {}).items()}
-        watermark = int(batch_metadata.get("batchWatermarkMs", 0))
+        continuous = batch_metadata is None
+        conf = {str(k): str(v) for k, v in (batch_metadata or {}).get("conf", {}).items()}
+        watermark = int((batch_metadata or {}).get("batchWatermarkMs", 0))
     return Checkpoint(
         path=path,
         query_id=query_id,
@@ -131,6 +139,7 @@ def read_checkpoint(path: Location | str) -> Checkpoint:
         sources=tuple(sources),
         operators=tuple(_operators(path / "state")),
         unfinished=tuple(str(p) for p in unfinished_writes(path)),
+        continuous=continuous,
     )
 
 

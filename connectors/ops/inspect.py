@@ -39,6 +39,7 @@ def inspect(checkpoint: Checkpoint, sinks: list[SinkRecord] | None) -> dict[str,
         "sources": [_source(i, offsets) for i, offsets in enumerate(checkpoint.sources)],
         "operators": [_operator(op) for op in checkpoint.operators],
         "unfinished_writes": list(checkpoint.unfinished),
+        "continuous_processing": checkpoint.continuous,
     }
     if sinks is not None:
         report["sinks"] = [
@@ -126,6 +127,12 @@ def report_text(report: dict[str, Any]) -> str:
         f"Watermark   {report['watermark_ms']} ms",
         f"Shuffle     {report['shuffle_partitions']} partitions (fixed at the first start)",
     ]
+    if report["continuous_processing"]:
+        lines.append(
+            "Trigger     the last offsets were written under continuous processing, where "
+            "Spark hands a Python sink no rows; this package's sinks refuse it "
+            "(docs/operations.md)"
+        )
     if report["unfinished_writes"]:
         lines.append(
             f"Unfinished {len(report['unfinished_writes'])} batch write(s) a crash cut short; "

@@ -454,7 +454,7 @@ def _unfinished_rescale(checkpoint: Checkpoint) -> int | None:
     if checkpoint.clean or checkpoint.last_planned is None or checkpoint.last_planned == 0:
         return None
     previous, _ = read_offsets(checkpoint.path, checkpoint.last_planned - 1)
-    before = previous.get("conf", {}).get("spark.sql.shuffle.partitions")
+    before = (previous or {}).get("conf", {}).get("spark.sql.shuffle.partitions")
     if before is None or str(before) == str(checkpoint.shuffle_partitions):
         return None
     return checkpoint.shuffle_partitions

@@ -10,6 +10,7 @@ from pyspark.sql.datasource import WriterCommitMessage
 
 from eos_connectors.core import timing
 from eos_connectors.core.context import current_batch
+from eos_connectors.core.continuous import refuse_continuous
 from eos_connectors.core.spark_api import StreamArrowWriter
 from eos_connectors.sinks.kafka.clients import CALL_TIMEOUT, produce_rows
 from eos_connectors.sinks.kafka.errors import KafkaSinkError
@@ -28,8 +29,9 @@ class KafkaAtLeastOnceWriter(StreamArrowWriter):
     broker: flush of 2,500 records 500-520 ms on a new producer, 2-12 ms on one kept).
     """
 
-    def __init__(self, options: KafkaSinkOptions) -> None:
+    def __init__(self, options: KafkaSinkOptions, checkpoint: str | None = None) -> None:
         self.options = options
+        self.checkpoint_location = checkpoint  # driver only: refuse_continuous
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         """Task: produce every row with the worker's producer and wait for delivery."""
@@ -75,3 +77,8 @@ class KafkaAtLeastOnceWriter(StreamArrowWriter):
             steps.record()
         pool.give_back(self.options, producer, delivery)
         return WriterCommitMessage()
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Driver: nothing to do (each task wrote its own rows) but refuse an epoch of
+        continuous processing (:mod:`eos_connectors.core.continuous`)."""
+        refuse_continuous(messages, batchId, self.checkpoint_location, "eos_kafka")

@@ -114,6 +114,7 @@ from eos_connectors.core.at_once import at_once
 from eos_connectors.core.batch_job import TXN_VERSION, BatchJob, JobPlan
 from eos_connectors.core.changes import KeyAcrossTasksError
 from eos_connectors.core.context import TaskIdentity
+from eos_connectors.core.continuous import refuse_continuous
 from eos_connectors.core.errors import ConfigError
 from eos_connectors.core.protocol import Lineage, SinkClaimedError
 from eos_connectors.core.spark_api import StreamArrowWriter
@@ -401,7 +402,9 @@ class BatchCommitWriter(StreamArrowWriter):
     # -- driver --------------------------------------------------------------------------
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Driver: steps 2-4 of the module's docstring."""
+        """Driver: steps 2-4 of the module's docstring, once the batch is known not to be
+        an epoch of continuous processing (:mod:`eos_connectors.core.continuous`)."""
+        refuse_continuous(messages, batchId, self.checkpoint_location, "eos_kafka")
         reports = [m for m in messages if isinstance(m, PreparedTask)]
         if not reports:
             return

@@ -57,6 +57,7 @@ from eos_connectors.core import faults, timing
 from eos_connectors.core.ahead import RowsAhead
 from eos_connectors.core.batch_job import BatchJob, JobPlan
 from eos_connectors.core.context import TaskIdentity
+from eos_connectors.core.continuous import refuse_continuous
 from eos_connectors.core.protocol import Lineage, SinkClaimedError
 from eos_connectors.core.spark_api import StreamArrowWriter
 from eos_connectors.sinks.kafka import jobs
@@ -315,7 +316,9 @@ class KafkaExactlyOnceWriter(StreamArrowWriter):
         return TaskReport(task.batch_id, task.partition, count, False, sid)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Driver: nothing to do: each task committed its own transaction."""
+        """Driver: nothing to do (each task committed its own transaction) but refuse an
+        epoch of continuous processing (:mod:`eos_connectors.core.continuous`)."""
+        refuse_continuous(messages, batchId, self.checkpoint_location, "eos_kafka")
 
     def plan_job(self, job: BatchJob) -> JobPlan:
         """Driver, before any task of a batch job's run: :mod:`sinks.kafka.jobs`."""

@@ -100,7 +100,7 @@ class KafkaSinkFormat(batch_job.SinkFormat):
                 "deterministic replay (docs/kafka-sink.md)"
             )
             return KafkaExactlyOnceWriter(options, checkpoint_location(self.options))
-        return KafkaAtLeastOnceWriter(options)
+        return KafkaAtLeastOnceWriter(options, checkpoint_location(self.options))
 
     def _batch_commit_start(
         self, options: KafkaSinkOptions, schema: StructType

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import WriterCommitMessage
 
+from eos_connectors.core.continuous import refuse_continuous
 from eos_connectors.core.spark_api import StreamArrowWriter
 from eos_connectors.sinks.postgres.connection import allowing, give_back, take
 from eos_connectors.sinks.postgres.options import PostgresSinkOptions
@@ -29,9 +30,11 @@ class PostgresAtLeastOnceWriter(StreamArrowWriter):
         options: PostgresSinkOptions,
         columns: tuple[str, ...],
         control_types: ControlTypes = (),
+        checkpoint: str | None = None,
     ) -> None:
         self.options = options
         self.rows = TaskRows(options, columns, control_types)
+        self.checkpoint_location = checkpoint  # driver only: refuse_continuous
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         from pyspark import TaskContext
@@ -48,3 +51,8 @@ class PostgresAtLeastOnceWriter(StreamArrowWriter):
             raise
         give_back(self.options, conn)
         return WriterCommitMessage()
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Driver: nothing to do (each task wrote its own rows) but refuse an epoch of
+        continuous processing (:mod:`eos_connectors.core.continuous`)."""
+        refuse_continuous(messages, batchId, self.checkpoint_location, "eos_postgres")

@@ -84,6 +84,7 @@ class PostgresExactlyOnceWriter(TwoPhaseCommitWriter):
     #: PREPARE TRANSACTION is atomic, so a listed unit is whole: a task reports another
     #: attempt's unit instead of rolling it back (its row locks would block this one's).
     siblings = Siblings.ADOPT
+    connector = "eos_postgres"
 
     def __init__(
         self,

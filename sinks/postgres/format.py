@@ -78,10 +78,10 @@ class PostgresDataSource(batch_job.SinkFormat):
             for f in schema.fields
             if f.name in options.changes.control_columns
         )
+        location = checkpoint_location(self.options)
         if options.exactly_once:
-            location = checkpoint_location(self.options)
             return PostgresExactlyOnceWriter(options, columns, control, location)
-        return PostgresAtLeastOnceWriter(options, columns, control)
+        return PostgresAtLeastOnceWriter(options, columns, control, location)
 
 
 def start_checks(

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import WriterCommitMessage
 
+from eos_connectors.core.continuous import refuse_continuous
 from eos_connectors.core.spark_api import StreamArrowWriter
 from eos_connectors.sinks.redis import layout, scripts
 from eos_connectors.sinks.redis.connection import pooled
@@ -28,9 +29,12 @@ class RedisAtLeastOnceWriter(StreamArrowWriter):
     increment mode. For benchmarks and for data that tolerates it.
     """
 
-    def __init__(self, options: RedisSinkOptions, spec: layout.Layout) -> None:
+    def __init__(
+        self, options: RedisSinkOptions, spec: layout.Layout, checkpoint: str | None = None
+    ) -> None:
         self.options = options
         self.spec = spec
+        self.checkpoint_location = checkpoint  # driver only: refuse_continuous
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         from eos_connectors.sinks.redis.values import entries  # pyarrow: tasks only
@@ -53,3 +57,8 @@ class RedisAtLeastOnceWriter(StreamArrowWriter):
             )
         log_absent(sum(int(r[2]) for r in results), "this task")
         return WriterCommitMessage()
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Driver: nothing to do (each task wrote its own rows) but refuse an epoch of
+        continuous processing (:mod:`eos_connectors.core.continuous`)."""
+        refuse_continuous(messages, batchId, self.checkpoint_location, "eos_redis")

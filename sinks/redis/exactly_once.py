@@ -98,6 +98,7 @@ class RedisExactlyOnceWriter(TwoPhaseCommitWriter):
     #: A stage list locks nothing, so other attempts' units stay until the driver's
     #: recovery rolls back those the decision does not name.
     siblings = Siblings.LEAVE
+    connector = "eos_redis"
 
     def __init__(
         self, options: RedisSinkOptions, spec: layout.Layout, checkpoint: str | None = None

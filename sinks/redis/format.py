@@ -66,7 +66,7 @@ class RedisDataSource(batch_job.SinkFormat):
         )
         if options.exactly_once:
             return RedisExactlyOnceWriter(options, spec, checkpoint_location(self.options))
-        return RedisAtLeastOnceWriter(options, spec)
+        return RedisAtLeastOnceWriter(options, spec, checkpoint_location(self.options))
 
 
 def start_checks(options: RedisSinkOptions, raw: Mapping[str, str] | None = None) -> None:

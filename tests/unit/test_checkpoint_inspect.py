@@ -35,3 +35,21 @@ def test_a_source_that_is_not_kafka_is_shown_as_written(
     assert "  offset 42" in report_text(report).splitlines()
     assert main(["checkpoint", "inspect", str(path)]) == 0
     assert "Query id    5f1c0d1e-rate" in capsys.readouterr().out
+
+
+def test_a_continuous_runs_checkpoint_is_shown_and_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A continuous run leaves ``offsets/N`` with an empty metadata line (a JSON decode
+    error with a traceback, before)."""
+    for name in ("EOS_KAFKA_BOOTSTRAP", "EOS_POSTGRES_DSN", "EOS_REDIS_URL"):
+        monkeypatch.delenv(name, raising=False)
+    path = tmp_path / "checkpoint"
+    (path / "offsets").mkdir(parents=True)
+    (path / "metadata").write_text(json.dumps({"id": "5f1c0d1e-continuous"}))
+    (path / "offsets" / "0").write_text('v1\n\n{"t":{"0":5,"1":7}}')
+    report = inspect(read_checkpoint(str(path)), None)
+    assert report["continuous_processing"] is True
+    assert report["sources"][0]["offsets"] == {"t-0": 5, "t-1": 7}
+    assert main(["checkpoint", "inspect", str(path)]) == 0
+    assert "Trigger     the last offsets were written under continuous" in capsys.readouterr().out

@@ -172,6 +172,6 @@ def test_a_batch_where_no_task_wrote_records_an_empty_decision() -> None:
     writer = _writer()
     empty = writer.prepare_task(_task(5), iter([rows_of([])]))
     assert empty.unit is None and not empty.skipped_decided
-    writer.commit([empty, None], 5)
+    writer.commit([empty], 5)
     decision = writer.find_decision("s", 5)
     assert decision is not None and decision.units == ()
