@@ -387,3 +387,53 @@ def test_two_runs_of_a_batch_commit_version_at_once_write_it_once(
     values = _kafka_values(endpoints.kafka_bootstrap, out)
     written = Counter(v.split(b"|")[0] for v in values.elements())
     assert written == Counter({f"v{i}".encode(): 1 for i in range(rows)})
+
+
+@pytest.mark.cost(9)
+def test_foreach_batch_into_two_sinks_writes_each_batch_once_into_each_after_a_crash_between(
+    spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path
+) -> None:
+    """docs/batch-writes.md's recipe: one stream into ``eos_kafka`` and ``eos_postgres``
+    from ``foreachBatch``, ``txnVersion`` the batch id. A run that fails between the two
+    writes of batch 1 leaves it in Kafka only; its replay writes nothing to Kafka and
+    the batch to PostgreSQL, so each holds each row once."""
+    topic, table = f"feb-{unique}", f"feb_{unique}"
+    create_topic(endpoints.kafka, topic, partitions=2)
+    failed: list[int] = []
+
+    def write(df: DataFrame, batch_id: int) -> None:
+        rows = df.selectExpr("CAST(value AS STRING) AS key", "CAST(value AS STRING) AS value")
+        version = {"sinkId": f"{unique}-k", "txnVersion": str(batch_id)}
+        kafka = {"kafka.bootstrap.servers": endpoints.kafka_bootstrap, "topic": topic}
+        _save(rows, "eos_kafka", **kafka, **version)
+        if batch_id == 1 and not failed:
+            failed.append(batch_id)
+            raise RuntimeError("the driver dies between the two writes of batch 1")
+        pg = {"dsn": endpoints.postgres_dsn, "table": table, "createTable": "true"}
+        _save(
+            rows.withColumnRenamed("key", "id"),
+            "eos_postgres",
+            **pg,
+            sinkId=f"{unique}-p",
+            txnVersion=str(batch_id),
+        )
+
+    for run in range(3):  # batch 0; batch 1, failing; batch 1 again
+        query = (
+            spark.readStream.format("rate-micro-batch")
+            .option("rowsPerBatch", 50)
+            .option("numPartitions", 2)
+            .load()
+            .writeStream.foreachBatch(write)
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(once=True)
+            .start()
+        )
+        if run == 1:
+            with pytest.raises(Exception, match="between the two writes"):
+                query.awaitTermination(120)
+        else:
+            query.awaitTermination(120)
+    expected = Counter(str(i) for i in range(100))
+    assert _kafka_values(endpoints.kafka_bootstrap, topic) == Counter(v.encode() for v in expected)
+    assert _table_ids(endpoints.postgres_dsn, table) == expected
