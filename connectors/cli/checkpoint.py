@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     from eos_connectors.ops import inspect, state
     from eos_connectors.ops.checkpoint import read_checkpoint
     from eos_connectors.ops.locations import location
-    from eos_connectors.ops.session import tool_session
+    from eos_connectors.ops.session import tool_session, using_state_format
     from eos_connectors.ops.stores import all_records
 
     if args.action == "rescale":
@@ -68,7 +68,10 @@ def run(args: argparse.Namespace) -> int:
     checkpoint = read_checkpoint(args.path)
     report = inspect.inspect(checkpoint, all_records(names_of(args)))
     if args.keys:
-        with tool_session("eos-inspect") as spark:
+        with (
+            tool_session("eos-inspect") as spark,
+            using_state_format(spark, checkpoint.state_format),
+        ):
             inspect.add_key_counts(report, state.key_counts(spark, checkpoint))
     print(json.dumps(report, indent=2) if args.json else inspect.report_text(report))
     return 0

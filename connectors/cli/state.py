@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     from eos_connectors.ops import savepoints, state
     from eos_connectors.ops.checkpoint import read_checkpoint
     from eos_connectors.ops.locations import location
-    from eos_connectors.ops.session import tool_session
+    from eos_connectors.ops.session import tool_session, using_state_format
 
     point = None
     if args.savepoint is not None:
@@ -43,7 +43,11 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("eos state get: give the checkpoint PATH, or --savepoint NAME.")
     source = location(point.path if point is not None else args.path)
     read = state.plan_read(read_checkpoint(source), args.operator, args.var)  # before Spark
-    with state.readable(source, point) as path, tool_session("eos-state") as spark:
+    with (
+        state.readable(source, point) as path,
+        tool_session("eos-state") as spark,
+        using_state_format(spark, read.state_format),
+    ):
         frame = state.read_state(spark, replace(read, path=path))
         rows = state.state_rows(frame, args.key)
     if args.json:

@@ -23,8 +23,10 @@ from eos_connectors.ops.locations import CheckpointError, Location, location, wa
 
 __all__ = ["Checkpoint", "CheckpointError", "batches", "read_checkpoint", "read_offsets"]
 
-#: A state store version file (or its checksum): ``V.zip``, ``.V.changelog.crc``, ...
-STATE_FILE = re.compile(r"^\.?(\d+)\.(zip|changelog|snapshot|delta)(\.crc)?$")
+#: A state store version file (or its checksum): ``V.zip``, ``.V.changelog.crc``, ...;
+#: under state checkpoint format 2 each carries the id of the attempt that wrote it,
+#: ``V_<uuid>.changelog``.
+STATE_FILE = re.compile(r"^\.?(\d+)(?:_[0-9a-f-]{36})?\.(zip|changelog|snapshot|delta)(\.crc)?$")
 #: A batch's file in ``offsets/``, ``commits/`` or operator metadata (or its checksum).
 BATCH_FILE = re.compile(r"^\.?(\d+)(\.crc)?$")
 #: A batch file Spark was writing when its process died: written to a hidden temporary
@@ -76,6 +78,11 @@ class Checkpoint:
     sources: tuple[Any, ...] = ()
     operators: tuple[OperatorState, ...] = ()
     unfinished: tuple[str, ...] = ()  # offsets/ and commits/ writes a crash cut short
+    #: Spark's state checkpoint format (``spark.sql.streaming.stateStore.checkpointFormatVersion``,
+    #: not kept with the query's settings): 2 when the last commit names its state files'
+    #: ids (``stateUniqueIds``), else 1. Spark's state reader and rewriter need the
+    #: session set to it.
+    state_format: int = 1
     #: The last planned batch's offsets were written under continuous processing
     #: (``trigger(continuous=...)``), which this package's sinks refuse.
     continuous: bool = False
@@ -139,8 +146,17 @@ def read_checkpoint(path: Location | str) -> Checkpoint:
         sources=tuple(sources),
         operators=tuple(_operators(path / "state")),
         unfinished=tuple(str(p) for p in unfinished_writes(path)),
+        state_format=state_format(path, committed[-1]) if committed else 1,
         continuous=continuous,
     )
+
+
+def state_format(path: Location, batch: int) -> int:
+    """The state checkpoint format ``commits/<batch>`` was written in: 2 when it names the
+    state files' ids, else 1."""
+    lines = (path / "commits" / str(batch)).read_text().splitlines()
+    metadata = json.loads(lines[1]) if len(lines) > 1 and lines[1].strip() else {}
+    return 2 if metadata.get("stateUniqueIds") else 1
 
 
 def unfinished_writes(path: Location) -> list[Location]:

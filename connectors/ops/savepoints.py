@@ -427,6 +427,8 @@ def _check_provider(checkpoint: Checkpoint) -> None:
 
 
 def _repartition(spark: Any, path: Location, partitions: int, point: Savepoint | None) -> None:
+    from eos_connectors.ops.session import using_state_format
+
     way_back = (
         f"Savepoint {point.name!r} holds the query as it was: eos savepoint restore "
         f"{point.name} --to NEW_DIR --mode resume."
@@ -434,7 +436,8 @@ def _repartition(spark: Any, path: Location, partitions: int, point: Savepoint |
         else "Run the same rescale again to finish it."
     )
     try:
-        spark._streamingCheckpointManager.repartition(str(path), partitions, True)
+        with using_state_format(spark, read_checkpoint(path).state_format):
+            spark._streamingCheckpointManager.repartition(str(path), partitions, True)
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise keeping_code(

@@ -280,3 +280,33 @@ def tool_session(app: str) -> Iterator[SparkSession]:
         yield spark
     finally:
         spark.stop()
+
+
+#: Spark's state checkpoint format setting: the query's, not kept in its checkpoint.
+STATE_FORMAT = "spark.sql.streaming.stateStore.checkpointFormatVersion"
+
+
+@contextlib.contextmanager
+def using_state_format(spark: SparkSession, version: int) -> Iterator[None]:
+    """Driver: ``spark`` set to a checkpoint's state format (``Checkpoint.state_format``)
+    while a tool reads or rewrites its state, the session's own setting back afterwards.
+    Spark's state reader looks for format 1's file names otherwise (FileNotFound on
+    ``1.changelog``), and its rewriter refuses. Format 2 is readable from PySpark 4.1."""
+    from eos_connectors.core.spark_api import SPARK_MINOR, release
+    from eos_connectors.ops.locations import CheckpointError
+
+    if version >= 2 and SPARK_MINOR < (4, 1):
+        raise CheckpointError(
+            f"This checkpoint's state is in Spark's checkpoint format {version} ({STATE_FORMAT}"
+            f"={version}), which Spark's state reader reads from PySpark 4.1; PySpark "
+            f"{release()} cannot. Run the command from a PySpark 4.1+ environment."
+        )
+    before = spark.conf.get(STATE_FORMAT, None)
+    spark.conf.set(STATE_FORMAT, str(version))
+    try:
+        yield
+    finally:
+        if before is None:
+            spark.conf.unset(STATE_FORMAT)
+        else:
+            spark.conf.set(STATE_FORMAT, before)

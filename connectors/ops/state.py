@@ -44,6 +44,7 @@ class StateRead:
     operator: int
     variable: str | None  # a transformWithState state variable, else None
     batch: int
+    state_format: int = 1  # Checkpoint.state_format: the session must be set to it
 
 
 def state_variables(checkpoint: Location, operator: int) -> list[str]:
@@ -77,9 +78,9 @@ def plan_read(checkpoint: Checkpoint, operator: int | None, variable: str | None
             "statestore source and its joinSide option."
         )
     names = state_variables(checkpoint.path, operator)
-    return StateRead(
-        checkpoint.path, operator, _variable(operator, names, variable), checkpoint.last_committed
-    )
+    variable = _variable(operator, names, variable)
+    batch = checkpoint.last_committed
+    return StateRead(checkpoint.path, operator, variable, batch, checkpoint.state_format)
 
 
 def _is_join(op: OperatorState) -> bool:
@@ -170,7 +171,13 @@ def key_counts(spark: Any, checkpoint: Checkpoint) -> dict[int, dict[str, dict[i
         names: list[str | None] = [*state_variables(checkpoint.path, op.operator)] or [None]
         counts[op.operator] = {}
         for name in names:
-            read = StateRead(checkpoint.path, op.operator, name, checkpoint.last_committed)
+            read = StateRead(
+                checkpoint.path,
+                op.operator,
+                name,
+                checkpoint.last_committed,
+                checkpoint.state_format,
+            )
             keys = read_state(spark, read).select("key", PARTITION_COLUMN).distinct()
             grouped = keys.groupBy(PARTITION_COLUMN).count().collect()
             counts[op.operator][name or ""] = {int(r[0]): int(r[1]) for r in grouped}

@@ -42,6 +42,7 @@ from eos_connectors.ops.locations import (
     rename,
 )
 from eos_connectors.ops.savepoints import create, find, list_savepoints, rescale, restore
+from eos_connectors.ops.session import STATE_FORMAT
 from eos_connectors.ops.state import key_counts, plan_read, read_state, state_rows
 from eos_connectors.ops.stores import recorded_sinks
 from eos_connectors.sinks.postgres.admin import PostgresSinkAdmin
@@ -467,3 +468,53 @@ def test_a_crash_while_writing_the_first_offsets_file_is_cleaned_and_the_query_s
     assert {r["word"]: r["total"] for r in _state_get(capsys, str(checkpoint))} == dict.fromkeys(
         KEYS, 2
     )
+
+
+@pytest.mark.cost(8)
+def test_state_in_checkpoint_format_2_is_read_and_rescaled(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Spark's state checkpoint format 2 (``checkpointFormatVersion=2``, not kept with the
+    query's settings) names each state file by the attempt that wrote it, and Spark's
+    state reader and rewriter read it only in a session set to 2: `inspect` showed no
+    version, `state get` failed with FileNotFound on ``1.changelog`` and `rescale` was
+    refused. Each now takes the format from the commit log (PySpark 4.1+; 4.0 cannot read
+    it, and `state get` says so)."""
+    checkpoint = tmp_path / "v2"
+    spark.conf.set(STATE_FORMAT, "2")
+    try:
+        for _ in range(2):  # batches 0 and 1: 140 values, 20 of each key
+            (
+                spark.readStream.format("rate-micro-batch")
+                .option("rowsPerBatch", 70)
+                .option("numPartitions", 2)
+                .load()
+                .selectExpr("value % 7 AS k")
+                .groupBy("k")
+                .count()
+                .writeStream.format("noop")
+                .outputMode("update")
+                .option("checkpointLocation", str(checkpoint))
+                .trigger(once=True)
+                .start()
+                .awaitTermination(120)
+            )
+    finally:
+        spark.conf.unset(STATE_FORMAT)
+    found = read_checkpoint(str(checkpoint))
+    assert found.state_format == 2
+    assert {p.latest_version for p in found.operators[0].partitions} == {2}
+
+    if spark_api.SPARK_MINOR < (4, 1):
+        assert main(["state", "get", str(checkpoint)]) == 2
+        assert "reads from PySpark 4.1" in capsys.readouterr().err
+        return
+    expected = [{"k": k, "count": 20} for k in range(7)]
+    assert [{"k": r["k"], "count": r["count"]} for r in _state_get(capsys, str(checkpoint))] == (
+        expected
+    )
+    assert spark.conf.get(STATE_FORMAT, None) is None, "the session's own setting is back"
+    if spark_api.SPARK_MINOR >= (4, 2):
+        rescale(spark, str(checkpoint), 3, tmp_path / "savepoints")
+        rows = _state_get(capsys, str(checkpoint))
+        assert [{"k": r["k"], "count": r["count"]} for r in rows] == expected
