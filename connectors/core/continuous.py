@@ -19,10 +19,16 @@ decision: an exactly-once batch is then aborted, nothing visible).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 from eos_connectors.core.checkpoint_sinks import checkpoint_files
-from eos_connectors.core.errors import ConfigError
+from eos_connectors.core.errors import ConfigError, EosError
+
+log = logging.getLogger(__name__)
+
+#: Checkpoints whose offsets this process could not read (warned once each).
+_WARNED: set[str | None] = set()
 
 
 class ContinuousProcessingError(ConfigError):
@@ -44,8 +50,7 @@ def refuse_continuous(
             "checkpoint, reading from where this run started (its startingOffsets): "
             f"nothing it read was written.{_UNDER_CONTINUOUS}"
         )
-    files = checkpoint_files(checkpoint)
-    text = files.read(f"offsets/{batch_id}") if files is not None else None
+    text = _offsets(checkpoint, batch_id)
     if text is not None and written_by_continuous(text):
         raise ContinuousProcessingError(
             f"{connector} refuses batch {batch_id}: offsets/{batch_id} of checkpoint "
@@ -55,6 +60,20 @@ def refuse_continuous(
             "epoch. Run the query on a new checkpoint, reading from where the continuous "
             f"run started (its startingOffsets).{_UNDER_CONTINUOUS}"
         )
+
+
+def _offsets(checkpoint: str | None, batch_id: int) -> str | None:
+    """``offsets/<batch_id>`` of a local or HDFS checkpoint; None for another store, or
+    when it cannot be read (logged once per checkpoint: the check is a second guard,
+    never a reason to fail a batch, as a WebHDFS that refuses the driver would)."""
+    try:
+        files = checkpoint_files(checkpoint)
+        return files.read(f"offsets/{batch_id}") if files is not None else None
+    except (OSError, EosError) as exc:
+        if checkpoint not in _WARNED:
+            _WARNED.add(checkpoint)
+            log.warning("could not read offsets/%d of checkpoint %s: %s", batch_id, checkpoint, exc)
+        return None
 
 
 def written_by_continuous(offsets_file: str) -> bool:

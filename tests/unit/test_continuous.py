@@ -94,3 +94,18 @@ def test_a_micro_batch_offsets_file_is_not_taken_for_a_continuous_one() -> None:
     assert not written_by_continuous(MICRO_BATCH)
     assert not written_by_continuous("v1")
     assert not written_by_continuous("")
+
+
+def test_offsets_that_cannot_be_read_fail_no_batch(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The offsets check is a second guard: a WebHDFS that refuses the driver (here no
+    server at all) is logged once, and the batch commits."""
+    from pyspark.sql.datasource import WriterCommitMessage
+
+    monkeypatch.setenv("EOS_WEBHDFS_URL", "http://127.0.0.1:1")
+    writer = _writers("hdfs://127.0.0.1:1/checkpoints/unread")[2]
+    writer.commit([WriterCommitMessage()], 3)
+    writer.commit([WriterCommitMessage()], 4)
+    warned = [r for r in caplog.records if "could not read offsets" in r.getMessage()]
+    assert len(warned) == 1, [r.getMessage() for r in warned]
