@@ -24,7 +24,10 @@ DSN = opt.Option(
     "in a log or an error",
 )
 TABLE = opt.Option(
-    "table", opt.required_text, "target table, `name` or `schema.name` (required); quoted"
+    "table",
+    opt.required_text,
+    "target table, `name` or `schema.name` (required), each part as written (case kept); "
+    'SQL\'s double quotes take a part with a dot or a quote: `"Sales"."Q1.orders"`',
 )
 MODE = opt.Option(
     "mode",
@@ -37,7 +40,8 @@ MODE = opt.Option(
 KEY_COLUMNS = opt.Option(
     "keyColumns",
     opt.names,
-    "upsert and update keys; the table needs a unique index on exactly these columns",
+    "upsert and update keys; the table needs a unique index on exactly these columns "
+    "(a partitioned table: its primary key, which holds the partition columns)",
     default=(),
 )
 CREATE_TABLE = opt.Option(
@@ -160,7 +164,48 @@ def _check_dsn(dsn: str) -> None:
 
 
 def _table(value: str) -> tuple[str, ...]:
-    parts = tuple(value.split(".", 1)) if "." in value and not value.startswith('"') else (value,)
+    """``name`` or ``schema.name``, each part exactly as written (the sink quotes it);
+    a part in SQL's double quotes may hold a dot, and ``""`` stands for a quote."""
+    parts: list[str] = []
+    rest = value
+    while True:
+        if rest.startswith('"'):
+            part, rest = _quoted(rest, value)
+        else:
+            part, dot, after = rest.partition(".")
+            rest = dot + after
+            if '"' in part:
+                raise _bad_table(value, "a double quote inside an unquoted part")
+        parts.append(part)
+        if not rest:
+            break
+        if not rest.startswith("."):
+            raise _bad_table(value, "text right after a closing quote")
+        if len(parts) == 2:
+            raise _bad_table(value, "more than schema.name")
+        rest = rest[1:]
     if any(not p for p in parts):
-        raise ConfigError(f"Option 'table' must be name or schema.name, got {value!r}.")
-    return parts
+        raise _bad_table(value, "an empty part")
+    return tuple(parts)
+
+
+def _quoted(text: str, value: str) -> tuple[str, str]:
+    """The identifier that ``text`` opens with a double quote, and what follows it."""
+    i, part = 1, []
+    while i < len(text):
+        if text[i] == '"':
+            if text[i + 1 : i + 2] == '"':
+                part.append('"')
+                i += 2
+                continue
+            return "".join(part), text[i + 1 :]
+        part.append(text[i])
+        i += 1
+    raise _bad_table(value, "a double quote that is never closed")
+
+
+def _bad_table(value: str, what: str) -> ConfigError:
+    return ConfigError(
+        f"Option 'table' must be name or schema.name, got {value!r} ({what}). Each part is "
+        'taken as written; put a part holding a dot in double quotes: "Sales"."Q1.orders".'
+    )

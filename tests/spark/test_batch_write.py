@@ -437,3 +437,45 @@ def test_foreach_batch_into_two_sinks_writes_each_batch_once_into_each_after_a_c
     expected = Counter(str(i) for i in range(100))
     assert _kafka_values(endpoints.kafka_bootstrap, topic) == Counter(v.encode() for v in expected)
     assert _table_ids(endpoints.postgres_dsn, table) == expected
+
+
+@pytest.mark.cost(3)
+def test_a_quoted_mixed_case_partitioned_table_takes_upserts(
+    spark: SparkSession, endpoints: Endpoints, unique: str
+) -> None:
+    """``table`` as a JDBC job spells it (``"Sales"."Orders"``: before, the quotes were
+    taken as part of one name, "does not exist"), into a partitioned table whose key
+    holds the partition column, as PostgreSQL requires of a unique key there."""
+    schema = f"Sales_{unique}"
+    with psycopg.connect(endpoints.postgres_dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+        conn.execute(
+            f'CREATE TABLE "{schema}"."Orders" (id bigint, region text, amount bigint, '
+            "PRIMARY KEY (id, region)) PARTITION BY LIST (region)"
+        )
+        for region in ("eu", "us"):
+            conn.execute(
+                f'CREATE TABLE "{schema}"."Orders_{region}" PARTITION OF "{schema}"."Orders" '
+                f"FOR VALUES IN ('{region}')"
+            )
+    options = {
+        "dsn": endpoints.postgres_dsn,
+        "table": f'"{schema}"."Orders"',
+        "mode": "upsert",
+        "keyColumns": "id,region",
+        "sinkId": unique,
+    }
+    for version in (1, 2):
+        rows = spark.range(40).selectExpr(
+            "id",
+            "CASE WHEN id % 2 = 0 THEN 'eu' ELSE 'us' END AS region",
+            f"id * {version} AS amount",
+        )
+        rows.write.format("eos_postgres").options(**options, txnVersion=str(version)).mode(
+            "append"
+        ).save()
+    with psycopg.connect(endpoints.postgres_dsn) as conn:
+        found = conn.execute(f'SELECT count(*), sum(amount) FROM "{schema}"."Orders_eu"').fetchone()
+        total = conn.execute(f'SELECT count(*), sum(amount) FROM "{schema}"."Orders"').fetchone()
+    assert found == (20, 2 * sum(range(0, 40, 2)))
+    assert total == (40, 2 * sum(range(40)))

@@ -136,3 +136,36 @@ def test_java_security_settings_are_translated_in_one_place() -> None:
 def test_a_missing_bootstrap_is_refused_naming_the_option() -> None:
     with pytest.raises(ConfigError, match=r"'kafka\.bootstrap\.servers' is required"):
         kafka_config.from_options({"kafka.linger.ms": "5"}, {})
+
+
+@pytest.mark.parametrize(
+    ("given", "parts"),
+    [
+        ("orders", ("orders",)),
+        ("Sales.Orders", ("Sales", "Orders")),
+        ('"Sales"."Orders"', ("Sales", "Orders")),  # a JDBC dbtable's spelling
+        ('Sales."Q1.orders"', ("Sales", "Q1.orders")),
+        ('"a""b".c', ('a"b', "c")),
+    ],
+)
+def test_the_postgres_table_is_read_as_sql_spells_it(given: str, parts: tuple[str, ...]) -> None:
+    """Each part is taken as written; SQL's double quotes hold a dot (before, a quoted
+    name was one identifier, quotes and all: "does not exist", naming what was typed)."""
+    assert postgres_sink({"dsn": "postgresql://u@h/db", "table": given}).table == parts
+
+
+@pytest.mark.parametrize(
+    ("given", "why"),
+    [
+        ("db.sales.orders", "more than schema.name"),
+        ('"sales', "never closed"),
+        ('"sales"x', "right after a closing quote"),
+        ('sa"les', "inside an unquoted part"),
+        ("sales.", "an empty part"),
+    ],
+)
+def test_a_malformed_postgres_table_is_refused_saying_why(given: str, why: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        postgres_sink({"dsn": "postgresql://u@h/db", "table": given})
+    assert "Option 'table' must be name or schema.name" in str(refused.value)
+    assert why in str(refused.value)
