@@ -143,8 +143,8 @@ def _topics(endpoints: Endpoints) -> set[str]:
 
 def _open_transactions(endpoints: Endpoints, topics: set[str]) -> list[str]:
     """Kafka has no cheap way to list open transactions: a transaction left open on a
-    topic the test made holds that partition's last stable offset below a record
-    written now (see ``checks.open_transactions``)."""
+    topic the test made holds that partition's last stable offset below the partition's
+    end as it is now (see ``checks.open_transactions_in``; nothing is written)."""
     from eos_connectors.dev.harness.checks import open_transactions_in
 
     made = sorted(t for t in topics if not t.startswith("__"))

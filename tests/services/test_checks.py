@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import Producer
 
-from eos_connectors.core.topics import create_topic
+from eos_connectors.core.topics import create_topic, end_offsets
 from eos_connectors.dev.endpoints import Endpoints
 from eos_connectors.dev.harness import checks
 
@@ -46,4 +46,6 @@ def test_open_transactions_finds_a_really_open_transaction(
     assert producer.flush(30) == 0
     assert checks.open_transactions(endpoints.kafka_bootstrap, topic, timeout=3) == {1}
     producer.abort_transaction(30)
+    ends = end_offsets(endpoints.kafka, topic)
     assert checks.open_transactions(endpoints.kafka_bootstrap, topic, timeout=10) == set()
+    assert end_offsets(endpoints.kafka, topic) == ends, "the check wrote into the topic"

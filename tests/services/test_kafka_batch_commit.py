@@ -27,7 +27,6 @@ from eos_connectors.core import faults
 from eos_connectors.core.batch_job import BatchJob, JobPlan
 from eos_connectors.core.topics import create_topic, read_to_end
 from eos_connectors.dev.endpoints import Endpoints
-from eos_connectors.dev.harness.checks import MARKER
 from eos_connectors.sinks.kafka.batch_commit import BatchCommitWriter, PreparedTask
 from eos_connectors.sinks.kafka.coordinator import TransactionClient
 from eos_connectors.sinks.kafka.errors import KafkaSinkError
@@ -71,7 +70,7 @@ def _visible(endpoints: Endpoints, writer: BatchCommitWriter) -> list[bytes]:
     assert topic is not None and sink_id is not None
     wait_for_markers(endpoints.kafka, ids_prefix(writer.options, sink_id))
     records = read_to_end(endpoints.kafka, topic, timeout=10)
-    return sorted(r.value or b"" for r in records if r.value != MARKER)  # open_transactions's
+    return sorted(r.value or b"" for r in records)
 
 
 def _expected(batches: range, tag: str = "", tasks: int = TASKS) -> list[bytes]:

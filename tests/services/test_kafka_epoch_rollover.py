@@ -25,7 +25,6 @@ import pytest
 
 from eos_connectors.core.topics import create_topic, read_to_end
 from eos_connectors.dev.endpoints import Endpoints
-from eos_connectors.dev.harness.checks import MARKER
 from eos_connectors.sinks.kafka.batch_commit import BatchCommitWriter, PreparedTask
 from eos_connectors.sinks.kafka.checks import check_broker
 from eos_connectors.sinks.kafka.coordinator import TransactionClient
@@ -107,7 +106,7 @@ def test_batches_commit_once_through_an_epoch_roll_over_and_a_restart(
     restarted = BatchCommitWriter(parse_options(raw))  # a restarted query: the same ids
     _batch(restarted, 6, "run-2")
 
-    written = sorted(r.value for r in read_to_end(endpoints.kafka, topic) if r.value != MARKER)
+    written = sorted(r.value for r in read_to_end(endpoints.kafka, topic))
     expected = sorted(
         v for b in range(7) for p in range(TASKS) for v in _rows(b, p)[0].column(1).to_pylist()
     )

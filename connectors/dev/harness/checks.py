@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from confluent_kafka import IsolationLevel, Producer, TopicPartition
+from confluent_kafka import IsolationLevel, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
 from eos_connectors.core.kafka_config import logged, plaintext
@@ -104,23 +104,20 @@ def redis_counts(url: str, prefix: str, sink_id: str = "*") -> Observed:
     return Observed(counts, 0, tuple(f"Redis stage {k}" for k in stages + units))
 
 
-MARKER = b"\0eos-verify-marker"
-
-
 def kafka_counts(bootstrap: str, topic: str, timeout: float = 30.0) -> Observed:
     """Final count per word: the *last* (word, count) record of each word, in offset order
     (a running count's records of one word go to one partition), so a count that went
     5 then 3 shows as 3; how many (word, count) records were written more than once;
-    and leftovers: a marker written now to every partition must come below the last
-    stable offset within ``timeout``, which an open transaction before it prevents."""
+    and leftovers: partitions whose last stable offset stays below their end for
+    ``timeout`` (:func:`open_transactions`), which only an open transaction causes."""
     stuck = open_transactions(bootstrap, topic, timeout)
-    records = [r for r in read_to_end(plaintext(bootstrap), topic) if r.key != MARKER]
+    records = read_to_end(plaintext(bootstrap), topic)
     pairs = [(r.key or b"", r.value) for r in records]
     words: dict[str, int] = {}
     for record in sorted(records, key=lambda r: (r.partition, r.offset)):
         words[(record.key or b"").decode()] = int(record.value)
     leftovers = tuple(
-        f"open transaction on {topic}[{p}]: a marker is not readable under read_committed"
+        f"open transaction on {topic}[{p}]: its end is not readable under read_committed"
         for p in sorted(stuck)
     )
     return Observed(words, len(pairs) - len(set(pairs)), leftovers)
@@ -131,7 +128,7 @@ def kafka_final_state(bootstrap: str, topic: str, timeout: float = 30.0) -> Obse
     it: each key's last value in offset order, a tombstone (null value) removing the key;
     (key, value) records written more than once (tombstones aside); open transactions."""
     stuck = open_transactions(bootstrap, topic, timeout)
-    records = [r for r in read_to_end(plaintext(bootstrap), topic) if r.key != MARKER]
+    records = read_to_end(plaintext(bootstrap), topic)
     state: dict[str, int] = {}
     for record in sorted(records, key=lambda r: (r.partition, r.offset)):
         key = (record.key or b"").decode()
@@ -148,55 +145,45 @@ def kafka_records(bootstrap: str, topic: str, timeout: float = 30.0) -> Observed
     """Records per word (key), each input record's (key, "partition:offset") written more
     than once, and open transactions as leftovers."""
     stuck = open_transactions(bootstrap, topic, timeout)
-    pairs = [
-        (r.key or b"", r.value) for r in read_to_end(plaintext(bootstrap), topic) if r.key != MARKER
-    ]
+    pairs = [(r.key or b"", r.value) for r in read_to_end(plaintext(bootstrap), topic)]
     counts = Counter(key.decode() for key, _ in pairs)
     leftovers = tuple(f"open transaction on {topic}[{p}]" for p in sorted(stuck))
     return Observed(counts, len(pairs) - len(set(pairs)), leftovers)
 
 
 def open_transactions(bootstrap: str, topic: str, timeout: float = 30.0) -> set[int]:
-    """Partitions of ``topic`` where a transaction is left open: a plain marker written
-    there now does not come below the last stable offset within ``timeout``."""
+    """Partitions of ``topic`` where a transaction is left open
+    (:func:`open_transactions_in`)."""
     return {p for t, p in open_transactions_in(bootstrap, [topic], timeout)}
 
 
 def open_transactions_in(
     bootstrap: str, topics: list[str], timeout: float = 30.0
 ) -> set[tuple[str, int]]:
-    """(topic, partition) of ``topics`` where a transaction is left open: one marker per
-    partition written now, with one producer, and the last stable offsets of them all
-    asked for in one request until every marker is below them or ``timeout`` ends."""
+    """(topic, partition) of ``topics`` where a transaction is left open: the partition's
+    last stable offset (its read_committed end) stays below the log's end as it is now
+    until ``timeout`` ends, which only an open transaction's first record holds it to.
+    Nothing is written (a probe record once written here landed in the shared marker log,
+    where ``eos sinks`` warned about it)."""
     if not topics:
         return set()
-    markers = _write_markers(bootstrap, topics)
     admin = AdminClient(logged({"bootstrap.servers": bootstrap}))
-    request = {TopicPartition(t, p): OffsetSpec.latest() for t, p in markers}
+    metadata = admin.list_topics(timeout=30).topics
+    partitions = [TopicPartition(t, p) for t in topics for p in metadata[t].partitions]
+    ends = _latest(admin, partitions, IsolationLevel.READ_UNCOMMITTED)
     deadline = time.monotonic() + timeout
     while True:
-        futures = admin.list_offsets(
-            request, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=30
-        )
-        ends = {(tp.topic, tp.partition): f.result(timeout=30).offset for tp, f in futures.items()}
-        stuck = {tp for tp, offset in markers.items() if ends.get(tp, 0) <= offset}
+        stable = _latest(admin, partitions, IsolationLevel.READ_COMMITTED)
+        stuck = {tp for tp, end in ends.items() if stable.get(tp, 0) < end}
         if not stuck or time.monotonic() > deadline:
             return stuck
         time.sleep(0.5)
 
 
-def _write_markers(bootstrap: str, topics: list[str]) -> dict[tuple[str, int], int]:
-    """One plain record per partition of each topic; returns each marker's offset."""
-    producer = Producer(logged({"bootstrap.servers": bootstrap, "linger.ms": 0}))
-    metadata = producer.list_topics(timeout=30).topics
-    offsets: dict[tuple[str, int], int] = {}
-
-    def delivered(err: object, message: object) -> None:
-        assert err is None, f"marker not delivered: {err}"
-        offsets[(message.topic(), message.partition())] = message.offset()  # type: ignore[attr-defined]
-
-    for topic in topics:
-        for partition in metadata[topic].partitions:
-            producer.produce(topic, MARKER, MARKER, partition=partition, on_delivery=delivered)
-    producer.flush(30)
-    return offsets
+def _latest(
+    admin: AdminClient, partitions: list[TopicPartition], isolation: IsolationLevel
+) -> dict[tuple[str, int], int]:
+    """Each partition's end offset as a reader of ``isolation`` sees it."""
+    request = {tp: OffsetSpec.latest() for tp in partitions}
+    futures = admin.list_offsets(request, isolation_level=isolation, request_timeout=30)
+    return {(tp.topic, tp.partition): f.result(timeout=30).offset for tp, f in futures.items()}
