@@ -71,7 +71,7 @@ def logged(settings: Mapping[str, Any]) -> dict[str, Any]:
 KafkaConfig = Mapping[str, Any]
 
 BOOTSTRAP = "bootstrap.servers"
-_CONNECTION_PREFIXES = ("security.", "sasl.", "ssl.")
+_CONNECTION_PREFIXES = ("security.", "sasl.", "ssl.", "https.")
 
 
 def from_options(raw: Mapping[str, str], owned: Mapping[str, str]) -> dict[str, str]:
@@ -147,7 +147,7 @@ def plaintext(servers: str) -> dict[str, str]:
 
 #: The commit mode option a setting the driver's client cannot honour names.
 FALLBACK_HINT = "commitMode=task (each task commits its own transaction)"
-_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 _SASL_SETTINGS = {"sasl.username": "sasl_plain_username", "sasl.password": "sasl_plain_password"}
 _TLS_SETTINGS = (
     "ssl.ca.location",
@@ -161,8 +161,23 @@ _TLS_SETTINGS = (
     "ssl.keystore.password",
     "ssl.endpoint.identification.algorithm",
 )
+#: The OAUTHBEARER settings the driver's client takes (:mod:`.oauth_token`).
+OAUTH_SETTINGS = (
+    "sasl.oauthbearer.method",
+    "sasl.oauthbearer.client.id",
+    "sasl.oauthbearer.client.secret",
+    "sasl.oauthbearer.client.credentials.client.id",
+    "sasl.oauthbearer.client.credentials.client.secret",
+    "sasl.oauthbearer.token.endpoint.url",
+    "sasl.oauthbearer.scope",
+    "sasl.oauthbearer.extensions",
+    "sasl.oauthbearer.grant.type",
+    "sasl.oauthbearer.config",
+    "https.ca.location",
+    "https.ca.pem",
+)
 _HANDLED = {BOOTSTRAP, "security.protocol", "sasl.mechanism", "sasl.mechanisms"}
-_HANDLED |= {*_SASL_SETTINGS, *_TLS_SETTINGS}
+_HANDLED |= {*_SASL_SETTINGS, *_TLS_SETTINGS, *OAUTH_SETTINGS}
 
 
 def to_kafka_python(config: KafkaConfig) -> dict[str, Any]:
@@ -189,6 +204,10 @@ def to_kafka_python(config: KafkaConfig) -> dict[str, Any]:
                 f"client (it speaks {', '.join(_MECHANISMS)}); use {FALLBACK_HINT}."
             )
         out["sasl_mechanism"] = str(mechanism).upper()
+        if out["sasl_mechanism"] == "OAUTHBEARER":
+            from eos_connectors.core.oauth_token import OAuthTokens  # kafka-python: driver only
+
+            out["sasl_oauth_token_provider"] = OAuthTokens(settings, FALLBACK_HINT)
     for name, keyword in _SASL_SETTINGS.items():
         if name in settings:
             out[keyword] = settings[name]

@@ -22,6 +22,9 @@ TLS_ENV_NAMES = (
 #: The mutual TLS listener (optional): where, and the client's PKCS#12 keystore (its
 #: password is the truststore's)
 MTLS_ENV_NAMES = ("EOS_KAFKA_MTLS_BOOTSTRAP", "EOS_KAFKA_CLIENT_KEYSTORE")
+#: The OAUTHBEARER listener (optional), whose broker takes unsecured tokens (``alg``
+#: none) whose subject is the SASL user
+OAUTH_ENV_NAME = "EOS_KAFKA_OAUTH_BOOTSTRAP"
 SASL_MECHANISM = "SCRAM-SHA-512"
 #: The brokers' listeners for network faults: "proxy=listener,..." per broker, the
 #: address the broker advertises there (where a fault proxy listens) and the one it binds
@@ -45,6 +48,8 @@ class KafkaSasl:
     #: certificate the same CA signed) that signs in there
     mtls_bootstrap: str = ""
     client_keystore: str = ""
+    #: the broker's OAUTHBEARER listener (SASL_PLAINTEXT), where it has one
+    oauth_bootstrap: str = ""
 
     def options(self) -> dict[str, str]:
         """The ``kafka.*`` options of a source or sink (Spark's pass-through names)."""
@@ -118,6 +123,7 @@ class KafkaSasl:
             truststore_password=truststore_password,
             mtls_bootstrap=mtls_bootstrap,
             client_keystore=client_keystore,
+            oauth_bootstrap=env.get(OAUTH_ENV_NAME, ""),
         )
 
     def as_env(self) -> dict[str, str]:
@@ -128,6 +134,7 @@ class KafkaSasl:
             **dict(zip(SASL_ENV_NAMES, values, strict=True)),
             **(dict(zip(TLS_ENV_NAMES, tls, strict=True)) if self.ssl_bootstrap else {}),
             **(dict(zip(MTLS_ENV_NAMES, mtls, strict=True)) if self.mtls_bootstrap else {}),
+            **({OAUTH_ENV_NAME: self.oauth_bootstrap} if self.oauth_bootstrap else {}),
         }
 
 

@@ -1,8 +1,9 @@
 """The source and the sink in Spark queries over SASL: librdkafka's settings, and a Java
 job's (a JAAS login and a PKCS#12 truststore) over SASL_SSL; over mutual TLS (a Java
-job's PKCS#12 keystore); and as a user holding only the ACLs docs/deploy.md lists.
+job's PKCS#12 keystore); over OAUTHBEARER (OIDC); and as a user holding only the ACLs
+docs/deploy.md lists.
 
-Cost: ~25 s.
+Cost: ~32 s.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from eos_connectors.core.topics import create_topic, read_to_end
 from eos_connectors.dev.endpoints import Endpoints, KafkaSasl
 from tests.kafka_acl_util import READ, TOPIC, Grant, Principal, sink_grants, source_grants
 from tests.kafka_util import produce_plain, uncommit
+from tests.oauth_util import token_endpoint
 from tests.services.test_kafka_sasl import _values
 
 pytestmark = [pytest.mark.services, pytest.mark.spark]
@@ -155,6 +157,26 @@ def test_a_java_jobs_mutual_tls_settings_run_a_pipeline_in_the_default_mode(
             .mode("append")
             .save()
         )
+
+
+@pytest.mark.cost(7)
+def test_an_oauthbearer_oidc_login_runs_a_pipeline_in_the_default_mode(
+    spark: SparkSession, endpoints: Endpoints, sasl: KafkaSasl, unique: str, tmp_path: Path
+) -> None:
+    """OAUTHBEARER with librdkafka's OIDC settings (the client credentials grant, as
+    Confluent Cloud, Strimzi with Keycloak and Redpanda take): the source, the tasks'
+    transactions and the driver's batch commit each get a token from the endpoint and
+    sign in with it (the driver's client refused the mechanism, and the query had to
+    fall back to commitMode=task)."""
+    if not sasl.oauth_bootstrap:
+        pytest.skip("this broker has no OAUTHBEARER listener; `eos stack up` starts one")
+    source, out, values = _topics(endpoints, f"oauth-{unique}")
+    with token_endpoint() as idp:
+        options = idp.options(sasl.oauth_bootstrap)
+        query = _copied(spark, options, source, out, f"oauth-{unique}", tmp_path / "ck")
+    assert query.exception() is None, query.exception()
+    assert _values(endpoints, out) == sorted(values)
+    assert idp.requests, "no client asked for a token"
 
 
 def _copied(

@@ -374,10 +374,10 @@ class KafkaService(Service):
     @staticmethod
     def _ports(old: tuple[int, ...]) -> tuple[int, ...]:
         """The plain, controller, SASL and SASL_SSL ports, the proxied listener's
-        bound and advertised ports (:func:`proxied_listener`) and the mutual TLS port: the
-        previous ones where still free."""
+        bound and advertised ports (:func:`proxied_listener`), the mutual TLS port and the
+        OAUTHBEARER port: the previous ones where still free."""
         chosen: list[int] = []
-        for i in range(7):
+        for i in range(8):
             port = free_port(old[i] if i < len(old) else None)
             while port in chosen:
                 port = free_port()
@@ -420,11 +420,14 @@ class KafkaService(Service):
         )
         if len(record.ports) < 7 or not tls.client_keystore.exists():
             return with_tls
-        return replace(
+        with_mtls = replace(
             with_tls,
             mtls_bootstrap=f"{LOOPBACK}:{record.ports[6]}",
             client_keystore=str(tls.client_keystore),
         )
+        if len(record.ports) < 8:
+            return with_mtls
+        return replace(with_mtls, oauth_bootstrap=f"{LOOPBACK}:{record.ports[7]}")
 
     def answers(self, record: ServiceRecord) -> bool:
         return kafka_answers(record.endpoint)
@@ -434,7 +437,7 @@ class KafkaService(Service):
         return [*java_command(self.dir, heap, classpath), main, *args]
 
     def _write_config(self, *ports: int) -> None:
-        port, controller_port, sasl_port, tls_port, bound, advertised, mtls_port = ports
+        port, controller_port, sasl_port, tls_port, bound, advertised, mtls_port, oauth = ports
         self.dir.mkdir(parents=True, exist_ok=True)
         tls = tls_material(self.dir / "tls")
         listeners = (
@@ -442,6 +445,7 @@ class KafkaService(Service):
             f"SASL_PLAINTEXT://{LOOPBACK}:{sasl_port}",
             f"SASL_SSL://{LOOPBACK}:{tls_port}",
             f"SSL://{LOOPBACK}:{mtls_port}",
+            f"OAUTH://{LOOPBACK}:{oauth}",
         )
         proxied = proxied_listener(bound, advertised)
         scram = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
@@ -456,7 +460,7 @@ class KafkaService(Service):
             "inter.broker.listener.name": "PLAINTEXT",
             "listener.security.protocol.map": (
                 "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL,SSL:SSL,"
-                f"{proxied.security},CONTROLLER:PLAINTEXT"
+                f"OAUTH:SASL_PLAINTEXT,{proxied.security},CONTROLLER:PLAINTEXT"
             ),
             "sasl.enabled.mechanisms": SASL_MECHANISM,
             # The broker's side of SCRAM needs a login module; users live in the metadata log.
@@ -465,6 +469,13 @@ class KafkaService(Service):
             "listener.name.sasl_ssl.ssl.keystore.location": str(tls.keystore),
             "listener.name.sasl_ssl.ssl.keystore.password": tls.password,
             "listener.name.sasl_ssl.ssl.keystore.type": "PKCS12",
+            # OAUTHBEARER with the broker's default validator, which takes unsecured tokens
+            # (alg none; production brokers check signed ones against their IdP's keys):
+            # a token whose subject is the SASL user signs in as that (super) user
+            "listener.name.oauth.sasl.enabled.mechanisms": "OAUTHBEARER",
+            "listener.name.oauth.oauthbearer.sasl.jaas.config": (
+                "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;"
+            ),
             # mutual TLS: a client signs in with a certificate the stack's CA signed
             **{
                 f"listener.name.ssl.ssl.{k}": v
