@@ -6,8 +6,12 @@ to librdkafka, which shares the common names (``security.protocol``,
 ``sasl.mechanism``, ``ssl.keystore.location``) but not these:
 
 * ``sasl.jaas.config`` with the PLAIN or SCRAM login module becomes
-  ``sasl.username`` / ``sasl.password`` (Kerberos and OAuth logins are refused, with
-  librdkafka's own settings named);
+  ``sasl.username`` / ``sasl.password``; with the OAuth login module and Kafka's OIDC
+  login handler (``sasl.login.callback.handler.class``, dropped) it becomes
+  librdkafka's ``sasl.oauthbearer.method=oidc`` with the client id, secret, scope and
+  ``extension_*`` options (``sasl.oauthbearer.token.endpoint.url`` has one name in
+  both), and without a handler an unsecured token's ``sasl.oauthbearer.config``
+  (Kerberos logins are refused, with librdkafka's own settings named);
 * a truststore (``ssl.truststore.location``, ``.password``, ``.type``) in PKCS#12
   becomes ``ssl.ca.pem``, its certificates read once on the driver, so executors
   need no copy of the file; a PEM truststore becomes ``ssl.ca.location``;
@@ -29,12 +33,14 @@ from eos_connectors.core.errors import ConfigError, keeping_code
 
 _PLAIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
 _SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
+_OAUTH = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+#: Kafka's OIDC login handler (3.1-3.x named it under ``secured``): the client
+#: credentials grant, which librdkafka's ``sasl.oauthbearer.method=oidc`` is.
+_OIDC_HANDLERS = {
+    "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler",
+    "org.apache.kafka.common.security.oauthbearer.secured.OAuthBearerLoginCallbackHandler",
+}
 _REFUSED_LOGINS = {
-    "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule": (
-        "set librdkafka's OAuth settings instead: kafka.sasl.mechanism=OAUTHBEARER, "
-        "kafka.sasl.oauthbearer.method=oidc, kafka.sasl.oauthbearer.client.id, "
-        "kafka.sasl.oauthbearer.client.secret, kafka.sasl.oauthbearer.token.endpoint.url"
-    ),
     "com.sun.security.auth.module.Krb5LoginModule": (
         "set librdkafka's Kerberos settings instead: kafka.sasl.kerberos.service.name, "
         "kafka.sasl.kerberos.principal, kafka.sasl.kerberos.keytab"
@@ -69,6 +75,10 @@ def _jaas(out: dict[str, str]) -> None:
             '<LoginModule class> required username="..." password="...";'
         )
     module = found.group("module")
+    if module == _OAUTH:
+        options = {k: _unquote(v) for k, v in _JAAS_OPTION.findall(found.group("options"))}
+        _oauth(out, options)
+        return
     if module in _REFUSED_LOGINS:
         raise ConfigError(
             f"Option 'kafka.sasl.jaas.config' uses {module}, which librdkafka has no JAAS "
@@ -94,6 +104,64 @@ def _jaas(out: dict[str, str]) -> None:
                 f"Options 'kafka.sasl.jaas.config' and 'kafka.sasl.{key}' disagree; set one."
             )
         out[f"sasl.{key}"] = options[key]
+
+
+def _oauth(out: dict[str, str], options: dict[str, str]) -> None:
+    """The OAuth login module's options as librdkafka's ``sasl.oauthbearer.*``."""
+    mechanism = out.setdefault("sasl.mechanism", "OAUTHBEARER").upper()
+    if mechanism != "OAUTHBEARER":
+        raise ConfigError(
+            "Option 'kafka.sasl.jaas.config' logs in with OAuthBearerLoginModule, but "
+            f"'kafka.sasl.mechanism' is {mechanism}: set it to OAUTHBEARER."
+        )
+    handler = out.pop("sasl.login.callback.handler.class", None)
+    if handler is None:  # Kafka's default: an unsecured token from the JAAS options
+        subject = options.get("unsecuredLoginStringClaim_sub")
+        if subject is None:
+            raise ConfigError(
+                "Option 'kafka.sasl.jaas.config': OAuthBearerLoginModule without "
+                "kafka.sasl.login.callback.handler.class signs in with an unsecured token, "
+                "which needs unsecuredLoginStringClaim_sub=; for OIDC set the handler "
+                "(org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler)."
+            )
+        life = options.get("unsecuredLoginLifetimeSeconds")
+        config = f"principal={subject}" + (f" lifeSeconds={life}" if life else "")
+        _agree(out, "sasl.oauthbearer.config", config)
+        return
+    if handler not in _OIDC_HANDLERS:
+        raise ConfigError(
+            f"Option 'kafka.sasl.login.callback.handler.class' {handler!r}: librdkafka loads "
+            "no Java classes; Kafka's OIDC handler (OAuthBearerLoginCallbackHandler) is "
+            "taken, as librdkafka's sasl.oauthbearer.method=oidc."
+        )
+    if "clientId" not in options or "clientSecret" not in options:
+        raise ConfigError(
+            "Option 'kafka.sasl.jaas.config': OAuthBearerLoginModule with the OIDC handler "
+            "needs clientId= and clientSecret=."
+        )
+    if "sasl.oauthbearer.token.endpoint.url" not in out:
+        raise ConfigError(
+            "OAuthBearerLoginModule with the OIDC handler needs "
+            "kafka.sasl.oauthbearer.token.endpoint.url (the same name in Java and librdkafka)."
+        )
+    _agree(out, "sasl.oauthbearer.method", "oidc")
+    _agree(out, "sasl.oauthbearer.client.id", options["clientId"])
+    _agree(out, "sasl.oauthbearer.client.secret", options["clientSecret"])
+    if "scope" in options:
+        _agree(out, "sasl.oauthbearer.scope", options["scope"])
+    prefix = "extension_"
+    extensions = ",".join(
+        f"{k.removeprefix(prefix)}={v}" for k, v in options.items() if k.startswith(prefix)
+    )
+    if extensions:
+        _agree(out, "sasl.oauthbearer.extensions", extensions)
+
+
+def _agree(out: dict[str, str], name: str, value: str) -> None:
+    """``out[name]`` set to ``value`` from the JAAS login; ConfigError when the option is
+    also given with another value (never showing either)."""
+    if out.setdefault(name, value) != value:
+        raise ConfigError(f"Options 'kafka.sasl.jaas.config' and 'kafka.{name}' disagree; set one.")
 
 
 def _mechanism(out: dict[str, str], module: str) -> None:

@@ -163,27 +163,36 @@ def test_a_java_jobs_mutual_tls_settings_run_a_pipeline_in_the_default_mode(
 def test_an_oauthbearer_oidc_login_runs_a_pipeline_in_the_default_mode(
     spark: SparkSession, endpoints: Endpoints, sasl: KafkaSasl, unique: str, tmp_path: Path
 ) -> None:
-    """OAUTHBEARER with librdkafka's OIDC settings (the client credentials grant, as
-    Confluent Cloud, Strimzi with Keycloak and Redpanda take): the source, the tasks'
+    """OAUTHBEARER over OIDC (the client credentials grant, as Confluent Cloud, Strimzi
+    with Keycloak and Redpanda take), the source with librdkafka's settings and the sink
+    with a Java job's (JAAS and Kafka's OIDC login handler): the source, the tasks'
     transactions and the driver's batch commit each get a token from the endpoint and
     sign in with it (the driver's client refused the mechanism, and the query had to
-    fall back to commitMode=task)."""
+    fall back to commitMode=task; a Java job's OAuth login was refused outright)."""
     if not sasl.oauth_bootstrap:
         pytest.skip("this broker has no OAUTHBEARER listener; `eos stack up` starts one")
     source, out, values = _topics(endpoints, f"oauth-{unique}")
     with token_endpoint() as idp:
         options = idp.options(sasl.oauth_bootstrap)
-        query = _copied(spark, options, source, out, f"oauth-{unique}", tmp_path / "ck")
+        java = idp.java_options(sasl.oauth_bootstrap)
+        query = _copied(spark, options, source, out, f"oauth-{unique}", tmp_path / "ck", java)
     assert query.exception() is None, query.exception()
     assert _values(endpoints, out) == sorted(values)
     assert idp.requests, "no client asked for a token"
 
 
 def _copied(
-    spark: SparkSession, options: dict[str, str], source: str, out: str, sink_id: str, ck: Path
+    spark: SparkSession,
+    options: dict[str, str],
+    source: str,
+    out: str,
+    sink_id: str,
+    ck: Path,
+    sink_options: dict[str, str] | None = None,
 ) -> StreamingQuery:
     """A stream of ``source``'s records into ``out`` through the sink ``sink_id`` in the
-    default mode, both ends with ``options``, run to its end (its error, if any, kept)."""
+    default mode, both ends with ``options`` (the sink with ``sink_options`` when given),
+    run to its end (its error, if any, kept)."""
     rows = (
         spark.readStream.format("eos_kafka")
         .options(**options)
@@ -194,7 +203,7 @@ def _copied(
     query = (
         rows.select("key", "value")
         .writeStream.format("eos_kafka")
-        .options(**options)
+        .options(**(sink_options or options))
         .option("topic", out)
         .option("sinkId", sink_id)
         .option("checkpointLocation", str(ck))

@@ -49,7 +49,7 @@ def test_a_scram_login_needs_the_mechanism_the_brokers_expect() -> None:
         ),
         (
             "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;",
-            "kafka.sasl.oauthbearer.method=oidc",
+            "needs unsecuredLoginStringClaim_sub",
         ),
         ("com.example.Custom required password=" + SECRET + ";", "is not one librdkafka"),
         ("org.apache.kafka.common.security.plain.PlainLoginModule required password=x;", "needs"),
@@ -173,3 +173,64 @@ def test_java_settings_reach_the_sources_and_sinks_clients(stores: Path) -> None
     assert config["ssl.endpoint.identification.algorithm"] == "none"
     assert not any(key.startswith(("ssl.truststore", "sasl.jaas")) for key in config)
     assert SECRET not in repr(options)
+
+
+OAUTH_JAAS = (
+    "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
+    'clientId="cid" clientSecret="{}" scope="kafka" extension_logicalCluster="lkc-1" '
+    'extension_identityPoolId="pool-2";'
+)
+OIDC_HANDLER = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler"
+
+
+def test_a_java_jobs_oidc_login_becomes_librdkafkas() -> None:
+    """Kafka's OIDC login (KIP-768), as Confluent Cloud's Java settings give it: the
+    handler is dropped, the JAAS options become librdkafka's sasl.oauthbearer.*."""
+    out = translate(
+        {
+            "sasl.mechanism": "OAUTHBEARER",
+            "sasl.login.callback.handler.class": OIDC_HANDLER,
+            "sasl.oauthbearer.token.endpoint.url": "https://idp/token",
+            "sasl.jaas.config": OAUTH_JAAS.format(SECRET),
+        }
+    )
+    assert out == {
+        "sasl.mechanism": "OAUTHBEARER",
+        "sasl.oauthbearer.token.endpoint.url": "https://idp/token",
+        "sasl.oauthbearer.method": "oidc",
+        "sasl.oauthbearer.client.id": "cid",
+        "sasl.oauthbearer.client.secret": SECRET,
+        "sasl.oauthbearer.scope": "kafka",
+        "sasl.oauthbearer.extensions": "logicalCluster=lkc-1,identityPoolId=pool-2",
+    }
+    unsecured = translate(
+        {
+            "sasl.jaas.config": "org.apache.kafka.common.security.oauthbearer."
+            'OAuthBearerLoginModule required unsecuredLoginStringClaim_sub="alice";'
+        }
+    )
+    assert unsecured["sasl.oauthbearer.config"] == "principal=alice"
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"sasl.login.callback.handler.class": "com.example.Mine"}, "loads no Java classes"),
+        ({"sasl.login.callback.handler.class": OIDC_HANDLER}, "token.endpoint.url"),
+        (
+            {
+                "sasl.login.callback.handler.class": OIDC_HANDLER,
+                "sasl.oauthbearer.token.endpoint.url": "https://idp/token",
+                "sasl.oauthbearer.client.secret": "other",
+            },
+            "disagree",
+        ),
+        ({"sasl.mechanism": "PLAIN"}, "set it to OAUTHBEARER"),
+    ],
+)
+def test_a_java_oauth_login_that_cannot_be_taken_is_refused(
+    settings: dict[str, str], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message) as caught:
+        translate({**settings, "sasl.jaas.config": OAUTH_JAAS.format(SECRET)})
+    assert SECRET not in str(caught.value)
