@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -65,8 +66,11 @@ def unsecured_token(subject: str, life_seconds: int) -> str:
 
 
 @contextmanager
-def token_endpoint(subject: str = "eos", life_seconds: int = 600) -> Iterator[TokenEndpoint]:
-    """A running endpoint whose one client is ``cid``/``csecret-...``."""
+def token_endpoint(
+    subject: str = "eos", life_seconds: int = 600, tls: ssl.SSLContext | None = None
+) -> Iterator[TokenEndpoint]:
+    """A running endpoint whose one client is ``cid``/``csecret-...``; over HTTPS with
+    ``tls`` (a server context)."""
     endpoint = TokenEndpoint("", "cid", f"csecret-{time.time_ns()}", life_seconds, subject)
     expected = (
         "Basic "
@@ -98,7 +102,10 @@ def token_endpoint(subject: str = "eos", life_seconds: int = 600) -> Iterator[To
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    endpoint.url = f"http://127.0.0.1:{server.server_port}/oauth2/token"
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
+    scheme = "https" if tls is not None else "http"
+    endpoint.url = f"{scheme}://127.0.0.1:{server.server_port}/oauth2/token"
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
