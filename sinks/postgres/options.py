@@ -27,7 +27,8 @@ TABLE = opt.Option(
     "table",
     opt.required_text,
     "target table, `name` or `schema.name` (required), each part as written (case kept); "
-    'SQL\'s double quotes take a part with a dot or a quote: `"Sales"."Q1.orders"`',
+    "a part that opens with a double quote is SQL's quoted name, which may hold a dot: "
+    '`"Sales"."Q1.orders"`',
 )
 MODE = opt.Option(
     "mode",
@@ -165,17 +166,16 @@ def _check_dsn(dsn: str) -> None:
 
 def _table(value: str) -> tuple[str, ...]:
     """``name`` or ``schema.name``, each part exactly as written (the sink quotes it);
-    a part in SQL's double quotes may hold a dot, and ``""`` stands for a quote."""
+    a part that opens with a double quote is SQL's quoted identifier (it may hold a dot,
+    and ``""`` stands for a quote)."""
     parts: list[str] = []
     rest = value
     while True:
         if rest.startswith('"'):
             part, rest = _quoted(rest, value)
         else:
-            part, dot, after = rest.partition(".")
+            part, dot, after = rest.partition(".")  # as written, quotes and all
             rest = dot + after
-            if '"' in part:
-                raise _bad_table(value, "a double quote inside an unquoted part")
         parts.append(part)
         if not rest:
             break
