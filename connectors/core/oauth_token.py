@@ -77,9 +77,10 @@ class OAuthTokens(AbstractTokenProvider):  # type: ignore[misc]
                 f"the driver's transaction client (it takes {CLIENT_CREDENTIALS}); use "
                 f"{self._fallback}."
             )
-        for name in ("sasl.oauthbearer.token.endpoint.url",):
-            if name not in s:
-                raise ConfigError(f"sasl.oauthbearer.method=oidc needs kafka.{name}.")
+        if "sasl.oauthbearer.token.endpoint.url" not in s:
+            raise ConfigError(
+                "sasl.oauthbearer.method=oidc needs kafka.sasl.oauthbearer.token.endpoint.url."
+            )
         if self._client()[0] is None:
             raise ConfigError(
                 "sasl.oauthbearer.method=oidc needs kafka.sasl.oauthbearer.client.id and "
