@@ -41,6 +41,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from eos_connectors.core import faults
 from eos_connectors.core.context import TaskIdentity
+from eos_connectors.core.continuous import ContinuousProcessingError
 from eos_connectors.core.protocol import (
     BatchAbortedError,
     Outcome,
@@ -284,6 +285,17 @@ class SinkContract:
             writer.commit(messages, 0)  # the commit's decision was still in flight
         assert dict(self.visible()) == {}
         self.new_run()
+        self.run_batch(writer, 0)
+        self.assert_exactly_once(writer, range(1))
+
+    def test_an_epoch_of_continuous_processing_is_never_committed(self) -> None:
+        """Under ``trigger(continuous=...)`` Spark hands a Python sink no rows and its
+        commit ``None`` for every task (protocol.md, rule 35): the commit refuses it,
+        decides nothing, and the sink goes on as before."""
+        writer = self.new_writer()
+        with pytest.raises(ContinuousProcessingError):
+            writer.commit([None] * self.partitions, 0)
+        assert writer.find_decision(self.sink(writer), 0) is None
         self.run_batch(writer, 0)
         self.assert_exactly_once(writer, range(1))
 
