@@ -154,9 +154,13 @@ def read_checkpoint(path: Location | str) -> Checkpoint:
 def state_format(path: Location, batch: int) -> int:
     """The state checkpoint format ``commits/<batch>`` was written in: 2 when it names the
     state files' ids, else 1."""
-    lines = (path / "commits" / str(batch)).read_text().splitlines()
-    metadata = json.loads(lines[1]) if len(lines) > 1 and lines[1].strip() else {}
-    return 2 if metadata.get("stateUniqueIds") else 1
+    file = path / "commits" / str(batch)
+    lines = file.read_text().splitlines()
+    try:
+        metadata = json.loads(lines[1]) if len(lines) > 1 and lines[1].strip() else {}
+    except ValueError:
+        raise CheckpointError(f"{file} is not a Spark commit file (its metadata line).") from None
+    return 2 if isinstance(metadata, dict) and metadata.get("stateUniqueIds") else 1
 
 
 def unfinished_writes(path: Location) -> list[Location]:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from eos_connectors.cli import main
-from eos_connectors.ops.checkpoint import read_checkpoint
+from eos_connectors.ops.checkpoint import CheckpointError, read_checkpoint
 from eos_connectors.ops.inspect import inspect, report_text
 
 
@@ -53,3 +53,12 @@ def test_a_continuous_runs_checkpoint_is_shown_and_named(
     assert report["sources"][0]["offsets"] == {"t-0": 5, "t-1": 7}
     assert main(["checkpoint", "inspect", str(path)]) == 0
     assert "Trigger     the last offsets were written under continuous" in capsys.readouterr().out
+
+
+def test_a_commit_file_that_is_not_json_is_named(tmp_path: Path) -> None:
+    """The state format is read from the last commit: a damaged one is named, never a
+    JSON traceback."""
+    path = _rate_checkpoint(tmp_path / "checkpoint")
+    (path / "commits" / "3").write_text("v1\n{not json")
+    with pytest.raises(CheckpointError, match=r"commits/3 is not a Spark commit file"):
+        read_checkpoint(str(path))
