@@ -175,8 +175,12 @@ class TransactionClient:
 
         self.where = bootstrap(config)
         self.timeout_s = timeout_s
+        settings = to_kafka_python(config)
+        tokens = settings.get("sasl_oauth_token_provider")
+        if tokens is not None:  # kafka-python retries a failed token silently to its timeout
+            tokens.token()  # so a refused or unreachable token endpoint is named here
         self.admin = KafkaAdminClient(
-            **to_kafka_python(config),
+            **settings,
             client_id="eos-transactions",
             request_timeout_ms=int(timeout_s * 1000),
             # A batch's EndTxn requests are independent: all of them in flight at once
