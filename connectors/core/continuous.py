@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 
 #: Checkpoints whose offsets this process could not read (warned once each).
 _WARNED: set[str | None] = set()
+#: Where each refusal sends the user.
+_UNDER_CONTINUOUS = ' (docs/operations.md, "Continuous processing")'
 
 
 class ContinuousProcessingError(ConfigError):
@@ -81,6 +83,3 @@ def written_by_continuous(offsets_file: str) -> bool:
     micro-batch's metadata (watermark, batch time, SQL settings), is empty."""
     lines = offsets_file.split("\n")
     return len(lines) > 1 and lines[0].startswith("v") and not lines[1].strip()
-
-
-_UNDER_CONTINUOUS = ' (docs/operations.md, "Continuous processing")'

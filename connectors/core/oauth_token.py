@@ -121,12 +121,17 @@ class OAuthTokens(AbstractTokenProvider):  # type: ignore[misc]
     def _fetch(self) -> tuple[str, float]:
         """The client credentials grant: the token and its lifetime in seconds."""
         url = self._settings["sasl.oauthbearer.token.endpoint.url"]
+        if not url.startswith(("https://", "http://")):
+            raise ConfigError(
+                "Setting 'kafka.sasl.oauthbearer.token.endpoint.url' must be an https:// (or "
+                "http://) URL."
+            )
         client, secret = self._client()
         form = {"grant_type": CLIENT_CREDENTIALS}
         if "sasl.oauthbearer.scope" in self._settings:
             form["scope"] = self._settings["sasl.oauthbearer.scope"]
         basic = base64.b64encode(f"{client}:{secret}".encode()).decode()
-        request = urllib.request.Request(  # noqa: S310 (an https or http URL, checked below)
+        request = urllib.request.Request(  # noqa: S310 (an https or http URL, checked above)
             url,
             data=urllib.parse.urlencode(form).encode(),
             headers={
@@ -136,11 +141,6 @@ class OAuthTokens(AbstractTokenProvider):  # type: ignore[misc]
             },
             method="POST",
         )
-        if not url.startswith(("https://", "http://")):
-            raise ConfigError(
-                "Setting 'kafka.sasl.oauthbearer.token.endpoint.url' must be an https:// (or "
-                "http://) URL."
-            )
         try:
             with urllib.request.urlopen(  # noqa: S310
                 request, timeout=TIMEOUT_SECONDS, context=self._https()

@@ -400,7 +400,7 @@ def rescale(
         raise CheckpointError(f"{checkpoint.path} already has {partitions} state partitions.")
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     point = create(checkpoint_path, f"before-rescale-{stamp}", root)
-    _repartition(spark, checkpoint.path, partitions, point)
+    _repartition(spark, checkpoint, partitions, point)
     return point
 
 
@@ -426,9 +426,12 @@ def _check_provider(checkpoint: Checkpoint) -> None:
     )
 
 
-def _repartition(spark: Any, path: Location, partitions: int, point: Savepoint | None) -> None:
+def _repartition(
+    spark: Any, checkpoint: Checkpoint, partitions: int, point: Savepoint | None
+) -> None:
     from eos_connectors.ops.session import using_state_format
 
+    path = checkpoint.path
     way_back = (
         f"Savepoint {point.name!r} holds the query as it was: eos savepoint restore "
         f"{point.name} --to NEW_DIR --mode resume."
@@ -436,7 +439,7 @@ def _repartition(spark: Any, path: Location, partitions: int, point: Savepoint |
         else "Run the same rescale again to finish it."
     )
     try:
-        with using_state_format(spark, read_checkpoint(path).state_format):
+        with using_state_format(spark, checkpoint.state_format):
             spark._streamingCheckpointManager.repartition(str(path), partitions, True)
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -486,5 +489,5 @@ def _finish_rescale(
             f"{checkpoint.last_planned} planned, not committed). Run it again with "
             f"--partitions {unfinished} to finish it, or {back}."
         )
-    _repartition(spark, checkpoint.path, partitions, point)
+    _repartition(spark, checkpoint, partitions, point)
     return point
