@@ -43,7 +43,8 @@ _OIDC_HANDLERS = {
 _REFUSED_LOGINS = {
     "com.sun.security.auth.module.Krb5LoginModule": (
         "set librdkafka's Kerberos settings instead: kafka.sasl.kerberos.service.name, "
-        "kafka.sasl.kerberos.principal, kafka.sasl.kerberos.keytab"
+        "kafka.sasl.kerberos.principal, kafka.sasl.kerberos.keytab (with a confluent-kafka "
+        "built against a librdkafka with Cyrus SASL: the wheels on PyPI have no GSSAPI)"
     ),
 }
 _JAAS = re.compile(r"^\s*(?P<module>[\w.$]+)\s+(?P<flag>\w+)\s*(?P<options>.*?)\s*;?\s*$", re.S)

@@ -269,9 +269,28 @@ def check_settings(
     named = f"option 'kafka.{culprit}'" if culprit else "a kafka.* option"
     named += f" (set as Java's 'kafka.{java}', or as it)" if java else ""
     raise ConfigError(
-        f"{who}: librdkafka refuses {named}: {redact(reason, secret_values(config))}. Each "
-        "kafka.<name> option goes to librdkafka as <name> (its names, Java's for the common "
-        "settings)."
+        f"{who}: librdkafka refuses {named}: {redact(reason, secret_values(config))}. "
+        f"{_kerberos_hint(config, build)}Each kafka.<name> option goes to librdkafka as "
+        "<name> (its names, Java's for the common settings)."
+    )
+
+
+_MECHANISM_NAMES = ("sasl.mechanism", "sasl.mechanisms")
+
+
+def _kerberos_hint(config: KafkaConfig, build: Callable[[dict[str, Any]], object]) -> str:
+    """What to do when GSSAPI is what librdkafka refuses (it builds with another
+    mechanism): the confluent-kafka wheels on PyPI have no Kerberos, their librdkafka
+    being built without Cyrus SASL."""
+    named = [n for n in _MECHANISM_NAMES if str(config.get(n, "")).upper() == "GSSAPI"]
+    if not named:
+        return ""
+    plain = {**config, named[0]: "PLAIN", "sasl.username": "-", "sasl.password": "-"}
+    if _refusal(plain, build) is not None:
+        return ""
+    return (
+        "Kerberos (GSSAPI) needs a confluent-kafka built from source against a librdkafka "
+        "with Cyrus SASL (libsasl2): the wheels on PyPI are built without it. "
     )
 
 

@@ -59,6 +59,24 @@ def test_the_sources_consumer_settings_are_checked_at_start() -> None:
     KafkaSourceFormat(SOURCE)._check_settings()
 
 
+def test_kerberos_on_a_librdkafka_without_gssapi_says_how_to_get_it() -> None:
+    """The confluent-kafka wheels on PyPI are built without Cyrus SASL: a Kerberos job
+    fails at start naming the mechanism and what it needs, not in every task."""
+    kerberos = {
+        "kafka.security.protocol": "SASL_PLAINTEXT",
+        "kafka.sasl.mechanism": "GSSAPI",
+        "kafka.sasl.kerberos.kinit.cmd": "true",
+    }
+    try:
+        check_producer_settings(parse_options({**SINK, **kerberos}))
+    except ConfigError as refused:
+        assert "built from source against a librdkafka with Cyrus SASL" in str(refused)
+    else:
+        pytest.skip("this librdkafka was built with GSSAPI")
+    with pytest.raises(ConfigError, match="built from source"):
+        KafkaSourceFormat({**SOURCE, **kerberos})._check_settings()
+
+
 def test_javas_names_for_common_settings_are_librdkafkas_under_theirs() -> None:
     """A Spark job's ``kafka.max.request.size`` (and the socket buffers, the fetch wait)
     is librdkafka's setting of the same meaning under another name; librdkafka refused
