@@ -14,10 +14,11 @@ from __future__ import annotations
 import logging
 import warnings
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from eos_connectors.core.errors import EosError
+from eos_connectors.core.checkpoint_sinks import checkpoint_location, checkpoint_query_id
+from eos_connectors.core.errors import ConfigError, EosError
 from eos_connectors.core.protocol import Lineage, TwoPhaseCommitWriter, UnitId
 
 #: Units in doubt older than this at a query's start are reported as orphans.
@@ -198,13 +199,45 @@ def orphans(records: Iterable[SinkRecord], target: str, older_than: float) -> li
     ]
 
 
+@dataclass(frozen=True)
+class StartingSink:
+    """The sink a stream starts with: its id, and its query's id (from the checkpoint)."""
+
+    sink_id: str
+    query_id: str
+    connector: str
+
+
+def starting_sink(
+    raw: Mapping[str, str], sink_id_for: Callable[[str], str], connector: str
+) -> StartingSink | None:
+    """Driver, at a stream's start: the sink it starts with, when its checkpoint (Spark's
+    ``raw`` options name it) is one whose query id can be read; None otherwise (a batch
+    write, a first start before Spark wrote the metadata, an ``s3a:`` checkpoint)."""
+    query_id = checkpoint_query_id(checkpoint_location(raw))
+    return None if query_id is None else StartingSink(sink_id_for(query_id), query_id, connector)
+
+
+class SinkSwitchedMidBatchError(ConfigError):
+    """A stream restarted through another sink id while its old one holds a decided batch
+    not yet applied: the replay would write that batch a second time."""
+
+
 def warn_about_orphans(
-    admin: SinkAdmin, target: str, store: str, older_than: float
+    admin: SinkAdmin,
+    target: str,
+    store: str,
+    older_than: float,
+    starting: StartingSink | None = None,
 ) -> list[SinkRecord]:
     """Driver, at a query's start: :func:`orphans` on ``target``, logged as a warning
-    (and a Python warning); closes ``admin``."""
+    (and a Python warning); first, with ``starting``, :func:`refuse_a_switch_mid_batch`.
+    Closes ``admin``."""
     try:
-        found = orphans(admin.records(), target, older_than)
+        records = admin.records()
+        if starting is not None:
+            refuse_a_switch_mid_batch(admin, records, starting)
+        found = orphans(records, target, older_than)
     finally:
         admin.close()
     if found:
@@ -212,6 +245,52 @@ def warn_about_orphans(
         log.warning(message)
         warnings.warn(message, stacklevel=3)
     return found
+
+
+def refuse_a_switch_mid_batch(
+    admin: SinkAdmin, records: Iterable[SinkRecord], starting: StartingSink
+) -> None:
+    """Driver, at a stream's start: refuse when another sink id of the same query holds
+    units in doubt that its decision names. Spark completes a batch only after its sink's
+    commit applied every unit, so such a batch is the one the checkpoint will replay,
+    now through ``starting`` (the sinkId, or the target that derives it, changed after a
+    failure): it would land twice, now and whenever the old sink id runs again."""
+    for record in records:
+        owner = record.owner.query_id if record.owner else None
+        if record.sink_id == starting.sink_id or owner != starting.query_id:
+            continue
+        if not record.in_doubt:
+            continue
+        writer = admin.writer(record)
+        try:
+            decided = sorted(u.unit for u in record.in_doubt if _named(writer, u.unit))
+        finally:
+            writer.close()
+        if decided:
+            raise SinkSwitchedMidBatchError(_switch_refusal(record, decided, starting))
+
+
+def _switch_refusal(record: SinkRecord, decided: list[UnitId], starting: StartingSink) -> str:
+    batches = sorted({u.batch_id for u in decided})
+    return switch_refusal(starting, record.sink_id, record.target, batches, list(map(str, decided)))
+
+
+def switch_refusal(
+    starting: StartingSink, old: str, target: str, batches: list[int], pending: list[str]
+) -> str:
+    """Why a stream may not start through ``starting`` while sink id ``old`` of its query
+    has ``pending`` units (or transactions) of decided ``batches`` still to apply."""
+    listed = ", ".join(pending[:3]) + (" ..." if len(pending) > 3 else "")
+    wrote = f", writing to {target!r}," if target else ""
+    return (
+        f"{starting.connector}: sink {old!r} of this query ({starting.query_id}){wrote} "
+        f"decided batch {', '.join(map(str, batches))} and has not finished applying it "
+        f"({len(pending)} in doubt: {listed}), but the query now writes through sink "
+        f"{starting.sink_id!r}: the sinkId option, or the table, key prefix or topic that "
+        "derives it, changed after that batch failed. Spark would replay the batch through "
+        "the new sink id and write it a second time. Restart the query with the old options "
+        "until that batch completes, then change them. Nothing was written."
+    )
 
 
 def orphan_warning(found: list[SinkRecord], store: str) -> str:

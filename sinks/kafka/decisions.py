@@ -142,6 +142,27 @@ def _decisions(options: KafkaSinkOptions, sid: str) -> list[Decision]:
     return [d for _, d in found]
 
 
+def decided_by_query(options: KafkaSinkOptions, query_id: str) -> dict[str, Decision]:
+    """Driver: sink id -> its last decision, for every sink on the marker log (and
+    transactional id prefix) whose last decision is ``query_id``'s, as
+    :func:`_decisions` counts them."""
+    prefix, suffix = f"{options.transactional_id_prefix}-", DECISION_SUFFIX
+    last: dict[str, bytes | None] = {}
+    for record in read_to_end(options.client_config(), options.marker_log, "read_uncommitted"):
+        key = (record.key or b"").decode(errors="replace")
+        if key.startswith(prefix) and key.endswith(suffix):
+            last[key[len(prefix) : -len(suffix)]] = record.value
+    candidates = [
+        sid
+        for sid, value in last.items()
+        if value and (found := Decision.decode(value)) is not None and found.query == query_id
+    ]
+    decided = {sid: _decisions(options, sid) for sid in candidates}
+    return {
+        sid: found[-1] for sid, found in decided.items() if found and found[-1].query == query_id
+    }
+
+
 def decision_record(options: KafkaSinkOptions, sid: str, decision: Decision) -> tuple[str, bytes]:
     """(key, value) of ``decision``'s record in the marker log (partition 0)."""
     return decision_group(options, sid), decision.encode()

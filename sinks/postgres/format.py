@@ -17,7 +17,12 @@ from eos_connectors.core.checkpoint_sinks import (
     record_at_start,
 )
 from eos_connectors.core.errors import ConfigError
-from eos_connectors.core.sinks_admin import ORPHAN_AGE_SECONDS, SinkRecord
+from eos_connectors.core.sinks_admin import (
+    ORPHAN_AGE_SECONDS,
+    SinkRecord,
+    StartingSink,
+    starting_sink,
+)
 from eos_connectors.core.sinks_admin import warn_about_orphans as shared_warning
 from eos_connectors.core.startup import once_per_driver, start_key
 from eos_connectors.sinks.postgres import key_claims, privileges
@@ -95,7 +100,8 @@ def start_checks(
         ensure_table(conn, options, schema)
         privileges.check(conn, options, BOOKKEEPING_TABLES)
     if options.exactly_once:
-        warn_about_orphans(options)
+        starting = starting_sink(raw or {}, options.sink_id_for, NAME)
+        warn_about_orphans(options, starting=starting)
         record_at_start(raw or {}, lambda query_id: checkpoint_entry(options, query_id))
 
 
@@ -108,14 +114,18 @@ def checkpoint_entry(options: PostgresSinkOptions, query_id: str) -> SinkEntry:
 
 
 def warn_about_orphans(
-    options: PostgresSinkOptions, older_than: float = ORPHAN_AGE_SECONDS
+    options: PostgresSinkOptions,
+    older_than: float = ORPHAN_AGE_SECONDS,
+    starting: StartingSink | None = None,
 ) -> list[SinkRecord]:
     """Driver, at query start: prepared transactions of sink ids on this table (or of
-    unknown target) that nobody settled for ``older_than`` seconds, logged as a warning."""
+    unknown target) that nobody settled for ``older_than`` seconds, logged as a warning.
+    First, with ``starting``, a stream restarted through another sink id mid-batch is
+    refused (``refuse_a_switch_mid_batch``)."""
     from eos_connectors.sinks.postgres.admin import PostgresSinkAdmin
 
     admin = PostgresSinkAdmin(options.dsn, options.bookkeeping_schema)
-    return shared_warning(admin, options.table_name, "PostgreSQL", older_than)
+    return shared_warning(admin, options.table_name, "PostgreSQL", older_than, starting)
 
 
 def check_server(conn: Connection, options: PostgresSinkOptions) -> None:

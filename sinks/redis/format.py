@@ -17,7 +17,12 @@ from eos_connectors.core.checkpoint_sinks import (
     redis_endpoint,
 )
 from eos_connectors.core.errors import ConfigError
-from eos_connectors.core.sinks_admin import ORPHAN_AGE_SECONDS, SinkRecord
+from eos_connectors.core.sinks_admin import (
+    ORPHAN_AGE_SECONDS,
+    SinkRecord,
+    StartingSink,
+    starting_sink,
+)
 from eos_connectors.core.sinks_admin import warn_about_orphans as shared_warning
 from eos_connectors.core.startup import once_per_driver, start_key
 from eos_connectors.sinks.redis import access
@@ -80,7 +85,8 @@ def start_checks(options: RedisSinkOptions, raw: Mapping[str, str] | None = None
         finally:
             client.close()
     if options.exactly_once:
-        warn_about_orphans(options)
+        starting = starting_sink(raw or {}, options.sink_id_for, NAME)
+        warn_about_orphans(options, starting=starting)
         record_at_start(raw or {}, lambda query_id: checkpoint_entry(options, query_id))
 
 
@@ -93,14 +99,18 @@ def checkpoint_entry(options: RedisSinkOptions, query_id: str) -> SinkEntry:
 
 
 def warn_about_orphans(
-    options: RedisSinkOptions, older_than: float = ORPHAN_AGE_SECONDS
+    options: RedisSinkOptions,
+    older_than: float = ORPHAN_AGE_SECONDS,
+    starting: StartingSink | None = None,
 ) -> list[SinkRecord]:
     """Driver, at query start: staged units of sink ids on this key prefix (or of unknown
-    target) idle for ``older_than`` seconds, logged as a warning."""
+    target) idle for ``older_than`` seconds, logged as a warning. First, with ``starting``,
+    a stream restarted through another sink id mid-batch is refused
+    (``refuse_a_switch_mid_batch``)."""
     from eos_connectors.sinks.redis.admin import RedisSinkAdmin
 
     admin = RedisSinkAdmin(options.url, options.bookkeeping_prefix)
-    return shared_warning(admin, options.key_prefix + "*", "Redis", older_than)
+    return shared_warning(admin, options.key_prefix + "*", "Redis", older_than, starting)
 
 
 #: Eviction policies that never evict a key without a TTL (the sink's bookkeeping has none).

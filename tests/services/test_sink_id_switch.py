@@ -1,0 +1,124 @@
+"""A stream restarted through another sink id while its old one holds a decided batch not
+yet applied is refused at its start, in every exactly-once sink.
+
+Found by probe: sink id A decided batch 1 and its driver died before applying it; the
+query was restarted with ``sinkId`` B (or a table, key prefix or topic that derives
+another id), and Spark replayed batch 1 through B; then restarted with A again, whose
+recovery applied its decided batch 1 too. PostgreSQL (append) and Redis (increment) held
+batch 1 twice; a Kafka sink's restart within the transaction timeout would commit it
+twice. Now B's start is refused, naming A, the batch and what to do; A's replay finishes
+the batch, and B then starts. Cost: ~4 s (three stores).
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import uuid
+from dataclasses import replace
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from eos_connectors.core import faults
+from eos_connectors.core.context import TaskIdentity
+from eos_connectors.core.protocol import TwoPhaseCommitWriter
+from eos_connectors.core.sinks_admin import SinkSwitchedMidBatchError
+from eos_connectors.dev.endpoints import Endpoints
+from eos_connectors.sinks.kafka import stream_decider
+from eos_connectors.sinks.kafka.batch_commit import BatchCommitWriter, PreparedTask
+from eos_connectors.sinks.kafka.options import KafkaSinkOptions
+from eos_connectors.testing import CONTRACT_SCHEMA
+from tests.kafka_sink_util import a_task, read_written
+from tests.upsert_util import STORES, upsert_source, upserted
+
+pytestmark = pytest.mark.services
+
+_ARROW = pa.schema([pa.field("word", pa.string()), pa.field("n", pa.int64())])
+
+
+def _checkpoint(tmp_path: Path, query: str) -> str:
+    """A checkpoint folder as Spark leaves it: the query id in ``metadata``."""
+    (tmp_path / "metadata").write_text(json.dumps({"id": query}))
+    return str(tmp_path)
+
+
+def _batch(writer: TwoPhaseCommitWriter, query: str, batch: int, run: str) -> list[object]:
+    """Batch ``batch``'s two tasks, prepared as Spark's tasks would: ``w<batch>-<p>`` = 1."""
+    units: list[object] = []
+    for partition in range(2):
+        task = TaskIdentity(query, None, run, batch, partition, batch * 10 + partition)
+        rows = pa.RecordBatch.from_pydict({"word": [f"w{batch}-{partition}"], "n": [1]}, _ARROW)
+        shipped: TwoPhaseCommitWriter = pickle.loads(pickle.dumps(writer))
+        units.append(shipped.prepare_task(task, iter([rows])))
+    return units
+
+
+@pytest.mark.cost(1)
+@pytest.mark.parametrize("store", STORES)
+def test_a_stream_restarted_through_another_sink_id_mid_batch_is_refused(
+    endpoints: Endpoints, unique: str, store: str, tmp_path: Path
+) -> None:
+    query = str(uuid.uuid4())
+    checkpoint = _checkpoint(tmp_path, query)
+    name = f"switch_{unique}_{store}"
+
+    def writer(sink_id: str) -> TwoPhaseCommitWriter:
+        source = upsert_source(
+            store, endpoints, name, sinkId=sink_id, checkpointLocation=checkpoint
+        )
+        made = source.streamWriter(CONTRACT_SCHEMA, False)
+        assert isinstance(made, TwoPhaseCommitWriter)
+        return made
+
+    old, new = f"{name}-a", f"{name}-b"
+    first = writer(old)
+    first.commit(_batch(first, query, 0, "run-1"), 0)  # type: ignore[arg-type]
+    with pytest.raises(faults.SimulatedCrash), faults.simulate("after-decision@1"):
+        first.commit(_batch(first, query, 1, "run-1"), 1)  # type: ignore[arg-type]
+
+    with pytest.raises(SinkSwitchedMidBatchError, match=rf"sink '{old}' .* decided batch 1 "):
+        writer(new)
+    assert upserted(store, endpoints, name) == {"w0-0": 1, "w0-1": 1}, "batch 1 not applied"
+
+    replay = writer(old)  # the old options again: Spark replays batch 1, its commit finishes
+    replay.commit(_batch(replay, query, 1, "run-2"), 1)  # type: ignore[arg-type]
+    writer(new)  # nothing of the old sink id is in doubt now: the switch is taken
+    assert upserted(store, endpoints, name) == {f"w{b}-{p}": 1 for b in (0, 1) for p in (0, 1)}
+
+
+@pytest.mark.cost(2)
+def test_a_kafka_stream_restarted_through_another_sink_id_mid_batch_is_refused(
+    endpoints: Endpoints, batch_commit_options: KafkaSinkOptions, tmp_path: Path
+) -> None:
+    query = str(uuid.uuid4())
+    checkpoint = _checkpoint(tmp_path, query)
+    old = batch_commit_options
+    assert old.sink_id is not None
+    new = replace(old, sink_id=f"{old.sink_id}-b")
+    writer = BatchCommitWriter(old)
+
+    def prepare(run: str) -> list[PreparedTask]:
+        rows = pa.RecordBatch.from_pydict({"key": [b"k0", b"k1"], "value": [b"v0", b"v1"]})
+        return [
+            writer.write_task(a_task(1, run=run, partition=p, query=query), iter([rows]))
+            for p in range(2)
+        ]
+
+    with pytest.raises(faults.SimulatedCrash), faults.simulate("after-decision@1"):
+        writer.commit(list(prepare("run-1")), 1)
+    with pytest.raises(SinkSwitchedMidBatchError, match=rf"sink '{old.sink_id}' .* batch 1 "):
+        stream_decider.claim_at_start(new, checkpoint)
+
+    replay = prepare("run-2")
+    assert {m.state for m in replay} == {"decided"}
+    writer.commit(list(replay), 1)
+    stream_decider.claim_at_start(new, checkpoint)  # the batch is committed: taken
+    assert old.topic is not None
+    assert sorted(r.value for r in read_written(old.kafka, old.topic)) == [
+        b"v0",
+        b"v0",
+        b"v1",
+        b"v1",
+    ]
