@@ -17,7 +17,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from eos_connectors.core.checkpoint_sinks import checkpoint_location, checkpoint_query_id
+from eos_connectors.core.checkpoint_sinks import (
+    checkpoint_files,
+    checkpoint_location,
+    checkpoint_query_id,
+)
 from eos_connectors.core.errors import ConfigError, EosError
 from eos_connectors.core.protocol import Lineage, TwoPhaseCommitWriter, UnitId
 
@@ -201,11 +205,22 @@ def orphans(records: Iterable[SinkRecord], target: str, older_than: float) -> li
 
 @dataclass(frozen=True)
 class StartingSink:
-    """The sink a stream starts with: its id, and its query's id (from the checkpoint)."""
+    """The sink a stream starts with: its id, its query's id and its checkpoint."""
 
     sink_id: str
     query_id: str
     connector: str
+    checkpoint: str
+
+    def replays(self, batch: int) -> bool:
+        """Driver: whether the checkpoint will replay ``batch``: Spark planned it
+        (``offsets/<batch>``) and has not recorded it complete (no ``commits/<batch>``).
+        Spark prunes both logs together, so a batch long completed is neither."""
+        files = checkpoint_files(self.checkpoint)
+        if files is None:
+            return False
+        planned = files.read(f"offsets/{batch}") is not None
+        return planned and files.read(f"commits/{batch}") is None
 
 
 def starting_sink(
@@ -214,13 +229,16 @@ def starting_sink(
     """Driver, at a stream's start: the sink it starts with, when its checkpoint (Spark's
     ``raw`` options name it) is one whose query id can be read; None otherwise (a batch
     write, a first start before Spark wrote the metadata, an ``s3a:`` checkpoint)."""
-    query_id = checkpoint_query_id(checkpoint_location(raw))
-    return None if query_id is None else StartingSink(sink_id_for(query_id), query_id, connector)
+    location = checkpoint_location(raw)
+    query_id = checkpoint_query_id(location)
+    if location is None or query_id is None:
+        return None
+    return StartingSink(sink_id_for(query_id), query_id, connector, location)
 
 
 class SinkSwitchedMidBatchError(ConfigError):
-    """A stream restarted through another sink id while its old one holds a decided batch
-    not yet applied: the replay would write that batch a second time."""
+    """A stream restarted through another sink id while its old one decided a batch the
+    checkpoint has not completed: the replay would write that batch a second time."""
 
 
 def warn_about_orphans(
@@ -235,11 +253,16 @@ def warn_about_orphans(
     Closes ``admin``."""
     try:
         records = admin.records()
-        if starting is not None:
-            refuse_a_switch_mid_batch(admin, records, starting)
-        found = orphans(records, target, older_than)
     finally:
         admin.close()
+    if starting is not None:
+        for record in records:
+            owner = record.owner.query_id if record.owner else None
+            if owner == starting.query_id and record.last_decided is not None:
+                refuse_a_switch_mid_batch(
+                    starting, record.sink_id, record.last_decided, record.target
+                )
+    found = orphans(records, target, older_than)
     if found:
         message = orphan_warning(found, store)
         log.warning(message)
@@ -247,49 +270,24 @@ def warn_about_orphans(
     return found
 
 
-def refuse_a_switch_mid_batch(
-    admin: SinkAdmin, records: Iterable[SinkRecord], starting: StartingSink
-) -> None:
-    """Driver, at a stream's start: refuse when another sink id of the same query holds
-    units in doubt that its decision names. Spark completes a batch only after its sink's
-    commit applied every unit, so such a batch is the one the checkpoint will replay,
-    now through ``starting`` (the sinkId, or the target that derives it, changed after a
-    failure): it would land twice, now and whenever the old sink id runs again."""
-    for record in records:
-        owner = record.owner.query_id if record.owner else None
-        if record.sink_id == starting.sink_id or owner != starting.query_id:
-            continue
-        if not record.in_doubt:
-            continue
-        writer = admin.writer(record)
-        try:
-            decided = sorted(u.unit for u in record.in_doubt if _named(writer, u.unit))
-        finally:
-            writer.close()
-        if decided:
-            raise SinkSwitchedMidBatchError(_switch_refusal(record, decided, starting))
-
-
-def _switch_refusal(record: SinkRecord, decided: list[UnitId], starting: StartingSink) -> str:
-    batches = sorted({u.batch_id for u in decided})
-    return switch_refusal(starting, record.sink_id, record.target, batches, list(map(str, decided)))
-
-
-def switch_refusal(
-    starting: StartingSink, old: str, target: str, batches: list[int], pending: list[str]
-) -> str:
-    """Why a stream may not start through ``starting`` while sink id ``old`` of its query
-    has ``pending`` units (or transactions) of decided ``batches`` still to apply."""
-    listed = ", ".join(pending[:3]) + (" ..." if len(pending) > 3 else "")
+def refuse_a_switch_mid_batch(starting: StartingSink, old: str, batch: int, target: str) -> None:
+    """Driver, at a stream's start: refuse when sink id ``old`` of the same query decided
+    ``batch`` (its last) and the checkpoint will replay it: the sinkId, or the target that
+    derives it, changed after the batch failed. The replay through ``starting`` would
+    write the batch a second time: all of it when the old sink applied it before Spark
+    recorded the batch (its driver died in between), and again when the old sink id's
+    next start applies a decision it had not finished."""
+    if old == starting.sink_id or not starting.replays(batch):
+        return
     wrote = f", writing to {target!r}," if target else ""
-    return (
+    raise SinkSwitchedMidBatchError(
         f"{starting.connector}: sink {old!r} of this query ({starting.query_id}){wrote} "
-        f"decided batch {', '.join(map(str, batches))} and has not finished applying it "
-        f"({len(pending)} in doubt: {listed}), but the query now writes through sink "
-        f"{starting.sink_id!r}: the sinkId option, or the table, key prefix or topic that "
-        "derives it, changed after that batch failed. Spark would replay the batch through "
-        "the new sink id and write it a second time. Restart the query with the old options "
-        "until that batch completes, then change them. Nothing was written."
+        f"decided batch {batch}, which the checkpoint has not recorded as complete, but the "
+        f"query now writes through sink {starting.sink_id!r}: the sinkId option, or the "
+        "table, key prefix or topic that derives it, changed after that batch failed. Spark "
+        "would replay the batch through the new sink id and write it a second time. Restart "
+        "the query with the old options until that batch completes, then change them. "
+        "Nothing was written."
     )
 
 

@@ -33,14 +33,13 @@ import logging
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import astuple, dataclass, replace
+from dataclasses import dataclass, replace
 
 from confluent_kafka import Producer
 
 from eos_connectors.core.kafka_config import logged
 from eos_connectors.core.kept import Kept
 from eos_connectors.core.secrets import settings_digest
-from eos_connectors.core.sinks_admin import SinkSwitchedMidBatchError, StartingSink, switch_refusal
 from eos_connectors.sinks.kafka.clients import (
     CALL_TIMEOUT,
     SEND_OFFSETS_LIMIT,
@@ -58,7 +57,6 @@ from eos_connectors.sinks.kafka.coordinator import (
 )
 from eos_connectors.sinks.kafka.decisions import (
     Decision,
-    decided_by_query,
     decider_settings,
     decision_group,
     last_logged,
@@ -199,31 +197,7 @@ def claim_at_start(options: KafkaSinkOptions, checkpoint: str | None) -> None:
     query_id = checkpoint_query_id(checkpoint)
     if query_id is None:
         return
-    refuse_a_switch_mid_batch(options, options.sink_id_for(query_id), query_id)
     sweep_at_start(options, options.sink_id_for(query_id), query_id)
-
-
-def refuse_a_switch_mid_batch(options: KafkaSinkOptions, sid: str, query_id: str) -> None:
-    """Driver, at a stream's start: refuse when another sink id of this query (on the same
-    marker log) decided a batch whose transactions are still open. Spark completes a
-    batch only after the driver committed them all, so that batch is the one the
-    checkpoint replays, now through ``sid`` (the sinkId, or the topic that derives it,
-    changed after a failure): it would be written twice, once by the replay and once
-    when the old sink id's next start finishes its commit, or in part (a commit that
-    ended some of them). As :func:`~eos_connectors.core.sinks_admin.refuse_a_switch_mid_batch`
-    does for PostgreSQL and Redis."""
-    others = {s: d for s, d in decided_by_query(options, query_id).items() if s != sid}
-    if not others:
-        return
-    starting = StartingSink(sid, query_id, "eos_kafka")
-    with kept_client(options.kafka) as client:
-        for other, decision in sorted(others.items()):
-            still = {astuple(t) for t in client.open_transactions(ids_prefix(options, other))}
-            pending = [t.transactional_id for t in decision.txns.values() if astuple(t) in still]
-            if pending:
-                target = options.topic or ""
-                refusal = switch_refusal(starting, other, target, [decision.batch], pending)
-                raise SinkSwitchedMidBatchError(refusal)
 
 
 def sweep_at_start(

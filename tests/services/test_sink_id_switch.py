@@ -1,13 +1,15 @@
-"""A stream restarted through another sink id while its old one holds a decided batch not
-yet applied is refused at its start, in every exactly-once sink.
+"""A stream restarted through another sink id while its old one decided a batch the
+checkpoint has not recorded as complete is refused at its start, in every exactly-once
+sink.
 
 Found by probe: sink id A decided batch 1 and its driver died before applying it; the
 query was restarted with ``sinkId`` B (or a table, key prefix or topic that derives
 another id), and Spark replayed batch 1 through B; then restarted with A again, whose
 recovery applied its decided batch 1 too. PostgreSQL (append) and Redis (increment) held
 batch 1 twice; a Kafka sink's restart within the transaction timeout would commit it
-twice. Now B's start is refused, naming A, the batch and what to do; A's replay finishes
-the batch, and B then starts. Cost: ~4 s (three stores).
+twice. A driver that died after applying the batch, before Spark recorded it, had B
+write all of it again at once. Now B's start is refused, naming A, the batch and what
+to do; A's replay finishes the batch, and B then starts. Cost: ~6 s (six cases).
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ from eos_connectors.core.context import TaskIdentity
 from eos_connectors.core.protocol import TwoPhaseCommitWriter
 from eos_connectors.core.sinks_admin import SinkSwitchedMidBatchError
 from eos_connectors.dev.endpoints import Endpoints
-from eos_connectors.sinks.kafka import stream_decider
 from eos_connectors.sinks.kafka.batch_commit import BatchCommitWriter, PreparedTask
+from eos_connectors.sinks.kafka.claim import claim_at_start
 from eos_connectors.sinks.kafka.options import KafkaSinkOptions
 from eos_connectors.testing import CONTRACT_SCHEMA
 from tests.kafka_sink_util import a_task, read_written
@@ -38,10 +40,24 @@ pytestmark = pytest.mark.services
 _ARROW = pa.schema([pa.field("word", pa.string()), pa.field("n", pa.int64())])
 
 
+#: Where the sink's driver died in batch 1's commit: before applying it, or after.
+CRASHES = ["after-decision", "after-commit"]
+
+
 def _checkpoint(tmp_path: Path, query: str) -> str:
-    """A checkpoint folder as Spark leaves it: the query id in ``metadata``."""
+    """A checkpoint folder as Spark leaves it when batch 1 failed: the query id in
+    ``metadata``, batch 0 planned and completed, batch 1 planned only."""
     (tmp_path / "metadata").write_text(json.dumps({"id": query}))
+    for log, batches in (("offsets", (0, 1)), ("commits", (0,))):
+        (tmp_path / log).mkdir()
+        for batch in batches:
+            (tmp_path / log / str(batch)).write_text("v1\n{}\n")
     return str(tmp_path)
+
+
+def _completed(checkpoint: str, batch: int) -> None:
+    """Spark records ``batch`` as complete once its sink's commit returned."""
+    (Path(checkpoint) / "commits" / str(batch)).write_text("v1\n{}\n")
 
 
 def _batch(writer: TwoPhaseCommitWriter, query: str, batch: int, run: str) -> list[object]:
@@ -56,13 +72,14 @@ def _batch(writer: TwoPhaseCommitWriter, query: str, batch: int, run: str) -> li
 
 
 @pytest.mark.cost(1)
+@pytest.mark.parametrize("crash", CRASHES)
 @pytest.mark.parametrize("store", STORES)
 def test_a_stream_restarted_through_another_sink_id_mid_batch_is_refused(
-    endpoints: Endpoints, unique: str, store: str, tmp_path: Path
+    endpoints: Endpoints, unique: str, store: str, crash: str, tmp_path: Path
 ) -> None:
     query = str(uuid.uuid4())
     checkpoint = _checkpoint(tmp_path, query)
-    name = f"switch_{unique}_{store}"
+    name = f"switch_{unique}_{store}_{crash.replace('-', '_')}"
 
     def writer(sink_id: str) -> TwoPhaseCommitWriter:
         source = upsert_source(
@@ -75,22 +92,25 @@ def test_a_stream_restarted_through_another_sink_id_mid_batch_is_refused(
     old, new = f"{name}-a", f"{name}-b"
     first = writer(old)
     first.commit(_batch(first, query, 0, "run-1"), 0)  # type: ignore[arg-type]
-    with pytest.raises(faults.SimulatedCrash), faults.simulate("after-decision@1"):
+    with pytest.raises(faults.SimulatedCrash), faults.simulate(f"{crash}@1"):
         first.commit(_batch(first, query, 1, "run-1"), 1)  # type: ignore[arg-type]
+    before = upserted(store, endpoints, name)
 
-    with pytest.raises(SinkSwitchedMidBatchError, match=rf"sink '{old}' .* decided batch 1 "):
+    with pytest.raises(SinkSwitchedMidBatchError, match=rf"sink '{old}' .* decided batch 1,"):
         writer(new)
-    assert upserted(store, endpoints, name) == {"w0-0": 1, "w0-1": 1}, "batch 1 not applied"
+    assert upserted(store, endpoints, name) == before, "the refused start wrote something"
 
     replay = writer(old)  # the old options again: Spark replays batch 1, its commit finishes
     replay.commit(_batch(replay, query, 1, "run-2"), 1)  # type: ignore[arg-type]
-    writer(new)  # nothing of the old sink id is in doubt now: the switch is taken
+    _completed(checkpoint, 1)
+    writer(new)  # the batch is complete: the switch is taken
     assert upserted(store, endpoints, name) == {f"w{b}-{p}": 1 for b in (0, 1) for p in (0, 1)}
 
 
 @pytest.mark.cost(2)
+@pytest.mark.parametrize("crash", CRASHES)
 def test_a_kafka_stream_restarted_through_another_sink_id_mid_batch_is_refused(
-    endpoints: Endpoints, batch_commit_options: KafkaSinkOptions, tmp_path: Path
+    endpoints: Endpoints, batch_commit_options: KafkaSinkOptions, crash: str, tmp_path: Path
 ) -> None:
     query = str(uuid.uuid4())
     checkpoint = _checkpoint(tmp_path, query)
@@ -106,15 +126,16 @@ def test_a_kafka_stream_restarted_through_another_sink_id_mid_batch_is_refused(
             for p in range(2)
         ]
 
-    with pytest.raises(faults.SimulatedCrash), faults.simulate("after-decision@1"):
+    with pytest.raises(faults.SimulatedCrash), faults.simulate(f"{crash}@1"):
         writer.commit(list(prepare("run-1")), 1)
-    with pytest.raises(SinkSwitchedMidBatchError, match=rf"sink '{old.sink_id}' .* batch 1 "):
-        stream_decider.claim_at_start(new, checkpoint)
+    with pytest.raises(SinkSwitchedMidBatchError, match=rf"sink '{old.sink_id}' .* batch 1,"):
+        claim_at_start(new, checkpoint)
 
     replay = prepare("run-2")
-    assert {m.state for m in replay} == {"decided"}
+    assert {m.state for m in replay} == {"decided" if crash == "after-decision" else "marked"}
     writer.commit(list(replay), 1)
-    stream_decider.claim_at_start(new, checkpoint)  # the batch is committed: taken
+    _completed(checkpoint, 1)
+    claim_at_start(new, checkpoint)  # the batch is complete: the switch is taken
     assert old.topic is not None
     assert sorted(r.value for r in read_written(old.kafka, old.topic)) == [
         b"v0",

@@ -1,0 +1,55 @@
+"""Driver, at a stream's start: a Kafka sink's sink id switched mid-batch is refused.
+
+When a query restarts through another sink id (the ``sinkId`` option, or the ``topic``
+that derives it, changed after a failure) while the old one decided or marked a batch
+the checkpoint has not recorded as complete, Spark replays that batch through the new
+id, which writes it again: all of it when the old driver committed it before Spark
+recorded the batch, the task partitions that committed in ``commitMode=task``, and
+everything once the old sink id's next start finishes a decision it had not. What the
+old sink id did is read from the marker log (the same log and transactional id prefix:
+a switch of those is not seen): its last decision (``commitMode=batch``) and its task
+partitions' committed markers (``commitMode=task``). See
+:func:`eos_connectors.core.sinks_admin.refuse_a_switch_mid_batch`.
+"""
+
+from __future__ import annotations
+
+from eos_connectors.core.sinks_admin import StartingSink, refuse_a_switch_mid_batch
+from eos_connectors.core.topics import read_to_end
+from eos_connectors.sinks.kafka.decisions import DECISION_SUFFIX, decided_by_query
+from eos_connectors.sinks.kafka.marker_log import decode
+from eos_connectors.sinks.kafka.options import KafkaSinkOptions
+
+#: Marker log keys that are no task partition's marker: a sink's claim, decision, job.
+_NOT_MARKERS = ("-claim", DECISION_SUFFIX, "-job")
+
+
+def refuse_a_switch(options: KafkaSinkOptions, sid: str, query_id: str, checkpoint: str) -> None:
+    """Driver, at a stream's start: :func:`refuse_a_switch_mid_batch` for every other sink
+    id of ``query_id`` on the marker log, at the last batch it decided or marked."""
+    starting = StartingSink(sid, query_id, "eos_kafka", checkpoint)
+    last = marked_by_query(options, query_id)
+    for other, decision in decided_by_query(options, query_id).items():
+        last[other] = max(last.get(other, -1), decision.batch)
+    for other, batch in sorted(last.items()):
+        refuse_a_switch_mid_batch(starting, other, batch, options.topic or "")
+
+
+def marked_by_query(options: KafkaSinkOptions, query_id: str) -> dict[str, int]:
+    """Sink id -> the last batch one of its task partitions marked, for every sink on the
+    marker log whose marker names ``query_id``. Committed markers only (read_committed):
+    an attempt's aborted marker marks nothing."""
+    prefix = f"{options.transactional_id_prefix}-"
+    last: dict[str, bytes | None] = {}
+    for record in read_to_end(options.client_config(), options.marker_log, "read_committed"):
+        key = (record.key or b"").decode(errors="replace")
+        if key.startswith(prefix) and not key.endswith(_NOT_MARKERS):
+            last[key] = record.value
+    found: dict[str, int] = {}
+    for key, value in last.items():
+        marker = decode(value) if value else None
+        sid, _, partition = key[len(prefix) :].rpartition("-")
+        if marker is None or marker.query != query_id or not partition.isdigit():
+            continue
+        found[sid] = max(found.get(sid, -1), marker.next_batch - 1)
+    return found
