@@ -135,6 +135,22 @@ def record_at_start(options: Mapping[str, str], entry: Callable[[str], SinkEntry
         log.warning("could not record the sink in checkpoint %s: %s", location, exc)
 
 
+def recorded_entry(location: str | None, store: str, sink_id: str) -> SinkEntry | None:
+    """Driver, at a query's start and before :func:`record_at_start` replaces it: the
+    entry an earlier start recorded for ``store`` and ``sink_id`` in the checkpoint, with
+    the bookkeeping names it used; None when there is none or it cannot be read."""
+    files = checkpoint_files(location)
+    if files is None:
+        return None
+    relative = f"{FOLDER.as_posix()}/{store}-{sink_id}.json"
+    try:
+        text = files.read(relative)
+        return None if text is None else SinkEntry(**json.loads(text))
+    except (OSError, ValueError, TypeError, EosError) as exc:
+        log.warning("could not read %s of checkpoint %s: %s", relative, location, exc)
+        return None
+
+
 def checkpoint_location(options: Mapping[str, str]) -> str | None:
     """The ``checkpointLocation`` option Spark hands the sink (any case), if set."""
     return next((v for k, v in options.items() if k.lower() == "checkpointlocation"), None)

@@ -21,6 +21,7 @@ from eos_connectors.core.checkpoint_sinks import (
     checkpoint_files,
     checkpoint_location,
     checkpoint_query_id,
+    recorded_entry,
 )
 from eos_connectors.core.errors import ConfigError, EosError
 from eos_connectors.core.protocol import Lineage, TwoPhaseCommitWriter, UnitId
@@ -288,6 +289,53 @@ def refuse_a_switch_mid_batch(starting: StartingSink, old: str, batch: int, targ
         "would replay the batch through the new sink id and write it a second time. Restart "
         "the query with the old options until that batch completes, then change them. "
         "Nothing was written."
+    )
+
+
+def earlier_names(starting: StartingSink, store: str) -> Mapping[str, str]:
+    """Driver: the bookkeeping names (by option) ``starting``'s sink id used at the
+    query's earlier start, as its checkpoint recorded them; empty when unrecorded."""
+    entry = recorded_entry(starting.checkpoint, store, starting.sink_id)
+    return entry.names if entry is not None else {}
+
+
+def check_moved_bookkeeping(
+    starting: StartingSink,
+    store: str,
+    option: str,
+    new: str,
+    admin_for: Callable[[str], SinkAdmin],
+) -> None:
+    """Driver, at a stream's start, before the checkpoint records this start: when the
+    bookkeeping ``option`` named another place at the earlier start, the sink id's last
+    decision there (``admin_for(old)``) is checked by :func:`refuse_moved_bookkeeping`."""
+    old = earlier_names(starting, store).get(option)
+    if old is None or old == new:
+        return
+    admin = admin_for(old)
+    try:
+        record = admin.find(starting.sink_id)
+    finally:
+        admin.close()
+    batch = record.last_decided if record is not None else None
+    refuse_moved_bookkeeping(starting, option, old, new, batch)
+
+
+def refuse_moved_bookkeeping(
+    starting: StartingSink, option: str, old: str, new: str, batch: int | None
+) -> None:
+    """Driver, at a stream's start: refuse when the bookkeeping ``option`` changed from
+    ``old`` to ``new`` while the sink, under ``old``, decided ``batch`` and the checkpoint
+    will replay it: under ``new`` the sink finds no decision and writes it again."""
+    if batch is None or old == new or not starting.replays(batch):
+        return
+    raise SinkSwitchedMidBatchError(
+        f"{starting.connector}: option {option!r} changed from {old!r} to {new!r} after "
+        f"batch {batch} failed. Sink {starting.sink_id!r} decided that batch with its "
+        f"bookkeeping under {old!r}, where this start does not look, and the checkpoint has "
+        f"not recorded the batch as complete: Spark would replay it and the sink write it a "
+        f"second time. Restart the query with {option}={old!r} until that batch completes, "
+        "then change it. Nothing was written."
     )
 
 

@@ -14,11 +14,26 @@ partitions' committed markers (``commitMode=task``). See
 
 from __future__ import annotations
 
-from eos_connectors.core.sinks_admin import StartingSink, refuse_a_switch_mid_batch
+import logging
+from collections.abc import Mapping
+from dataclasses import replace
+
+from confluent_kafka import KafkaException
+
+from eos_connectors.core.errors import EosError
+from eos_connectors.core.sinks_admin import (
+    StartingSink,
+    earlier_names,
+    refuse_a_switch_mid_batch,
+    refuse_moved_bookkeeping,
+    starting_sink,
+)
 from eos_connectors.core.topics import read_to_end
 from eos_connectors.sinks.kafka.decisions import DECISION_SUFFIX, decided_by_query
 from eos_connectors.sinks.kafka.marker_log import decode
 from eos_connectors.sinks.kafka.options import KafkaSinkOptions
+
+log = logging.getLogger(__name__)
 
 #: Marker log keys that are no task partition's marker: a sink's claim, decision, job.
 _NOT_MARKERS = ("-claim", DECISION_SUFFIX, "-job")
@@ -33,6 +48,40 @@ def refuse_a_switch(options: KafkaSinkOptions, sid: str, query_id: str, checkpoi
         last[other] = max(last.get(other, -1), decision.batch)
     for other, batch in sorted(last.items()):
         refuse_a_switch_mid_batch(starting, other, batch, options.topic or "")
+
+
+def refuse_moved_bookkeeping_at_start(options: KafkaSinkOptions, raw: Mapping[str, str]) -> None:
+    """Driver, at a stream's start, before the checkpoint records it: when
+    ``transactionalIdPrefix`` or ``markerLogTopic`` changed since the earlier start, the
+    sink id's last batch under the old names is checked by
+    :func:`~eos_connectors.core.sinks_admin.refuse_moved_bookkeeping`."""
+    starting = starting_sink(raw, options.sink_id_for, "eos_kafka")
+    if starting is None:
+        return
+    names = earlier_names(starting, "kafka")
+    prefix = names.get("transactionalIdPrefix", options.transactional_id_prefix)
+    marker_log = names.get("markerLogTopic", options.marker_log)
+    old = replace(options, transactional_id_prefix=prefix, marker_log=marker_log)
+    for option, was, now in (
+        ("transactionalIdPrefix", prefix, options.transactional_id_prefix),
+        ("markerLogTopic", marker_log, options.marker_log),
+    ):
+        if was != now:
+            batch = _last_batch(old, starting.sink_id, starting.query_id)
+            refuse_moved_bookkeeping(starting, option, was, now, batch)
+
+
+def _last_batch(options: KafkaSinkOptions, sid: str, query_id: str) -> int | None:
+    """The last batch ``sid`` decided or marked for ``query_id`` under ``options``' names;
+    None when there is none, or the old marker log cannot be read (logged)."""
+    try:
+        batches = [marked_by_query(options, query_id).get(sid)]
+        decision = decided_by_query(options, query_id).get(sid)
+    except (KafkaException, EosError) as exc:
+        log.warning("could not read the sink's earlier marker log %s: %s", options.marker_log, exc)
+        return None
+    batches.append(decision.batch if decision is not None else None)
+    return max((b for b in batches if b is not None), default=None)
 
 
 def marked_by_query(options: KafkaSinkOptions, query_id: str) -> dict[str, int]:

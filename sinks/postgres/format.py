@@ -21,6 +21,7 @@ from eos_connectors.core.sinks_admin import (
     ORPHAN_AGE_SECONDS,
     SinkRecord,
     StartingSink,
+    check_moved_bookkeeping,
     starting_sink,
 )
 from eos_connectors.core.sinks_admin import warn_about_orphans as shared_warning
@@ -102,7 +103,23 @@ def start_checks(
     if options.exactly_once:
         starting = starting_sink(raw or {}, options.sink_id_for, NAME)
         warn_about_orphans(options, starting=starting)
+        if starting is not None:
+            _check_moved_bookkeeping(options, starting)
         record_at_start(raw or {}, lambda query_id: checkpoint_entry(options, query_id))
+
+
+def _check_moved_bookkeeping(options: PostgresSinkOptions, starting: StartingSink) -> None:
+    """Driver, at a stream's start: ``bookkeepingSchema`` changed since the earlier start while
+    the sink's last batch there is incomplete is refused (``check_moved_bookkeeping``)."""
+    from eos_connectors.sinks.postgres.admin import PostgresSinkAdmin
+
+    check_moved_bookkeeping(
+        starting,
+        "postgres",
+        "bookkeepingSchema",
+        options.bookkeeping_schema,
+        lambda old: PostgresSinkAdmin(options.dsn, old),
+    )
 
 
 def checkpoint_entry(options: PostgresSinkOptions, query_id: str) -> SinkEntry:

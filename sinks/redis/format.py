@@ -21,6 +21,7 @@ from eos_connectors.core.sinks_admin import (
     ORPHAN_AGE_SECONDS,
     SinkRecord,
     StartingSink,
+    check_moved_bookkeeping,
     starting_sink,
 )
 from eos_connectors.core.sinks_admin import warn_about_orphans as shared_warning
@@ -87,7 +88,23 @@ def start_checks(options: RedisSinkOptions, raw: Mapping[str, str] | None = None
     if options.exactly_once:
         starting = starting_sink(raw or {}, options.sink_id_for, NAME)
         warn_about_orphans(options, starting=starting)
+        if starting is not None:
+            _check_moved_bookkeeping(options, starting)
         record_at_start(raw or {}, lambda query_id: checkpoint_entry(options, query_id))
+
+
+def _check_moved_bookkeeping(options: RedisSinkOptions, starting: StartingSink) -> None:
+    """Driver, at a stream's start: ``bookkeepingPrefix`` changed since the earlier start while
+    the sink's last batch there is incomplete is refused (``check_moved_bookkeeping``)."""
+    from eos_connectors.sinks.redis.admin import RedisSinkAdmin
+
+    check_moved_bookkeeping(
+        starting,
+        "redis",
+        "bookkeepingPrefix",
+        options.bookkeeping_prefix,
+        lambda old: RedisSinkAdmin(options.url, old),
+    )
 
 
 def checkpoint_entry(options: RedisSinkOptions, query_id: str) -> SinkEntry:

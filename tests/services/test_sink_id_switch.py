@@ -9,7 +9,9 @@ recovery applied its decided batch 1 too. PostgreSQL (append) and Redis (increme
 batch 1 twice; a Kafka sink's restart within the transaction timeout would commit it
 twice. A driver that died after applying the batch, before Spark recorded it, had B
 write all of it again at once. Now B's start is refused, naming A, the batch and what
-to do; A's replay finishes the batch, and B then starts. Cost: ~6 s (six cases).
+to do; A's replay finishes the batch, and B then starts. The same for a sink id whose
+bookkeeping names changed (schema, key prefix, transactional id prefix). Cost: ~9 s
+(nine cases).
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ import uuid
 from dataclasses import replace
 from pathlib import Path
 
+import psycopg
 import pyarrow as pa
 import pytest
+from pyspark.sql.datasource import DataSource
 
 from eos_connectors.core import faults
 from eos_connectors.core.context import TaskIdentity
@@ -29,11 +33,14 @@ from eos_connectors.core.protocol import TwoPhaseCommitWriter
 from eos_connectors.core.sinks_admin import SinkSwitchedMidBatchError
 from eos_connectors.dev.endpoints import Endpoints
 from eos_connectors.sinks.kafka.batch_commit import BatchCommitWriter, PreparedTask
+from eos_connectors.sinks.kafka.checks import start_checks
 from eos_connectors.sinks.kafka.claim import claim_at_start
 from eos_connectors.sinks.kafka.options import KafkaSinkOptions
+from eos_connectors.sinks.postgres import PostgresDataSource
+from eos_connectors.sinks.redis import RedisDataSource
 from eos_connectors.testing import CONTRACT_SCHEMA
 from tests.kafka_sink_util import a_task, read_written
-from tests.upsert_util import STORES, upsert_source, upserted
+from tests.upsert_util import STORES, upserted
 
 pytestmark = pytest.mark.services
 
@@ -53,6 +60,28 @@ def _checkpoint(tmp_path: Path, query: str) -> str:
         for batch in batches:
             (tmp_path / log / str(batch)).write_text("v1\n{}\n")
     return str(tmp_path)
+
+
+def _source(store: str, endpoints: Endpoints, name: str, **options: str) -> DataSource:
+    """The store's format writing ``word`` -> ``n`` into table or key prefix ``name``, in
+    a mode where a record written twice shows (PostgreSQL appends, Redis increments)."""
+    if store == "postgres":
+        return PostgresDataSource(
+            {"dsn": endpoints.postgres_dsn, "table": name, "createTable": "true", **options}
+        )
+    return RedisDataSource(
+        {"url": endpoints.redis_url, "keyPrefix": f"{name}:", "keyColumn": "word"}
+        | {"valueColumns": "n", "mode": "increment", **options}
+    )
+
+
+def _counts(store: str, endpoints: Endpoints, name: str) -> dict[str, int]:
+    """Word -> how many times it was written (rows appended, or increments added)."""
+    if store == "redis":
+        return upserted(store, endpoints, name)
+    with psycopg.connect(endpoints.postgres_dsn) as conn:
+        rows = conn.execute(f'SELECT word, count(*) FROM "{name}" GROUP BY word').fetchall()
+    return {str(word): int(n) for word, n in rows}
 
 
 def _completed(checkpoint: str, batch: int) -> None:
@@ -82,9 +111,7 @@ def test_a_stream_restarted_through_another_sink_id_mid_batch_is_refused(
     name = f"switch_{unique}_{store}_{crash.replace('-', '_')}"
 
     def writer(sink_id: str) -> TwoPhaseCommitWriter:
-        source = upsert_source(
-            store, endpoints, name, sinkId=sink_id, checkpointLocation=checkpoint
-        )
+        source = _source(store, endpoints, name, sinkId=sink_id, checkpointLocation=checkpoint)
         made = source.streamWriter(CONTRACT_SCHEMA, False)
         assert isinstance(made, TwoPhaseCommitWriter)
         return made
@@ -94,17 +121,17 @@ def test_a_stream_restarted_through_another_sink_id_mid_batch_is_refused(
     first.commit(_batch(first, query, 0, "run-1"), 0)  # type: ignore[arg-type]
     with pytest.raises(faults.SimulatedCrash), faults.simulate(f"{crash}@1"):
         first.commit(_batch(first, query, 1, "run-1"), 1)  # type: ignore[arg-type]
-    before = upserted(store, endpoints, name)
+    before = _counts(store, endpoints, name)
 
     with pytest.raises(SinkSwitchedMidBatchError, match=rf"sink '{old}' .* decided batch 1,"):
         writer(new)
-    assert upserted(store, endpoints, name) == before, "the refused start wrote something"
+    assert _counts(store, endpoints, name) == before, "the refused start wrote something"
 
     replay = writer(old)  # the old options again: Spark replays batch 1, its commit finishes
     replay.commit(_batch(replay, query, 1, "run-2"), 1)  # type: ignore[arg-type]
     _completed(checkpoint, 1)
     writer(new)  # the batch is complete: the switch is taken
-    assert upserted(store, endpoints, name) == {f"w{b}-{p}": 1 for b in (0, 1) for p in (0, 1)}
+    assert _counts(store, endpoints, name) == {f"w{b}-{p}": 1 for b in (0, 1) for p in (0, 1)}
 
 
 @pytest.mark.cost(2)
@@ -143,3 +170,65 @@ def test_a_kafka_stream_restarted_through_another_sink_id_mid_batch_is_refused(
         b"v1",
         b"v1",
     ]
+
+
+#: Each store's bookkeeping option, and a value of it for this test.
+BOOKKEEPING = {"postgres": ("bookkeepingSchema", "bk_{}"), "redis": ("bookkeepingPrefix", "bk{}")}
+
+
+@pytest.mark.cost(1)
+@pytest.mark.parametrize("store", STORES)
+def test_bookkeeping_moved_before_the_batch_completes_is_refused(
+    endpoints: Endpoints, unique: str, store: str, tmp_path: Path
+) -> None:
+    """The same sink id, its bookkeeping moved (``bookkeepingSchema``, ``bookkeepingPrefix``)
+    after batch 1 was applied and before Spark recorded it: under the new name the sink
+    finds no decision and would write the batch again. Refused until the batch completes
+    under the old name."""
+    query = str(uuid.uuid4())
+    checkpoint = _checkpoint(tmp_path, query)
+    name, sink_id = f"moved_{unique}_{store}", f"moved-{unique}-{store}"
+    option, pattern = BOOKKEEPING[store]
+    old, new = pattern.format(unique), pattern.format(unique) + "_new"
+
+    def writer(bookkeeping: str) -> TwoPhaseCommitWriter:
+        options = {"sinkId": sink_id, "checkpointLocation": checkpoint, option: bookkeeping}
+        source = _source(store, endpoints, name, **options)
+        made = source.streamWriter(CONTRACT_SCHEMA, False)
+        assert isinstance(made, TwoPhaseCommitWriter)
+        return made
+
+    first = writer(old)
+    first.commit(_batch(first, query, 0, "run-1"), 0)  # type: ignore[arg-type]
+    with pytest.raises(faults.SimulatedCrash), faults.simulate("after-commit@1"):
+        first.commit(_batch(first, query, 1, "run-1"), 1)  # type: ignore[arg-type]
+    with pytest.raises(SinkSwitchedMidBatchError, match=rf"option '{option}' changed from"):
+        writer(new)
+    replay = writer(old)
+    replay.commit(_batch(replay, query, 1, "run-2"), 1)  # type: ignore[arg-type]
+    _completed(checkpoint, 1)
+    writer(new)
+    assert _counts(store, endpoints, name) == {f"w{b}-{p}": 1 for b in (0, 1) for p in (0, 1)}
+
+
+@pytest.mark.cost(2)
+def test_a_kafka_transactional_id_prefix_moved_before_the_batch_completes_is_refused(
+    endpoints: Endpoints, batch_commit_options: KafkaSinkOptions, tmp_path: Path
+) -> None:
+    """As above for the Kafka sink's ``transactionalIdPrefix``: its decisions and markers
+    are keyed by it, so under a new prefix the replay would write the batch again."""
+    query = str(uuid.uuid4())
+    checkpoint = _checkpoint(tmp_path, query)
+    raw = {"checkpointLocation": checkpoint}
+    old = batch_commit_options
+    new = replace(old, transactional_id_prefix=f"{old.transactional_id_prefix}-new")
+    start_checks(old, raw)  # the earlier start, as the checkpoint records it
+    writer = BatchCommitWriter(old)
+    rows = pa.RecordBatch.from_pydict({"key": [b"k0"], "value": [b"v0"]})
+    prepared = [writer.write_task(a_task(1, partition=0, query=query), iter([rows]))]
+    with pytest.raises(faults.SimulatedCrash), faults.simulate("after-commit@1"):
+        writer.commit(list(prepared), 1)
+    with pytest.raises(SinkSwitchedMidBatchError, match="option 'transactionalIdPrefix'"):
+        start_checks(new, raw)
+    _completed(checkpoint, 1)  # the replay under the old prefix completed it
+    start_checks(new, raw)
