@@ -56,6 +56,9 @@ class _Files(Protocol):
 
     def read(self, relative: str) -> str | None: ...
 
+    def names(self, relative: str) -> list[str]:
+        """The names in the folder ``relative``; [] when there is none."""
+
     def replace(self, relative: str, text: str) -> None:
         """Write ``text`` to a new file and rename it over ``relative`` (atomic)."""
 
@@ -67,6 +70,10 @@ class _LocalFiles:
     def read(self, relative: str) -> str | None:
         path = self.root / relative
         return path.read_text() if path.is_file() else None
+
+    def names(self, relative: str) -> list[str]:
+        path = self.root / relative
+        return [p.name for p in path.iterdir()] if path.is_dir() else []
 
     def replace(self, relative: str, text: str) -> None:
         path = self.root / relative
@@ -83,6 +90,9 @@ class _HdfsFiles:
 
     def read(self, relative: str) -> str | None:
         return self.hdfs.read_text(f"{self.root}/{relative}")
+
+    def names(self, relative: str) -> list[str]:
+        return self.hdfs.names(f"{self.root}/{relative}")
 
     def replace(self, relative: str, text: str) -> None:
         path = f"{self.root}/{relative}"
@@ -148,6 +158,24 @@ def recorded_entry(location: str | None, store: str, sink_id: str) -> SinkEntry 
         return None if text is None else SinkEntry(**json.loads(text))
     except (OSError, ValueError, TypeError, EosError) as exc:
         log.warning("could not read %s of checkpoint %s: %s", relative, location, exc)
+        return None
+
+
+def incomplete_batch(location: str | None) -> int | None:
+    """Driver: the batch the checkpoint will replay at the next start: the last one Spark
+    planned (``offsets/<N>``) when it has not recorded it complete (no ``commits/<N>``);
+    None when there is none, or the checkpoint cannot be read (logged). Spark runs
+    batches in order, so only the last planned one can be incomplete."""
+    files = checkpoint_files(location)
+    if files is None:
+        return None
+    try:
+        planned = [int(name) for name in files.names("offsets") if name.isdigit()]
+        if not planned or files.read(f"commits/{max(planned)}") is not None:
+            return None
+        return max(planned)
+    except (OSError, EosError) as exc:
+        log.warning("could not read the offsets of checkpoint %s: %s", location, exc)
         return None
 
 

@@ -18,9 +18,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from eos_connectors.core.checkpoint_sinks import (
-    checkpoint_files,
     checkpoint_location,
     checkpoint_query_id,
+    incomplete_batch,
     recorded_entry,
 )
 from eos_connectors.core.errors import ConfigError, EosError
@@ -206,35 +206,35 @@ def orphans(records: Iterable[SinkRecord], target: str, older_than: float) -> li
 
 @dataclass(frozen=True)
 class StartingSink:
-    """The sink a stream starts with: its id, its query's id and its checkpoint."""
+    """The sink a stream starts with: its id, its query's id, its checkpoint, and the
+    batch that checkpoint will replay (:func:`incomplete_batch`), if any."""
 
     sink_id: str
     query_id: str
     connector: str
     checkpoint: str
+    incomplete: int | None
 
     def replays(self, batch: int) -> bool:
-        """Driver: whether the checkpoint will replay ``batch``: Spark planned it
-        (``offsets/<batch>``) and has not recorded it complete (no ``commits/<batch>``).
-        Spark prunes both logs together, so a batch long completed is neither."""
-        files = checkpoint_files(self.checkpoint)
-        if files is None:
-            return False
-        planned = files.read(f"offsets/{batch}") is not None
-        return planned and files.read(f"commits/{batch}") is None
+        """Whether the checkpoint will replay ``batch``."""
+        return batch == self.incomplete
 
 
 def starting_sink(
     raw: Mapping[str, str], sink_id_for: Callable[[str], str], connector: str
 ) -> StartingSink | None:
     """Driver, at a stream's start: the sink it starts with, when its checkpoint (Spark's
-    ``raw`` options name it) is one whose query id can be read; None otherwise (a batch
-    write, a first start before Spark wrote the metadata, an ``s3a:`` checkpoint)."""
+    ``raw`` options name it) is one whose query id can be read and which will replay a
+    batch; None otherwise (a batch write, a first start before Spark wrote the metadata,
+    an ``s3a:`` checkpoint, a clean restart), and the checks that need it are skipped."""
     location = checkpoint_location(raw)
     query_id = checkpoint_query_id(location)
     if location is None or query_id is None:
         return None
-    return StartingSink(sink_id_for(query_id), query_id, connector, location)
+    incomplete = incomplete_batch(location)
+    if incomplete is None:
+        return None
+    return StartingSink(sink_id_for(query_id), query_id, connector, location, incomplete)
 
 
 class SinkSwitchedMidBatchError(ConfigError):

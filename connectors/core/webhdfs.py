@@ -75,6 +75,16 @@ class WebHdfs:
                 return None
             raise
 
+    def names(self, path: str) -> list[str]:
+        """The names in the folder ``path``; [] when there is no such folder."""
+        try:
+            answer = json.loads(self._call("GET", self._url(path, "LISTSTATUS")))
+        except WebHdfsError as exc:
+            if exc.code == str(HTTPStatus.NOT_FOUND):
+                return []
+            raise
+        return [str(entry["pathSuffix"]) for entry in answer["FileStatuses"]["FileStatus"]]
+
     def write_text(self, path: str, text: str) -> None:
         """Create ``path`` (replacing it) with ``text``: the NameNode names a DataNode that
         takes the bytes (WebHDFS's two-step create; ``noredirect`` gives its URL as JSON)."""

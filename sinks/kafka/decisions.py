@@ -142,25 +142,27 @@ def _decisions(options: KafkaSinkOptions, sid: str) -> list[Decision]:
     return [d for _, d in found]
 
 
-def decided_by_query(options: KafkaSinkOptions, query_id: str) -> dict[str, Decision]:
-    """Driver: sink id -> its last decision, for every sink on the marker log (and
-    transactional id prefix) whose last decision is ``query_id``'s, as
-    :func:`_decisions` counts them."""
+def decided_by_query(options: KafkaSinkOptions, query_id: str) -> dict[str, int]:
+    """Driver: sink id -> its last decided batch, for every sink on the marker log (under
+    the transactional id prefix) whose decision pointer names ``query_id``. The log's
+    decision records name the candidates (read_uncommitted, so a record behind another
+    query's open transaction is seen); each candidate's pointer (:func:`read_pointer`:
+    its group's committed offset, else the log's committed decisions) decides."""
     prefix, suffix = f"{options.transactional_id_prefix}-", DECISION_SUFFIX
-    last: dict[str, bytes | None] = {}
+    candidates: set[str] = set()
     for record in read_to_end(options.client_config(), options.marker_log, "read_uncommitted"):
         key = (record.key or b"").decode(errors="replace")
-        if key.startswith(prefix) and key.endswith(suffix):
-            last[key[len(prefix) : -len(suffix)]] = record.value
-    candidates = [
-        sid
-        for sid, value in last.items()
-        if value and (found := Decision.decode(value)) is not None and found.query == query_id
-    ]
-    decided = {sid: _decisions(options, sid) for sid in candidates}
-    return {
-        sid: found[-1] for sid, found in decided.items() if found and found[-1].query == query_id
-    }
+        if not (key.startswith(prefix) and key.endswith(suffix) and record.value):
+            continue
+        decision = Decision.decode(record.value)
+        if decision is not None and decision.query == query_id:
+            candidates.add(key[len(prefix) : -len(suffix)])
+    found: dict[str, int] = {}
+    for sid in sorted(candidates):
+        pointed = read_pointer(options, sid)
+        if pointed is not None and pointed[1] == query_id:
+            found[sid] = pointed[0] - 1
+    return found
 
 
 def decision_record(options: KafkaSinkOptions, sid: str, decision: Decision) -> tuple[str, bytes]:

@@ -20,6 +20,7 @@ from dataclasses import replace
 
 from confluent_kafka import KafkaException
 
+from eos_connectors.core.checkpoint_sinks import incomplete_batch
 from eos_connectors.core.errors import EosError
 from eos_connectors.core.sinks_admin import (
     StartingSink,
@@ -40,12 +41,16 @@ _NOT_MARKERS = ("-claim", DECISION_SUFFIX, "-job")
 
 
 def refuse_a_switch(options: KafkaSinkOptions, sid: str, query_id: str, checkpoint: str) -> None:
-    """Driver, at a stream's start: :func:`refuse_a_switch_mid_batch` for every other sink
-    id of ``query_id`` on the marker log, at the last batch it decided or marked."""
-    starting = StartingSink(sid, query_id, "eos_kafka", checkpoint)
+    """Driver, at a stream's start that will replay a batch: :func:`refuse_a_switch_mid_batch`
+    for every other sink id of ``query_id`` on the marker log, at the last batch it decided
+    or marked."""
+    incomplete = incomplete_batch(checkpoint)
+    if incomplete is None:
+        return  # a clean restart: nothing to replay, and the marker log is not read
+    starting = StartingSink(sid, query_id, "eos_kafka", checkpoint, incomplete)
     last = marked_by_query(options, query_id)
-    for other, decision in decided_by_query(options, query_id).items():
-        last[other] = max(last.get(other, -1), decision.batch)
+    for other, batch in decided_by_query(options, query_id).items():
+        last[other] = max(last.get(other, -1), batch)
     for other, batch in sorted(last.items()):
         refuse_a_switch_mid_batch(starting, other, batch, options.topic or "")
 
@@ -76,11 +81,10 @@ def _last_batch(options: KafkaSinkOptions, sid: str, query_id: str) -> int | Non
     None when there is none, or the old marker log cannot be read (logged)."""
     try:
         batches = [marked_by_query(options, query_id).get(sid)]
-        decision = decided_by_query(options, query_id).get(sid)
+        batches.append(decided_by_query(options, query_id).get(sid))
     except (KafkaException, EosError) as exc:
         log.warning("could not read the sink's earlier marker log %s: %s", options.marker_log, exc)
         return None
-    batches.append(decision.batch if decision is not None else None)
     return max((b for b in batches if b is not None), default=None)
 
 

@@ -10,8 +10,9 @@ batch 1 twice; a Kafka sink's restart within the transaction timeout would commi
 twice. A driver that died after applying the batch, before Spark recorded it, had B
 write all of it again at once. Now B's start is refused, naming A, the batch and what
 to do; A's replay finishes the batch, and B then starts. The same for a sink id whose
-bookkeeping names changed (schema, key prefix, transactional id prefix). Cost: ~9 s
-(nine cases).
+bookkeeping names changed (schema, key prefix, transactional id prefix), and which batch
+a checkpoint replays, on a local disk and on HDFS. Cost: ~12 s (ten cases; HDFS is the
+one CI starts for the system tier).
 """
 
 from __future__ import annotations
@@ -232,3 +233,30 @@ def test_a_kafka_transactional_id_prefix_moved_before_the_batch_completes_is_ref
         start_checks(new, raw)
     _completed(checkpoint, 1)  # the replay under the old prefix completed it
     start_checks(new, raw)
+
+
+@pytest.mark.cost(1)
+@pytest.mark.hdfs
+def test_the_batch_a_checkpoint_replays_is_read_on_local_disk_and_on_hdfs(
+    hdfs_url: str, unique: str, tmp_path: Path
+) -> None:
+    """The checks run only when the checkpoint will replay a batch: its last planned one,
+    not recorded complete. Read through WebHDFS's listing on HDFS (the checks would miss
+    every switch there otherwise), and on a local disk."""
+    from eos_connectors.core.checkpoint_sinks import incomplete_batch
+    from eos_connectors.core.webhdfs import WebHdfs
+
+    remote = f"{hdfs_url}/switch-{unique}"
+    hdfs = WebHdfs.for_uri(remote)
+    path = remote.split("//", 1)[1].split("/", 1)[1]
+    local = tmp_path / "local"
+    assert incomplete_batch(remote) is None and incomplete_batch(str(local)) is None
+    for log, batches in (("offsets", (0, 1, 2, 10)), ("commits", (0, 1, 2))):
+        for batch in batches:
+            hdfs.write_text(f"/{path}/{log}/{batch}", "v1\n{}\n")
+            (local / log).mkdir(parents=True, exist_ok=True)
+            (local / log / str(batch)).write_text("v1\n{}\n")
+    assert incomplete_batch(remote) == 10 == incomplete_batch(str(local))
+    hdfs.write_text(f"/{path}/commits/10", "v1\n{}\n")
+    (local / "commits" / "10").write_text("v1\n{}\n")
+    assert incomplete_batch(remote) is None and incomplete_batch(str(local)) is None
