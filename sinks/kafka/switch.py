@@ -9,7 +9,7 @@ everything once the old sink id's next start finishes a decision it had not. Wha
 old sink id did is read from the marker log (the same log and transactional id prefix:
 a switch of those is not seen): its last decision (``commitMode=batch``) and its task
 partitions' committed markers (``commitMode=task``). See
-:func:`eos_connectors.core.sinks_admin.refuse_a_switch_mid_batch`.
+:mod:`eos_connectors.core.sink_switch`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from confluent_kafka import KafkaException
 
 from eos_connectors.core.checkpoint_sinks import incomplete_batch
 from eos_connectors.core.errors import EosError
-from eos_connectors.core.sinks_admin import (
+from eos_connectors.core.sink_switch import (
     StartingSink,
     earlier_names,
     refuse_a_switch_mid_batch,
@@ -59,7 +59,7 @@ def refuse_moved_bookkeeping_at_start(options: KafkaSinkOptions, raw: Mapping[st
     """Driver, at a stream's start, before the checkpoint records it: when
     ``transactionalIdPrefix`` or ``markerLogTopic`` changed since the earlier start, the
     sink id's last batch under the old names is checked by
-    :func:`~eos_connectors.core.sinks_admin.refuse_moved_bookkeeping`."""
+    :func:`~eos_connectors.core.sink_switch.refuse_moved_bookkeeping`."""
     starting = starting_sink(raw, options.sink_id_for, "eos_kafka")
     if starting is None:
         return

@@ -17,13 +17,8 @@ from eos_connectors.core.checkpoint_sinks import (
     record_at_start,
 )
 from eos_connectors.core.errors import ConfigError
-from eos_connectors.core.sinks_admin import (
-    ORPHAN_AGE_SECONDS,
-    SinkRecord,
-    StartingSink,
-    check_moved_bookkeeping,
-    starting_sink,
-)
+from eos_connectors.core.sink_switch import StartingSink, check_moved_bookkeeping, starting_sink
+from eos_connectors.core.sinks_admin import ORPHAN_AGE_SECONDS, SinkRecord
 from eos_connectors.core.sinks_admin import warn_about_orphans as shared_warning
 from eos_connectors.core.startup import once_per_driver, start_key
 from eos_connectors.sinks.postgres import key_claims, privileges

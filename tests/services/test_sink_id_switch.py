@@ -31,7 +31,7 @@ from pyspark.sql.datasource import DataSource
 from eos_connectors.core import faults
 from eos_connectors.core.context import TaskIdentity
 from eos_connectors.core.protocol import TwoPhaseCommitWriter
-from eos_connectors.core.sinks_admin import SinkSwitchedMidBatchError
+from eos_connectors.core.sink_switch import SinkSwitchedMidBatchError
 from eos_connectors.dev.endpoints import Endpoints
 from eos_connectors.sinks.kafka.batch_commit import BatchCommitWriter, PreparedTask
 from eos_connectors.sinks.kafka.checks import start_checks
