@@ -47,8 +47,14 @@ class SinkEntry:
     names: Mapping[str, str] = field(default_factory=dict)  # bookkeeping names, by option
 
     @property
-    def file_name(self) -> str:
-        return f"{self.store}-{self.sink_id}.json"
+    def relative(self) -> str:
+        """Where the entry lives, relative to the checkpoint."""
+        return entry_path(self.store, self.sink_id)
+
+
+def entry_path(store: str, sink_id: str) -> str:
+    """The checkpoint-relative path of ``store``'s entry for ``sink_id``."""
+    return f"{FOLDER.as_posix()}/{store}-{sink_id}.json"
 
 
 class _Files(Protocol):
@@ -118,7 +124,7 @@ def checkpoint_files(location: str | None) -> _Files | None:
 def record(files: _Files, entry: SinkEntry) -> None:
     """Driver: write ``entry`` into the checkpoint unless it is there already (atomically:
     a temporary file renamed over)."""
-    relative = f"{FOLDER.as_posix()}/{entry.file_name}"
+    relative = entry.relative
     text = json.dumps(asdict(entry), indent=2, sort_keys=True) + "\n"
     if files.read(relative) != text:
         files.replace(relative, text)
@@ -152,7 +158,7 @@ def recorded_entry(location: str | None, store: str, sink_id: str) -> SinkEntry 
     files = checkpoint_files(location)
     if files is None:
         return None
-    relative = f"{FOLDER.as_posix()}/{store}-{sink_id}.json"
+    relative = entry_path(store, sink_id)
     try:
         text = files.read(relative)
         return None if text is None else SinkEntry(**json.loads(text))

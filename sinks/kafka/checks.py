@@ -32,14 +32,14 @@ log = logging.getLogger(__name__)
 def start_checks(options: KafkaSinkOptions, raw: Mapping[str, str] | None = None) -> None:
     """Driver, at a query's start: every ``kafka.*`` setting as the tasks' producers take
     it; the broker (:func:`check_broker`); an exactly-once sink recorded in the query's
-    checkpoint (``raw``: Spark's options), once a change of its bookkeeping names
-    mid-batch is refused."""
+    checkpoint (``raw``: Spark's options), once a switch of its sink id or bookkeeping
+    names mid-batch is refused (:mod:`.switch`)."""
     check_producer_settings(options)
     check_broker(options)
     if options.exactly_once:
-        from eos_connectors.sinks.kafka.switch import refuse_moved_bookkeeping_at_start
+        from eos_connectors.sinks.kafka import switch
 
-        refuse_moved_bookkeeping_at_start(options, raw or {})
+        switch.check_at_start(options, raw or {})
         record_at_start(raw or {}, lambda query_id: checkpoint_entry(options, query_id))
 
 

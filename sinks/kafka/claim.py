@@ -104,17 +104,14 @@ def claim_at_start(options: KafkaSinkOptions, checkpoint: str | None) -> None:
     ``checkpoint``'s metadata names. Nothing happens when the checkpoint cannot be read
     here (set through Spark's conf, or on a store the package does not read) or the
     claim cannot be taken (the driver lacks the claim's transactional id ACL): the
-    tasks claim as before. First, a restart through another sink id mid-batch is
-    refused (:mod:`.switch`). :class:`SinkClaimedError` when another query holds it, and a
+    tasks claim as before. :class:`SinkClaimedError` when another query holds it, and a
     :class:`ClaimError` naming the ACL when the markers' topic or groups refuse it."""
     from eos_connectors.core.checkpoint_sinks import checkpoint_query_id
-    from eos_connectors.sinks.kafka.switch import refuse_a_switch
 
     query_id = checkpoint_query_id(checkpoint)
-    if query_id is None or checkpoint is None:
+    if query_id is None:
         return
     sink_id = options.sink_id_for(query_id)
-    refuse_a_switch(options, sink_id, query_id, checkpoint)
     try:
         ensure_claimed(options, sink_id, query_id)
     except (ClaimError, KafkaException) as exc:

@@ -1,4 +1,4 @@
-"""Driver, at a stream's start: a Kafka sink's sink id switched mid-batch is refused.
+"""Driver, at a stream's start: a Kafka sink's sink id or bookkeeping switched mid-batch.
 
 When a query restarts through another sink id (the ``sinkId`` option, or the ``topic``
 that derives it, changed after a failure) while the old one decided or marked a batch
@@ -8,8 +8,9 @@ recorded the batch, the task partitions that committed in ``commitMode=task``, a
 everything once the old sink id's next start finishes a decision it had not. What the
 old sink id did is read from the marker log (the same log and transactional id prefix:
 a switch of those is not seen): its last decision (``commitMode=batch``) and its task
-partitions' committed markers (``commitMode=task``). See
-:mod:`eos_connectors.core.sink_switch`.
+partitions' committed markers (``commitMode=task``). The same for the sink id under the
+``transactionalIdPrefix`` or ``markerLogTopic`` the checkpoint recorded at the earlier
+start. See :mod:`eos_connectors.core.sink_switch`.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from dataclasses import replace
 
 from confluent_kafka import KafkaException
 
-from eos_connectors.core.checkpoint_sinks import incomplete_batch
 from eos_connectors.core.errors import EosError
 from eos_connectors.core.sink_switch import (
     StartingSink,
@@ -40,29 +40,31 @@ log = logging.getLogger(__name__)
 _NOT_MARKERS = ("-claim", DECISION_SUFFIX, "-job")
 
 
-def refuse_a_switch(options: KafkaSinkOptions, sid: str, query_id: str, checkpoint: str) -> None:
-    """Driver, at a stream's start that will replay a batch: :func:`refuse_a_switch_mid_batch`
-    for every other sink id of ``query_id`` on the marker log, at the last batch it decided
-    or marked."""
-    incomplete = incomplete_batch(checkpoint)
-    if incomplete is None:
+def check_at_start(options: KafkaSinkOptions, raw: Mapping[str, str]) -> None:
+    """Driver, at a stream's start that will replay a batch, before the checkpoint records
+    the start: another sink id of the query, or this one under its earlier
+    ``transactionalIdPrefix`` or ``markerLogTopic``, that decided or marked that batch
+    refuses it (:mod:`eos_connectors.core.sink_switch`)."""
+    starting = starting_sink(raw, options.sink_id_for, "eos_kafka")
+    if starting is None:
         return  # a clean restart: nothing to replay, and the marker log is not read
-    starting = StartingSink(sid, query_id, "eos_kafka", checkpoint, incomplete)
-    last = marked_by_query(options, query_id)
-    for other, batch in decided_by_query(options, query_id).items():
+    _refuse_a_switch(options, starting)
+    _refuse_moved_bookkeeping(options, starting)
+
+
+def _refuse_a_switch(options: KafkaSinkOptions, starting: StartingSink) -> None:
+    """Every other sink id of the query on the marker log, at the last batch it decided
+    or marked."""
+    last = marked_by_query(options, starting.query_id)
+    for other, batch in decided_by_query(options, starting.query_id).items():
         last[other] = max(last.get(other, -1), batch)
     for other, batch in sorted(last.items()):
         refuse_a_switch_mid_batch(starting, other, batch, options.topic or "")
 
 
-def refuse_moved_bookkeeping_at_start(options: KafkaSinkOptions, raw: Mapping[str, str]) -> None:
-    """Driver, at a stream's start, before the checkpoint records it: when
-    ``transactionalIdPrefix`` or ``markerLogTopic`` changed since the earlier start, the
-    sink id's last batch under the old names is checked by
-    :func:`~eos_connectors.core.sink_switch.refuse_moved_bookkeeping`."""
-    starting = starting_sink(raw, options.sink_id_for, "eos_kafka")
-    if starting is None:
-        return
+def _refuse_moved_bookkeeping(options: KafkaSinkOptions, starting: StartingSink) -> None:
+    """The sink id's last batch under the names the checkpoint recorded at the earlier
+    start, when ``transactionalIdPrefix`` or ``markerLogTopic`` changed since."""
     names = earlier_names(starting, "kafka")
     prefix = names.get("transactionalIdPrefix", options.transactional_id_prefix)
     marker_log = names.get("markerLogTopic", options.marker_log)

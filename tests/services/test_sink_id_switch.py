@@ -35,7 +35,6 @@ from eos_connectors.core.sink_switch import SinkSwitchedMidBatchError
 from eos_connectors.dev.endpoints import Endpoints
 from eos_connectors.sinks.kafka.batch_commit import BatchCommitWriter, PreparedTask
 from eos_connectors.sinks.kafka.checks import start_checks
-from eos_connectors.sinks.kafka.claim import claim_at_start
 from eos_connectors.sinks.kafka.options import KafkaSinkOptions
 from eos_connectors.sinks.postgres import PostgresDataSource
 from eos_connectors.sinks.redis import RedisDataSource
@@ -145,6 +144,7 @@ def test_a_kafka_stream_restarted_through_another_sink_id_mid_batch_is_refused(
     old = batch_commit_options
     assert old.sink_id is not None
     new = replace(old, sink_id=f"{old.sink_id}-b")
+    raw = {"checkpointLocation": checkpoint}
     writer = BatchCommitWriter(old)
 
     def prepare(run: str) -> list[PreparedTask]:
@@ -157,13 +157,13 @@ def test_a_kafka_stream_restarted_through_another_sink_id_mid_batch_is_refused(
     with pytest.raises(faults.SimulatedCrash), faults.simulate(f"{crash}@1"):
         writer.commit(list(prepare("run-1")), 1)
     with pytest.raises(SinkSwitchedMidBatchError, match=rf"sink '{old.sink_id}' .* batch 1,"):
-        claim_at_start(new, checkpoint)
+        start_checks(new, raw)
 
     replay = prepare("run-2")
     assert {m.state for m in replay} == {"decided" if crash == "after-decision" else "marked"}
     writer.commit(list(replay), 1)
     _completed(checkpoint, 1)
-    claim_at_start(new, checkpoint)  # the batch is complete: the switch is taken
+    start_checks(new, raw)  # the batch is complete: the switch is taken
     assert old.topic is not None
     assert sorted(r.value for r in read_written(old.kafka, old.topic)) == [
         b"v0",
