@@ -16,8 +16,10 @@ the write's and the commit's, from a daemon of its own): the commit's first call
 finds what the write's recorded, instead of checking again on batch 0's way to its
 commit (the Kafka sink's: 232-241 ms, now 43-44; docs/bench.md). A failed check records
 nothing, so the next call checks again. A driver that records its first marker
-deletes those of drivers that have ended. Outside a Python process started by Spark (a
-test, a script) the checks always run.
+deletes those of drivers that have ended. A sink that starts on a checkpoint after
+another sink did there under the same driver is a new start (:func:`tenure`), whose checks
+run again. Outside a Python process started by Spark (a test, a script) the checks always
+run.
 
 """
 
@@ -31,6 +33,8 @@ import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from eos_connectors.core.checkpoint_sinks import checkpoint_location
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
@@ -113,9 +117,39 @@ def forget_ended_drivers(directory: Path) -> int:
 
 
 def start_key(source: str, options: Mapping[str, str], schema: StructType) -> str:
-    """What makes two sinks' start checks the same: the format, options and schema (only
-    a digest of it is ever written)."""
-    return "|".join((source, repr(sorted(options.items())), schema.json()))
+    """What makes two sinks' start checks the same: the format, options and schema, and
+    the sink's tenure on its checkpoint under this driver (:func:`tenure`). Only a digest
+    of it is ever written."""
+    sink = "|".join((repr(sorted(options.items())), schema.json()))
+    return "|".join((source, sink, tenure(checkpoint_location(options), sink)))
+
+
+def tenure(checkpoint: str | None, sink: str) -> str:
+    """Driver: which of this driver's starts on ``checkpoint`` the ``sink`` (its options and
+    schema) is in: the count moves on whenever the sink that calls is not the one that
+    called last. So a sink that starts on a checkpoint after another one did there (a
+    notebook switching a query's sink id, or its bookkeeping names, back and forth) is a
+    new start, whose checks run again, as a new driver's would: a switch mid-batch is
+    refused however often the options were used before (``core.sink_switch``). A query's
+    processes call in turn, never beside another query on the same checkpoint. Empty
+    without a checkpoint or outside a process Spark started (where markers are not kept)."""
+    marker = None if checkpoint is None else _marker(f"checkpoint|{checkpoint}")
+    if marker is None:
+        return ""
+    ours = hashlib.sha256(sink.encode()).hexdigest()[:24]
+    try:
+        holder, _, count = marker.read_text().partition(" ")
+    except OSError:
+        holder, count = "", ""
+    if holder == ours:
+        return count
+    moved = str(int(count) + 1 if count.isdigit() else 1)
+    try:
+        marker.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _write_atomically(marker, f"{ours} {moved}")
+    except OSError as exc:
+        log.info("a sink's start on %s goes unrecorded (%s)", checkpoint, exc)
+    return moved
 
 
 def started_by_spark() -> bool:

@@ -205,40 +205,48 @@ def test_rescale_refuses_the_default_state_store_before_taking_anything(
     assert list_savepoints(root) == [], "a savepoint was taken before the refusal"
 
 
-@pytest.mark.cost(9)
+@pytest.mark.cost(12)
 @pytest.mark.parametrize("commit_mode", ["batch", "task"])
 def test_a_restart_through_another_sink_id_before_the_batch_completes_is_refused(
     spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path, commit_mode: str
 ) -> None:
-    """The query writes through sink id A, and its last batch is left uncompleted in the
-    checkpoint (the driver died after the sink committed it, before Spark wrote
-    ``commits/N``). Restarted with sink id B, Spark would replay the batch through B and
-    write it again: the start is refused, naming A and the batch, writing nothing. With
-    A again the replay finishes it (A finds it committed); then B takes over for the new
-    records. Every input record is in the output once."""
+    """The query writes through sink id B, then through sink id A, and A's last batch is
+    left uncompleted in the checkpoint (the driver died after the sink committed it,
+    before Spark wrote ``commits/N``). Restarted with B again, in the same driver that
+    started B before (a notebook switching back and forth), Spark would replay the batch
+    through B and write it again: the start is refused, naming A and the batch, writing
+    nothing. With A again the replay finishes it (A finds it committed); then B takes
+    over for the new records. Every input record is in the output once."""
     from tests.kafka_util import uncommit
 
     source, out, values = _input(endpoints, unique)
     work = tmp_path
     old, new = f"op-{unique}-a", f"op-{unique}-b"
 
-    def run(sink_id: str) -> None:
+    def run(sink_id: str) -> int:
+        """The query through ``sink_id`` to the end of its input; its last batch."""
         from tests.pipelines import source_to_kafka
 
         checkpoint = str(work / "checkpoint")
         source_to_kafka.run(spark, endpoints.kafka_bootstrap, source, out, checkpoint, sink_id,
                             "2", "500", commit_mode)  # fmt: skip
+        return max(int(p.name) for p in (work / "checkpoint" / "commits").glob("[0-9]*"))
 
-    run(old)
-    last = max(int(p.name) for p in (work / "checkpoint" / "commits").glob("[0-9]*"))
-    assert last >= 1, "the test needs two batches or more"
+    def more(name: str) -> list[bytes]:
+        records = [f"{unique}-{name}-{i}".encode() for i in range(100)]
+        produce_plain(endpoints.kafka_bootstrap, source, records)
+        return records
+
+    before = run(new)
+    middle = more("middle")
+    last = run(old)
+    assert last > before, "the test needs a batch of A's"
     uncommit(work / "checkpoint", last)
     with pytest.raises(Exception, match=rf"sink '{old}' .* decided batch {last},"):
         run(new)
     run(old)
-    more = [f"{unique}-more-{i}".encode() for i in range(100)]
-    produce_plain(endpoints.kafka_bootstrap, source, more)
+    after = more("after")
     run(new)
     written = Counter(r.value for r in read_written(endpoints.kafka, out))
-    assert sum(written.values()) == RECORDS + len(more), "written twice or lost"
-    assert sorted(written) == sorted(values + more)
+    assert sum(written.values()) == RECORDS + 200, "written twice or lost"
+    assert sorted(written) == sorted(values + middle + after)

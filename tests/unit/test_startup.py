@@ -21,6 +21,7 @@ from eos_connectors.core.startup import (
     _driver_identity,
     forget_ended_drivers,
     once_per_driver,
+    start_key,
 )
 
 
@@ -60,6 +61,35 @@ def test_in_a_process_spark_started_the_checks_run_once_after_they_pass(
     assert len(calls) == 2, "a failed check is repeated; a passed one is not"
     once_per_driver("eos_redis|b", check)
     assert len(calls) == 3, "other settings are checked on their own"
+
+
+def test_a_sink_that_starts_on_a_checkpoint_after_another_one_checks_again(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A notebook's driver runs sink B on a checkpoint, then sink A, then B again: B's
+    second start checks again (a switch back mid-batch must be refused), while the calls
+    of one run (its batches) and a sink on another checkpoint do not move its tenure."""
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv("PYTHON_WORKER_FACTORY_SECRET", "not-a-real-secret")
+    schema = StructType([StructField("value", StringType())])
+    a = {"checkpointLocation": "/c", "sinkId": "a"}
+    b = {"checkpointLocation": "/c", "sinkId": "b"}
+    elsewhere = {"checkpointLocation": "/other", "sinkId": "c"}
+    calls, check = _counting([])
+
+    def start(options: dict[str, str]) -> None:
+        once_per_driver(start_key("eos_kafka", options, schema), check)
+
+    for options in (b, b, elsewhere, b, a, a, elsewhere):
+        start(options)
+    assert len(calls) == 3, "b, the other checkpoint's sink and a check once each"
+    start(b)
+    assert len(calls) == 4, "b starting after a is a new start"
+    start(b)
+    assert len(calls) == 4
+    assert start_key("eos_kafka", {"sinkId": "b"}, schema).endswith("|"), "no checkpoint"
 
 
 def test_outside_spark_the_checks_always_run(
