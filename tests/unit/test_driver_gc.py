@@ -43,7 +43,9 @@ def test_a_spark_process_freezes_from_its_second_call_and_thaws_once_in_a_while(
     assert counts[1] > 10_000  # the imports, frozen at the second call
     assert counts[1 : REFREEZE - 1] == [counts[1]] * (REFREEZE - 2)  # nothing more
     assert counts[REFREEZE - 1] == 0  # thawed: the collection after it walks everything
-    assert counts[REFREEZE] >= counts[1]  # frozen again at the next call
+    # Frozen again at the next call: what lives then, less any cycle the frozen objects
+    # left since the second call, which the thawed collection freed (its purpose).
+    assert counts[1] - 100 <= counts[REFREEZE] <= counts[1] + 100
 
 
 def test_a_process_spark_did_not_start_freezes_nothing() -> None:
