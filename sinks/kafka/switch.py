@@ -10,7 +10,9 @@ old sink id did is read from the marker log (the same log and transactional id p
 a switch of those is not seen): its last decision (``commitMode=batch``) and its task
 partitions' committed markers (``commitMode=task``). The same for the sink id under the
 ``transactionalIdPrefix`` or ``markerLogTopic`` the checkpoint recorded at the earlier
-start. See :mod:`eos_connectors.core.sink_switch`.
+start. See :mod:`eos_connectors.core.sink_switch`. And a switch to ``commitMode=task`` while
+the sink id's decision of that batch (``commitMode=batch``) is not committed in full: a
+task-mode run has no driver to commit it.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from confluent_kafka import KafkaException
 
 from eos_connectors.core.errors import EosError
 from eos_connectors.core.sink_switch import (
+    SinkSwitchedMidBatchError,
     StartingSink,
     earlier_names,
     refuse_a_switch_mid_batch,
@@ -30,9 +33,17 @@ from eos_connectors.core.sink_switch import (
     starting_sink,
 )
 from eos_connectors.core.topics import read_to_end
-from eos_connectors.sinks.kafka.decisions import DECISION_SUFFIX, decided_by_query
+from eos_connectors.sinks.kafka.coordinator import OpenTransaction
+from eos_connectors.sinks.kafka.decisions import (
+    DECISION_SUFFIX,
+    Decision,
+    decided_by_query,
+    read_decision,
+    read_marker,
+    read_pointer,
+)
 from eos_connectors.sinks.kafka.marker_log import decode
-from eos_connectors.sinks.kafka.options import KafkaSinkOptions
+from eos_connectors.sinks.kafka.options import KafkaSinkOptions, marker_group
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +61,7 @@ def check_at_start(options: KafkaSinkOptions, raw: Mapping[str, str]) -> None:
         return  # a clean restart: nothing to replay, and the marker log is not read
     _refuse_a_switch(options, starting)
     _refuse_moved_bookkeeping(options, starting)
+    _refuse_task_mode_over_a_decision(options, starting)
 
 
 def _refuse_a_switch(options: KafkaSinkOptions, starting: StartingSink) -> None:
@@ -76,6 +88,41 @@ def _refuse_moved_bookkeeping(options: KafkaSinkOptions, starting: StartingSink)
         if was != now:
             batch = _last_batch(old, starting.sink_id, starting.query_id)
             refuse_moved_bookkeeping(starting, option, was, now, batch)
+
+
+def _refuse_task_mode_over_a_decision(options: KafkaSinkOptions, starting: StartingSink) -> None:
+    """``commitMode=task`` starting where this sink id decided the batch the checkpoint
+    replays in ``commitMode=batch`` and its driver died before committing every one of
+    the decision's transactions: those are a driver's to commit, which a task-mode run
+    never does. Its tasks would wait on them until the coordinators abort them at
+    ``kafka.transaction.timeout.ms`` (15 minutes by default), failing meanwhile. A decision
+    whose transactions all committed (every task partition's marker past the batch) lets
+    the start go on: the replay finds the batch written."""
+    if options.commit_mode != "task":
+        return
+    sid = starting.sink_id
+    pointed = read_pointer(options, sid)
+    if pointed is None or pointed[1] != starting.query_id or not starting.replays(pointed[0] - 1):
+        return
+    decision = read_decision(options, sid, pointed[0] - 1)
+    open_ = sorted(p for p, t in decision.txns.items() if not _committed(options, t, decision))
+    if open_:
+        raise SinkSwitchedMidBatchError(
+            f"eos_kafka: commitMode is 'task', but sink {sid!r} decided batch "
+            f"{decision.batch} in commitMode=batch and its driver stopped before committing "
+            f"the transactions of task partitions {open_}, and the checkpoint has not "
+            "recorded the batch as complete. Those transactions are the driver's to commit, "
+            "which a task-mode run never does: its tasks would wait on them until the "
+            "coordinators abort them (kafka.transaction.timeout.ms). Restart the query with "
+            "commitMode=batch until that batch completes, then change it. Nothing was written."
+        )
+
+
+def _committed(options: KafkaSinkOptions, txn: OpenTransaction, decision: Decision) -> bool:
+    """Whether ``txn`` of ``decision`` committed: its task partition's marker (as the group
+    applied it) is past the batch."""
+    marked = read_marker(options, marker_group(txn.transactional_id))
+    return marked is not None and marked[0] > decision.batch
 
 
 def _last_batch(options: KafkaSinkOptions, sid: str, query_id: str) -> int | None:

@@ -33,6 +33,7 @@ from eos_connectors.core.context import TaskIdentity
 from eos_connectors.core.protocol import TwoPhaseCommitWriter
 from eos_connectors.core.sink_switch import SinkSwitchedMidBatchError
 from eos_connectors.dev.endpoints import Endpoints
+from eos_connectors.sinks.kafka import KafkaExactlyOnceWriter
 from eos_connectors.sinks.kafka.batch_commit import BatchCommitWriter, PreparedTask
 from eos_connectors.sinks.kafka.checks import start_checks
 from eos_connectors.sinks.kafka.options import KafkaSinkOptions
@@ -170,6 +171,60 @@ def test_a_kafka_stream_restarted_through_another_sink_id_mid_batch_is_refused(
         b"v0",
         b"v1",
         b"v1",
+    ]
+
+
+@pytest.mark.cost(2)
+@pytest.mark.parametrize("crash", CRASHES)
+def test_a_switch_to_commit_mode_task_before_a_decided_batch_is_committed_is_refused(
+    endpoints: Endpoints, batch_commit_options: KafkaSinkOptions, crash: str, tmp_path: Path
+) -> None:
+    """The same sink id, ``commitMode`` changed from batch to task after batch 1 was
+    decided. Its driver died before committing the decision's transactions
+    (after-decision): a task-mode run has no driver to commit them, and its tasks would
+    wait on them until the coordinator aborts them (15 minutes here), failing meanwhile;
+    the start is refused, and in batch mode the replay commits the batch. Its driver
+    committed them all (after-commit): the start goes on and the task-mode replay finds
+    the batch written. Each record once either way."""
+    query = str(uuid.uuid4())
+    checkpoint = _checkpoint(tmp_path, query)
+    raw = {"checkpointLocation": checkpoint}
+    batch_mode = batch_commit_options
+    task_mode = replace(batch_mode, commit_mode="task")
+    writer = BatchCommitWriter(batch_mode)
+
+    def rows(batch: int) -> pa.RecordBatch:
+        return pa.RecordBatch.from_pydict({"key": [b"k"], "value": [f"b{batch}".encode()]})
+
+    def prepare(batch: int, run: str) -> list[PreparedTask]:
+        return [
+            writer.write_task(a_task(batch, run=run, partition=p, query=query), iter([rows(p)]))
+            for p in range(2)
+        ]
+
+    start_checks(batch_mode, raw)
+    with pytest.raises(faults.SimulatedCrash), faults.simulate(f"{crash}@1"):
+        writer.commit(list(prepare(1, "run-1")), 1)
+    if crash == "after-decision":
+        with pytest.raises(SinkSwitchedMidBatchError, match=r"commitMode=batch .* \[0, 1\]"):
+            start_checks(task_mode, raw)
+        writer.commit(list(prepare(1, "run-2")), 1)  # the replay in batch mode commits it
+    else:
+        start_checks(task_mode, raw)
+        task_writer = KafkaExactlyOnceWriter(task_mode, checkpoint)
+        replay = [
+            task_writer.write_task(
+                a_task(1, run="run-2", partition=p, query=query), iter([rows(p)])
+            )
+            for p in range(2)
+        ]
+        assert all(report.skipped for report in replay), "the committed batch was written again"
+    _completed(checkpoint, 1)
+    start_checks(task_mode, raw)  # the batch is complete: the switch is taken
+    assert batch_mode.topic is not None
+    assert sorted(r.value for r in read_written(batch_mode.kafka, batch_mode.topic)) == [
+        b"b0",
+        b"b1",
     ]
 
 
