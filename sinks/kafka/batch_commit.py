@@ -118,6 +118,7 @@ from eos_connectors.core.continuous import refuse_continuous
 from eos_connectors.core.errors import ConfigError
 from eos_connectors.core.protocol import Lineage, SinkClaimedError
 from eos_connectors.core.spark_api import StreamArrowWriter
+from eos_connectors.sinks.kafka import jobs
 from eos_connectors.sinks.kafka.claim import check_owner
 from eos_connectors.sinks.kafka.clients import (
     CALL_TIMEOUT,
@@ -357,6 +358,8 @@ class BatchCommitWriter(StreamArrowWriter):
         nothing of a version is visible before its decision."""
         sid = self.options.sink_id_for(job.query_id)
         skip = self._skip(job, read_pointer(self.options, sid), sid)
+        if skip is None:  # what the job's runs in commitMode=task wrote
+            skip = jobs.task_mode_plan(self.options, sid, job)
         if skip is not None:
             return JobPlan(skip=skip)
         self.run = claim_run(self.options, sid)

@@ -35,7 +35,7 @@ from eos_connectors.sinks.kafka.clients import CALL_LIMIT, CALL_TIMEOUT, call
 from eos_connectors.sinks.kafka.coordinator import OpenTransaction
 from eos_connectors.sinks.kafka.errors import KafkaSinkError
 from eos_connectors.sinks.kafka.marker import MarkerGroup, marker_consumer
-from eos_connectors.sinks.kafka.options import KafkaSinkOptions
+from eos_connectors.sinks.kafka.options import KafkaSinkOptions, marker_group
 
 DECISION_SUFFIX = "-decision"
 #: A decider's transaction holds one record and one offset for milliseconds; a driver
@@ -180,6 +180,18 @@ def read_marker(
         return _committed(options, group, consumer)
     finally:
         consumer.close()
+
+
+def uncommitted(options: KafkaSinkOptions, decision: Decision) -> list[int]:
+    """Driver: the task partitions whose transaction ``decision`` names and that has not
+    committed: its marker group (the id without its attempt slot), as the group applied
+    it, not past the decided batch."""
+    left = []
+    for partition, txn in sorted(decision.txns.items()):
+        marked = read_marker(options, marker_group(txn.transactional_id))
+        if marked is None or marked[0] <= decision.batch:
+            left.append(partition)
+    return left
 
 
 def _read_kept(options: KafkaSinkOptions, group: str, isolation: str) -> tuple[int, str] | None:

@@ -321,8 +321,12 @@ class KafkaExactlyOnceWriter(StreamArrowWriter):
         refuse_continuous(messages, batchId, self.checkpoint_location, "eos_kafka")
 
     def plan_job(self, job: BatchJob) -> JobPlan:
-        """Driver, before any task of a batch job's run: :mod:`sinks.kafka.jobs`."""
+        """Driver, before any task of a batch job's run: :mod:`sinks.kafka.jobs`, after what
+        the job's runs in ``commitMode=batch`` decided (:func:`jobs.batch_mode_plan`)."""
         sid = sink_id(self.options, job.query_id)
+        skip = jobs.batch_mode_plan(self.options, sid, job)
+        if skip is not None:
+            return JobPlan(skip=skip)
         return jobs.read_standing(self.options, sid, job.query_id).plan(job)
 
     def end_job(self, job: BatchJob, plan: JobPlan, tasks: int, complete: bool) -> None:

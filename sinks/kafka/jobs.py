@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,8 +34,10 @@ from confluent_kafka import KafkaError, Message, Producer
 from eos_connectors.core.batch_job import TXN_VERSION, BatchJob, JobPlan
 from eos_connectors.core.errors import ConfigError
 from eos_connectors.core.kafka_config import logged
+from eos_connectors.core.topics import Record
+from eos_connectors.sinks.kafka.decisions import read_decision, read_pointer, uncommitted
 from eos_connectors.sinks.kafka.errors import KafkaSinkError
-from eos_connectors.sinks.kafka.marker_log import decode, read_settled
+from eos_connectors.sinks.kafka.marker_log import decode, read_for, read_settled
 from eos_connectors.sinks.kafka.options import KafkaSinkOptions
 
 log = logging.getLogger(__name__)
@@ -92,11 +95,82 @@ def job_key(options: KafkaSinkOptions, sink_id: str) -> bytes:
 def read_standing(options: KafkaSinkOptions, sink_id: str, query_id: str) -> JobStanding:
     """Driver: the job's task partitions' markers and its job record, read from the marker
     log once every transaction open on it has ended."""
+    records = read_settled(options, f"the runs of job {sink_id!r}")
+    return _standing(options, sink_id, query_id, records)
+
+
+def batch_mode_plan(options: KafkaSinkOptions, sink_id: str, job: BatchJob) -> str | None:
+    """Driver, before a run of ``job`` in ``commitMode=task``: what the job's runs in
+    ``commitMode=batch`` decided (:mod:`.decisions`), which the task partitions' markers
+    of this mode do not hold. Why the run writes nothing (this version or a later one was
+    decided and committed), else None. A last decision whose driver died before
+    committing all of it is refused: only a run in the batch commit finishes it, and
+    meanwhile its transactions hold read_committed readers back until they time out."""
+    pointed = read_pointer(options, sink_id)
+    if pointed is None or pointed[1] != job.query_id:
+        return None
+    last = pointed[0] - 1
+    left = uncommitted(options, read_decision(options, sink_id, last))
+    if left:
+        raise ConfigError(
+            f"eos_kafka: {TXN_VERSION} {last} of job {sink_id!r} was decided in "
+            f"commitMode=batch and its driver stopped before committing task partitions "
+            f"{left}: only a run with commitMode=batch commits them. Run the job with "
+            f"commitMode=batch ({TXN_VERSION} {last} again, or the next one), then switch. "
+            "Nothing was written."
+        )
+    if job.version <= last:
+        return f"{TXN_VERSION} {last} was committed before (in commitMode=batch)"
+    return None
+
+
+def task_mode_plan(options: KafkaSinkOptions, sink_id: str, job: BatchJob) -> str | None:
+    """Driver, before a run of ``job`` in ``commitMode=batch``: what the job's runs in
+    ``commitMode=task`` left, whose markers and job record the batch commit's decisions do
+    not hold. Why the run writes nothing (task mode wrote this version or a later one),
+    else None; a version task mode wrote in part, this one or an earlier one, is refused:
+    only a task-mode rerun in its first run's shape finishes it. The log is read without
+    waiting for transactions that cannot hide the job's records (:func:`read_for`)."""
+    keys = _task_mode_keys(options, sink_id)
+    records = read_for(options, keys, f"the runs of job {sink_id!r}")
+    plan = _standing(options, sink_id, job.query_id, records).plan(job)
+    if plan.skip:
+        return f"{plan.skip} (in commitMode=task)"
+    if plan.written:
+        raise ConfigError(
+            f"eos_kafka: {TXN_VERSION} {job.version} of job {sink_id!r} was partly written in "
+            f"commitMode=task (task partitions {list(plan.written)}) and never completed. "
+            "This run, in commitMode=batch, would write those partitions again. Rerun the "
+            "version with commitMode=task, with the same input and partitioning, then switch. "
+            "Nothing was written."
+        )
+    return None
+
+
+def _task_mode_keys(options: KafkaSinkOptions, sink_id: str) -> Callable[[bytes], bool]:
+    """The marker log keys of a job's task-mode runs: its task partitions' markers
+    (``<prefix>-<sink id>-<task partition>``) and its job record."""
+    prefix, record = (
+        f"{options.transactional_id_prefix}-{sink_id}-".encode(),
+        job_key(options, sink_id),
+    )
+
+    def holds(key: bytes) -> bool:
+        tail = key[len(prefix) :] if key.startswith(prefix) else b""
+        return key == record or (tail.isdigit() and tail.isascii())
+
+    return holds
+
+
+def _standing(
+    options: KafkaSinkOptions, sink_id: str, query_id: str, records: list[Record]
+) -> JobStanding:
+    """The job's standing in ``records`` of the marker log (oldest first)."""
     prefix = f"{options.transactional_id_prefix}-{sink_id}-"
     key = job_key(options, sink_id)
     written: dict[int, int] = {}
     record: JobRecord | None = None
-    for found in read_settled(options, f"the runs of job {sink_id!r}"):
+    for found in records:
         name = (found.key or b"").decode(errors="replace")
         if found.key == key:
             record = _decode_record(found.value) if found.value else None

@@ -33,17 +33,15 @@ from eos_connectors.core.sink_switch import (
     starting_sink,
 )
 from eos_connectors.core.topics import read_to_end
-from eos_connectors.sinks.kafka.coordinator import OpenTransaction
 from eos_connectors.sinks.kafka.decisions import (
     DECISION_SUFFIX,
-    Decision,
     decided_by_query,
     read_decision,
-    read_marker,
     read_pointer,
+    uncommitted,
 )
 from eos_connectors.sinks.kafka.marker_log import decode
-from eos_connectors.sinks.kafka.options import KafkaSinkOptions, marker_group
+from eos_connectors.sinks.kafka.options import KafkaSinkOptions
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +103,7 @@ def _refuse_task_mode_over_a_decision(options: KafkaSinkOptions, starting: Start
     if pointed is None or pointed[1] != starting.query_id or not starting.replays(pointed[0] - 1):
         return
     decision = read_decision(options, sid, pointed[0] - 1)
-    open_ = sorted(p for p, t in decision.txns.items() if not _committed(options, t, decision))
+    open_ = uncommitted(options, decision)
     if open_:
         raise SinkSwitchedMidBatchError(
             f"eos_kafka: commitMode is 'task', but sink {sid!r} decided batch "
@@ -116,13 +114,6 @@ def _refuse_task_mode_over_a_decision(options: KafkaSinkOptions, starting: Start
             "coordinators abort them (kafka.transaction.timeout.ms). Restart the query with "
             "commitMode=batch until that batch completes, then change it. Nothing was written."
         )
-
-
-def _committed(options: KafkaSinkOptions, txn: OpenTransaction, decision: Decision) -> bool:
-    """Whether ``txn`` of ``decision`` committed: its task partition's marker (as the group
-    applied it) is past the batch."""
-    marked = read_marker(options, marker_group(txn.transactional_id))
-    return marked is not None and marked[0] > decision.batch
 
 
 def _last_batch(options: KafkaSinkOptions, sid: str, query_id: str) -> int | None:
