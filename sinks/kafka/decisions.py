@@ -22,6 +22,7 @@ by the same rule. ``eos sinks reset`` clears both (:mod:`.admin`).
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,11 +31,12 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from eos_connectors.core.kafka_config import logged
 from eos_connectors.core.kept import Kept
 from eos_connectors.core.secrets import settings_digest
-from eos_connectors.core.topics import read_to_end
+from eos_connectors.core.topics import end_offsets, read_to_end
 from eos_connectors.sinks.kafka.clients import CALL_LIMIT, CALL_TIMEOUT, call
 from eos_connectors.sinks.kafka.coordinator import OpenTransaction
 from eos_connectors.sinks.kafka.errors import KafkaSinkError
 from eos_connectors.sinks.kafka.marker import MarkerGroup, marker_consumer
+from eos_connectors.sinks.kafka.marker_log import READ_TIMEOUT
 from eos_connectors.sinks.kafka.options import KafkaSinkOptions, marker_group
 
 DECISION_SUFFIX = "-decision"
@@ -42,6 +44,8 @@ DECISION_SUFFIX = "-decision"
 #: that dies inside it holds read_committed readers of the marker log back at most this
 #: long (the next claim ends it at once).
 DECIDER_TIMEOUT_MS = 30_000
+#: How often a read of decisions looks whether the transactions open before one ended.
+PENDING_POLL_SECONDS = 0.05
 
 
 @dataclass(frozen=True)
@@ -135,11 +139,39 @@ def _decisions(options: KafkaSinkOptions, sid: str) -> list[Decision]:
         decision = Decision.decode(record.value)
         if decision is not None:
             found.append((record.offset, decision))
-    if any(d.claim is not None for _, d in found):
-        kept = read_to_end(options.client_config(), options.marker_log, "read_committed")
-        committed = {r.offset for r in kept if r.key == key}
+    claimed = [o for o, d in found if d.claim is not None]
+    if claimed:
+        committed = _committed_offsets(options, sid, max(claimed))
         found = [(o, d) for o, d in found if d.claim is None or o in committed]
     return [d for _, d in found]
+
+
+def _committed_offsets(options: KafkaSinkOptions, sid: str, last: int) -> set[int]:
+    """Driver or task: the offsets of ``sid``'s decision records that committed, up to
+    offset ``last`` of the marker log's partition 0 (where deciders write), read
+    read_committed once the partition's last stable offset has passed ``last``. A record
+    behind the last stable offset is not aborted but unknown yet: another transaction on
+    the log that began before it is still open (a task-mode task's marker, of any sink
+    sharing the log, or one left hanging). Read then, a decided batch passed for one
+    with no decision. So the read waits for that transaction, up to
+    :data:`~.marker_log.READ_TIMEOUT`, and then fails naming it as the cause."""
+    config, log = options.client_config(), options.marker_log
+    deadline = time.monotonic() + READ_TIMEOUT
+    while (stable := end_offsets(config, log, "read_committed").get(0, 0)) <= last:
+        if time.monotonic() > deadline:
+            raise KafkaSinkError(
+                f"Sink {sid}: a decision record at offset {last} of the marker log {log!r} "
+                f"(partition 0) cannot be read as committed: a transaction that began before "
+                f"it is still open there after {READ_TIMEOUT:.0f} s, holding the partition's "
+                f"last stable offset at {stable}. It is another client's on the shared log (a "
+                "sink in commitMode=task, or one left hanging: `kafka-transactions.sh "
+                "find-hanging`); the batch is retried once it ends, by its commit or its "
+                "transaction timeout."
+            )
+        time.sleep(PENDING_POLL_SECONDS)
+    kept = read_to_end(config, log, "read_committed", {0: (0, stable)})
+    key = decision_group(options, sid).encode()
+    return {r.offset for r in kept if r.key == key}
 
 
 def decided_by_query(options: KafkaSinkOptions, query_id: str) -> dict[str, int]:

@@ -10,8 +10,8 @@ no hanging transaction; a stream's start aborts what its last decision does not 
 ``eos sinks`` lists and resets it; a batch job's version decided by a driver that died
 is committed before the next version.
 
-Cost: ~33 s in CI (sixteen tests; the woken driver that read the pointer before it
-paused, ~3 s); a seventeenth, the coordinator's own timeout (~22 s), is `make soak`'s."""
+Cost: ~36 s in CI (seventeen tests; the woken driver that read the pointer before it
+paused, ~3 s); an eighteenth, the coordinator's own timeout (~22 s), is `make soak`'s."""
 
 from __future__ import annotations
 
@@ -166,6 +166,39 @@ def test_a_jobs_version_decided_by_a_dead_driver_is_committed_before_the_next_on
     writer.commit(list(again), 6)
     assert writer.plan_job(BatchJob(sink, 4, "run-d")).skip == "txnVersion 6 was committed before"
     assert _visible(endpoints, writer) == _expected(range(5, 7)), "each record once"
+
+
+@pytest.mark.cost(3)
+def test_a_decision_is_read_behind_another_clients_transaction_on_the_marker_log(
+    endpoints: Endpoints, writer: BatchCommitWriter
+) -> None:
+    """Another client's transaction on the shared marker log (a task-mode sink's marker)
+    opens before batch 0's decision, and ends 2 s after its driver died past the decision.
+    The replay's tasks read the decision, which sits behind the log's last stable offset
+    meanwhile: they wait for that transaction instead of taking the decided batch for one
+    with no decision (they failed: "holds no decision of it"), and the commit finishes
+    the batch once."""
+    from confluent_kafka import Producer
+
+    other = Producer({**endpoints.kafka, "transactional.id": f"other-{writer.options.sink_id}"})
+    other.init_transactions(30)
+    other.begin_transaction()
+    other.produce(writer.options.marker_log, b"a marker", b"another sink's task", partition=0)
+    other.flush(30)
+    prepared = _prepare(writer, 0)
+    with pytest.raises(faults.SimulatedCrash), faults.simulate("after-decision@0"):
+        writer.commit(list(prepared), 0)
+    ends = threading.Timer(2.0, lambda: other.abort_transaction(30))
+    ends.start()
+    began = time.monotonic()
+    try:
+        replay = _prepare(writer, 0, run="run-2")
+    finally:
+        ends.join()
+    assert time.monotonic() - began > 1.5, "the decision was read before the log settled"
+    assert {m.state for m in replay} == {"decided"}
+    writer.commit(list(replay), 0)
+    assert _visible(endpoints, writer) == _expected(range(1)), "the decided rows, once"
 
 
 def test_an_undecided_batch_is_aborted_or_rewritten_in_full_by_its_replay(
