@@ -37,10 +37,11 @@ from eos_connectors.sinks.kafka.decisions import (
     DECISION_SUFFIX,
     decided_by_query,
     read_decision,
+    read_marker,
     read_pointer,
     uncommitted,
 )
-from eos_connectors.sinks.kafka.marker_log import decode
+from eos_connectors.sinks.kafka.marker_log import decode, read_for
 from eos_connectors.sinks.kafka.options import KafkaSinkOptions
 
 log = logging.getLogger(__name__)
@@ -130,19 +131,31 @@ def _last_batch(options: KafkaSinkOptions, sid: str, query_id: str) -> int | Non
 
 def marked_by_query(options: KafkaSinkOptions, query_id: str) -> dict[str, int]:
     """Sink id -> the last batch one of its task partitions marked, for every sink on the
-    marker log whose marker names ``query_id``. Committed markers only (read_committed):
-    an attempt's aborted marker marks nothing."""
+    marker log whose marker names ``query_id``. The log's records name the candidates,
+    read uncommitted: a marker committed behind another client's transaction still open on
+    the log (past its last stable offset) is seen too. Each candidate's marker group, as
+    the group applied it (committed transactions only: an attempt's aborted marker marks
+    nothing), decides; when the group holds no offset (expired), its committed record in
+    the log does (:func:`~.marker_log.read_for`)."""
     prefix = f"{options.transactional_id_prefix}-"
-    last: dict[str, bytes | None] = {}
-    for record in read_to_end(options.client_config(), options.marker_log, "read_committed"):
+    candidates: set[str] = set()
+    for record in read_to_end(options.client_config(), options.marker_log, "read_uncommitted"):
         key = (record.key or b"").decode(errors="replace")
-        if key.startswith(prefix) and not key.endswith(_NOT_MARKERS):
-            last[key] = record.value
+        if key.startswith(prefix) and not key.endswith(_NOT_MARKERS) and record.value:
+            marker = decode(record.value)
+            if marker is not None and marker.query == query_id:
+                candidates.add(key)
+    marks = {key: read_marker(options, key) for key in sorted(candidates)}
+    unkept = {key.encode() for key, marked in marks.items() if marked is None}
+    if unkept:
+        for record in read_for(options, unkept.__contains__, "the sinks' markers"):
+            marker = decode(record.value) if record.value else None
+            if record.key in unkept and marker is not None:
+                marks[record.key.decode()] = (marker.next_batch, marker.query)
     found: dict[str, int] = {}
-    for key, value in last.items():
-        marker = decode(value) if value else None
+    for key, marked in marks.items():
         sid, _, partition = key[len(prefix) :].rpartition("-")
-        if marker is None or marker.query != query_id or not partition.isdigit():
+        if marked is None or marked[1] != query_id or not partition.isdigit():
             continue
-        found[sid] = max(found.get(sid, -1), marker.next_batch - 1)
+        found[sid] = max(found.get(sid, -1), marked[0] - 1)
     return found

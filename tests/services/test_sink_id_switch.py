@@ -175,6 +175,40 @@ def test_a_kafka_stream_restarted_through_another_sink_id_mid_batch_is_refused(
 
 
 @pytest.mark.cost(2)
+def test_a_task_mode_switch_is_refused_behind_another_transaction_on_the_marker_log(
+    endpoints: Endpoints, batch_commit_options: KafkaSinkOptions, tmp_path: Path
+) -> None:
+    """Sink id A in ``commitMode=task`` commits batch 1's markers while another client's
+    transaction is open on the shared marker log (begun before them, so they sit past the
+    log's last stable offset); the query restarts through B before Spark recorded batch 1.
+    The switch check reads the marker groups, which hold A's markers as committed, and
+    refuses: a read of the log's committed records alone found none, and let B write the
+    batch again."""
+    from confluent_kafka import Producer
+
+    query = str(uuid.uuid4())
+    checkpoint = _checkpoint(tmp_path, query)
+    old = replace(batch_commit_options, commit_mode="task")
+    assert old.sink_id is not None
+    new = replace(old, sink_id=f"{old.sink_id}-b")
+    other = Producer({**endpoints.kafka, "transactional.id": f"other-{old.sink_id}"})
+    other.init_transactions(30)
+    other.begin_transaction()
+    other.produce(old.marker_log, b"a marker", b"another sink's task", partition=0)
+    other.flush(30)
+    try:
+        writer = KafkaExactlyOnceWriter(old, checkpoint)
+        rows = pa.RecordBatch.from_pydict({"key": [b"k"], "value": [b"v"]})
+        for partition in range(2):
+            task = a_task(1, run="run-1", partition=partition, query=query)
+            assert not writer.write_task(task, iter([rows])).skipped
+        with pytest.raises(SinkSwitchedMidBatchError, match=rf"sink '{old.sink_id}' .* batch 1,"):
+            start_checks(new, {"checkpointLocation": checkpoint})
+    finally:
+        other.abort_transaction(30)
+
+
+@pytest.mark.cost(2)
 @pytest.mark.parametrize("crash", CRASHES)
 def test_a_switch_to_commit_mode_task_before_a_decided_batch_is_committed_is_refused(
     endpoints: Endpoints, batch_commit_options: KafkaSinkOptions, crash: str, tmp_path: Path
