@@ -93,7 +93,7 @@ class RedisSinkAdmin(SinkAdmin):
     def forget(self, sink_id: str, guard: ResetGuard) -> None:
         """One script checks ``guard`` and deletes, atomically with the sink's decisions."""
         keys = SinkKeys(self.options.bookkeeping_prefix, sink_id)
-        names = [keys.owner, keys.decisions, keys.units, keys.applied, keys.aborted]
+        names = [keys.owner, keys.decisions, keys.units, keys.applied, keys.aborted, keys.layouts]
         names += [as_text(k) for k in self.client.scan_iter(match=keys.watermark("*"))]
         last = "" if guard.last_committed is None else str(guard.last_committed)
         args = [guard.query_id or "", last, str(guard.quiet_seconds)]

@@ -4,6 +4,7 @@ watermark; a Redis unit store of :mod:`eos_connectors.core.protocol`."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -74,6 +75,12 @@ class SinkKeys:
     def applied(self) -> str:
         """Hash: unit name -> batch, written by the script that applies the unit."""
         return f"{self.base}:applied"
+
+    @property
+    def layouts(self) -> str:
+        """Hash: unit name -> the layout its stage was written in (the apply script's
+        leading arguments, as JSON), written with the stage."""
+        return f"{self.base}:layouts"
 
     @property
     def aborted(self) -> str:
@@ -159,8 +166,10 @@ class RedisExactlyOnceWriter(TwoPhaseCommitWriter):
         chunk = ENTRIES_PER_COMMAND * self.spec.stride
         # One MULTI/EXEC: a stage is pushed whole or not at all, and a copy sent twice
         # (a late first one and a retry) replaces the stage instead of adding to it.
+        layout_args = json.dumps(script_args(self.spec, self.options.ttl_seconds))
         with self.client.pipeline(transaction=True) as pipe:
             pipe.sadd(keys.units, str(unit))
+            pipe.hset(keys.layouts, str(unit), layout_args)
             pipe.delete(stage)
             for start in range(0, len(flat), chunk):
                 pipe.rpush(stage, *flat[start : start + chunk])
@@ -208,16 +217,25 @@ class RedisExactlyOnceWriter(TwoPhaseCommitWriter):
         return _decision(decision.sink_id, decision.batch_id, as_text(rest[0]))
 
     def commit_unit(self, unit: UnitId) -> Outcome:
+        """Driver: the unit's stage applied in the layout it was written in (the options
+        may have changed since: ``mode`` from increment to upsert between a batch's
+        decision and its replay applied the decided increments as values), then its
+        layout record dropped."""
         keys = self.keys(unit.sink_id)
-        args = [*script_args(self.spec, self.options.ttl_seconds), str(unit), str(unit.batch_id)]
         try:
-            decision = self.find_decision(unit.sink_id, unit.batch_id)  # decided units only
+            with self.client.pipeline(transaction=False) as pipe:
+                pipe.hget(keys.decisions, str(unit.batch_id))  # decided units only
+                pipe.hget(keys.layouts, str(unit))
+                raw, written = pipe.execute()
+            decision = None if raw is None else _decision(unit.sink_id, unit.batch_id, as_text(raw))
             watermark = keys.watermark(decision.query_id if decision else "")
+            leading = self._layout_args(written)
             apply = self.client.register_script(scripts.APPLY_STAGE)
             applied, failed, absent = apply(
                 keys=[keys.stage(unit), keys.units, watermark, keys.rejected, keys.applied],
-                args=args,
+                args=[*leading, str(unit), str(unit.batch_id)],
             )
+            self.client.hdel(keys.layouts, str(unit))
         except (redis.ConnectionError, redis.TimeoutError, ServiceUnavailableError) as exc:
             log.warning("applying %s: %s; retrying", unit, redact(str(exc)))
             self._client = None
@@ -235,11 +253,19 @@ class RedisExactlyOnceWriter(TwoPhaseCommitWriter):
             int(applied), Outcome.COMMITTED
         )
 
+    def _layout_args(self, written: bytes | None) -> list[str]:
+        """Driver: the apply script's leading arguments as the unit's stage was written
+        (the sink's own layout for a stage written before layouts were recorded)."""
+        if written is None:
+            return script_args(self.spec, self.options.ttl_seconds)
+        return [str(arg) for arg in json.loads(written)]
+
     def rollback_unit(self, unit: UnitId) -> None:
         keys = self.keys(unit.sink_id)
         with self.client.pipeline(transaction=True) as pipe:
             pipe.delete(keys.stage(unit))
             pipe.srem(keys.units, str(unit))
+            pipe.hdel(keys.layouts, str(unit))
             pipe.execute()
 
     def rollback_undecided(self, sink_id: str, batch_id: int, units: Sequence[UnitId]) -> bool:
@@ -249,6 +275,8 @@ class RedisExactlyOnceWriter(TwoPhaseCommitWriter):
             keys=[keys.decisions, keys.units, *(keys.stage(u) for u in units)],
             args=[str(batch_id), *map(str, units)],
         )
+        if int(done) and units:
+            self.client.hdel(keys.layouts, *map(str, units))
         return bool(int(done))
 
     def units_in_doubt(self, sink_id: str) -> list[UnitId]:

@@ -11,8 +11,11 @@ twice. A driver that died after applying the batch, before Spark recorded it, ha
 write all of it again at once. Now B's start is refused, naming A, the batch and what
 to do; A's replay finishes the batch, and B then starts. The same for a sink id whose
 bookkeeping names changed (schema, key prefix, transactional id prefix), and which batch
-a checkpoint replays, on a local disk and on HDFS. Cost: ~12 s (ten cases; HDFS is the
-one CI starts for the system tier).
+a checkpoint replays, on a local disk and on HDFS; a Kafka sink switched to
+``commitMode=task`` over a decision not yet committed, or read behind another client's
+transaction on the marker log; and a Redis sink whose ``mode`` changed between a decision
+and its replay, which applies the batch as it was decided. Cost: ~20 s (sixteen cases;
+HDFS is the one CI starts for the system tier).
 """
 
 from __future__ import annotations
@@ -349,3 +352,41 @@ def test_the_batch_a_checkpoint_replays_is_read_on_local_disk_and_on_hdfs(
     hdfs.write_text(f"/{path}/commits/10", "v1\n{}\n")
     (local / "commits" / "10").write_text("v1\n{}\n")
     assert incomplete_batch(remote) is None and incomplete_batch(str(local)) is None
+
+
+@pytest.mark.cost(1)
+def test_a_redis_batch_is_applied_in_the_mode_it_was_decided_in(
+    endpoints: Endpoints, unique: str, tmp_path: Path
+) -> None:
+    """Batch 1 adds 5 to each of two counters in ``mode=increment``; its driver dies after
+    the decision, before applying it. The query restarts with ``mode=upsert`` (the same
+    sink id): the replay applies the decided stages as increments, as they were staged
+    (it applied them as values, leaving 5 where 10 belonged), and the next batch upserts."""
+    query = str(uuid.uuid4())
+    checkpoint = _checkpoint(tmp_path, query)
+    name = f"layout_{unique}"
+
+    def writer(mode: str) -> TwoPhaseCommitWriter:
+        options = {"sinkId": name, "checkpointLocation": checkpoint, "mode": mode}
+        made = _source("redis", endpoints, name, **options).streamWriter(CONTRACT_SCHEMA, False)
+        assert isinstance(made, TwoPhaseCommitWriter)
+        return made
+
+    def counters(made: TwoPhaseCommitWriter, batch: int, run: str) -> list[object]:
+        units: list[object] = []
+        for partition in range(2):
+            task = TaskIdentity(query, None, run, batch, partition, batch * 10 + partition)
+            rows = pa.RecordBatch.from_pydict({"word": [f"w-{partition}"], "n": [5]}, _ARROW)
+            shipped: TwoPhaseCommitWriter = pickle.loads(pickle.dumps(made))
+            units.append(shipped.prepare_task(task, iter([rows])))
+        return units
+
+    first = writer("increment")
+    first.commit(counters(first, 0, "run-1"), 0)  # type: ignore[arg-type]
+    with pytest.raises(faults.SimulatedCrash), faults.simulate("after-decision@1"):
+        first.commit(counters(first, 1, "run-1"), 1)  # type: ignore[arg-type]
+    replay = writer("upsert")
+    replay.commit(counters(replay, 1, "run-2"), 1)  # type: ignore[arg-type]
+    assert _counts("redis", endpoints, name) == {"w-0": 10, "w-1": 10}, "applied as values"
+    replay.commit(counters(replay, 2, "run-2"), 2)  # type: ignore[arg-type]
+    assert _counts("redis", endpoints, name) == {"w-0": 5, "w-1": 5}
