@@ -93,12 +93,16 @@ def _completed(checkpoint: str, batch: int) -> None:
     (Path(checkpoint) / "commits" / str(batch)).write_text("v1\n{}\n")
 
 
-def _batch(writer: TwoPhaseCommitWriter, query: str, batch: int, run: str) -> list[object]:
-    """Batch ``batch``'s two tasks, prepared as Spark's tasks would: ``w<batch>-<p>`` = 1."""
+def _batch(
+    writer: TwoPhaseCommitWriter, query: str, batch: int, run: str, n: int = 1, word: str = ""
+) -> list[object]:
+    """Batch ``batch``'s two tasks, prepared as Spark's tasks would: ``w<batch>-<p>`` = n
+    (``<word>-<p>`` when ``word`` is given: the same keys in every batch)."""
     units: list[object] = []
     for partition in range(2):
         task = TaskIdentity(query, None, run, batch, partition, batch * 10 + partition)
-        rows = pa.RecordBatch.from_pydict({"word": [f"w{batch}-{partition}"], "n": [1]}, _ARROW)
+        key = f"{word or f'w{batch}'}-{partition}"
+        rows = pa.RecordBatch.from_pydict({"word": [key], "n": [n]}, _ARROW)
         shipped: TwoPhaseCommitWriter = pickle.loads(pickle.dumps(writer))
         units.append(shipped.prepare_task(task, iter([rows])))
     return units
@@ -138,6 +142,15 @@ def test_a_stream_restarted_through_another_sink_id_mid_batch_is_refused(
     assert _counts(store, endpoints, name) == {f"w{b}-{p}": 1 for b in (0, 1) for p in (0, 1)}
 
 
+def _switched(checkpoint: str, options: KafkaSinkOptions) -> list[bytes]:
+    """Batch 1 completed in the checkpoint, the start with the new ``options`` taken; the
+    Kafka sink's topic as a read_committed reader sees it, sorted."""
+    _completed(checkpoint, 1)
+    start_checks(options, {"checkpointLocation": checkpoint})
+    assert options.topic is not None
+    return sorted(r.value for r in read_written(options.kafka, options.topic))
+
+
 @pytest.mark.cost(2)
 @pytest.mark.parametrize("crash", CRASHES)
 def test_a_kafka_stream_restarted_through_another_sink_id_mid_batch_is_refused(
@@ -166,15 +179,7 @@ def test_a_kafka_stream_restarted_through_another_sink_id_mid_batch_is_refused(
     replay = prepare("run-2")
     assert {m.state for m in replay} == {"decided" if crash == "after-decision" else "marked"}
     writer.commit(list(replay), 1)
-    _completed(checkpoint, 1)
-    start_checks(new, raw)  # the batch is complete: the switch is taken
-    assert old.topic is not None
-    assert sorted(r.value for r in read_written(old.kafka, old.topic)) == [
-        b"v0",
-        b"v0",
-        b"v1",
-        b"v1",
-    ]
+    assert _switched(checkpoint, new) == [b"v0", b"v0", b"v1", b"v1"]
 
 
 @pytest.mark.cost(2)
@@ -256,13 +261,7 @@ def test_a_switch_to_commit_mode_task_before_a_decided_batch_is_committed_is_ref
             for p in range(2)
         ]
         assert all(report.skipped for report in replay), "the committed batch was written again"
-    _completed(checkpoint, 1)
-    start_checks(task_mode, raw)  # the batch is complete: the switch is taken
-    assert batch_mode.topic is not None
-    assert sorted(r.value for r in read_written(batch_mode.kafka, batch_mode.topic)) == [
-        b"b0",
-        b"b1",
-    ]
+    assert _switched(checkpoint, task_mode) == [b"b0", b"b1"]
 
 
 #: Each store's bookkeeping option, and a value of it for this test.
@@ -373,13 +372,7 @@ def test_a_redis_batch_is_applied_in_the_mode_it_was_decided_in(
         return made
 
     def counters(made: TwoPhaseCommitWriter, batch: int, run: str) -> list[object]:
-        units: list[object] = []
-        for partition in range(2):
-            task = TaskIdentity(query, None, run, batch, partition, batch * 10 + partition)
-            rows = pa.RecordBatch.from_pydict({"word": [f"w-{partition}"], "n": [5]}, _ARROW)
-            shipped: TwoPhaseCommitWriter = pickle.loads(pickle.dumps(made))
-            units.append(shipped.prepare_task(task, iter([rows])))
-        return units
+        return _batch(made, query, batch, run, n=5, word="w")
 
     first = writer("increment")
     first.commit(counters(first, 0, "run-1"), 0)  # type: ignore[arg-type]
