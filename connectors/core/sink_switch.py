@@ -15,6 +15,7 @@ instead, naming the batch and what to do. Each store finds what its old sink did
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -24,8 +25,11 @@ from eos_connectors.core.checkpoint_sinks import (
     checkpoint_query_id,
     incomplete_batch,
     recorded_entry,
+    sink_of_checkpoint,
 )
 from eos_connectors.core.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from eos_connectors.core.sinks_admin import SinkAdmin
@@ -134,4 +138,37 @@ def refuse_moved_bookkeeping(
         f"not recorded the batch as complete: Spark would replay it and the sink write it a "
         f"second time. Restart the query with {option}={old!r} until that batch completes, "
         "then change it. Nothing was written."
+    )
+
+
+def at_least_once_sink(
+    raw: Mapping[str, str], explicit: str | None, sink_id_for: Callable[[str], str]
+) -> str | None:
+    """Driver: the sink id an at-least-once start writes under: the ``sinkId`` option, else
+    the one derived for the query its checkpoint names; None when neither is known."""
+    return explicit or sink_of_checkpoint(checkpoint_location(raw), sink_id_for)
+
+
+def settle_before_at_least_once(admin: SinkAdmin, sink_id: str | None, connector: str) -> None:
+    """Driver, at an at-least-once start: what the sink id left in doubt when it last ran
+    exactly once settled first, as its own next commit would have (``SinkAdmin.settle``:
+    units a decision names applied, the rest rolled back). Left alone, a decided batch
+    the switch's replay writes again stayed staged: applied by a later exactly-once start
+    over what the at-least-once run wrote since (a stale value in upsert mode), while its
+    prepared transactions' row locks stopped the at-least-once tasks' upserts of the same
+    keys until their lock timeout. Closes ``admin``."""
+    try:
+        record = None if sink_id is None else admin.find(sink_id)
+        if sink_id is None or record is None or not record.in_doubt:
+            return
+        settled = admin.settle(sink_id)
+    finally:
+        admin.close()
+    log.warning(
+        "%s: sink %r starts with deliveryGuarantee=at-least-once; its exactly-once run had "
+        "left %d decided units unapplied, applied now, and %d undecided ones, rolled back",
+        connector,
+        sink_id,
+        len(settled.committed),
+        len(settled.rolled_back),
     )

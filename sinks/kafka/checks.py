@@ -32,15 +32,17 @@ log = logging.getLogger(__name__)
 def start_checks(options: KafkaSinkOptions, raw: Mapping[str, str] | None = None) -> None:
     """Driver, at a query's start: every ``kafka.*`` setting as the tasks' producers take
     it; the broker (:func:`check_broker`); an exactly-once sink recorded in the query's
-    checkpoint (``raw``: Spark's options), once a switch of its sink id or bookkeeping
-    names mid-batch is refused (:mod:`.switch`)."""
+    checkpoint (``raw``: Spark's options), once a switch of its sink id, bookkeeping
+    names or commit mode mid-batch is refused (:mod:`.switch`)."""
     check_producer_settings(options)
     check_broker(options)
-    if options.exactly_once:
-        from eos_connectors.sinks.kafka import switch
+    from eos_connectors.sinks.kafka import switch
 
+    if options.exactly_once:
         switch.check_at_start(options, raw or {})
         record_at_start(raw or {}, lambda query_id: checkpoint_entry(options, query_id))
+    else:
+        switch.check_at_least_once_start(options, raw or {})
 
 
 def check_producer_settings(options: KafkaSinkOptions) -> None:

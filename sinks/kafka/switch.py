@@ -41,6 +41,7 @@ from eos_connectors.sinks.kafka.decisions import (
     read_pointer,
     uncommitted,
 )
+from eos_connectors.sinks.kafka.errors import KafkaSinkError
 from eos_connectors.sinks.kafka.marker_log import decode, read_for
 from eos_connectors.sinks.kafka.options import KafkaSinkOptions
 
@@ -60,7 +61,7 @@ def check_at_start(options: KafkaSinkOptions, raw: Mapping[str, str]) -> None:
         return  # a clean restart: nothing to replay, and the marker log is not read
     _refuse_a_switch(options, starting)
     _refuse_moved_bookkeeping(options, starting)
-    _refuse_task_mode_over_a_decision(options, starting)
+    _refuse_over_an_uncommitted_decision(options, starting)
 
 
 def _refuse_a_switch(options: KafkaSinkOptions, starting: StartingSink) -> None:
@@ -89,15 +90,30 @@ def _refuse_moved_bookkeeping(options: KafkaSinkOptions, starting: StartingSink)
             refuse_moved_bookkeeping(starting, option, was, now, batch)
 
 
-def _refuse_task_mode_over_a_decision(options: KafkaSinkOptions, starting: StartingSink) -> None:
-    """``commitMode=task`` starting where this sink id decided the batch the checkpoint
-    replays in ``commitMode=batch`` and its driver died before committing every one of
-    the decision's transactions: those are a driver's to commit, which a task-mode run
-    never does. Its tasks would wait on them until the coordinators abort them at
-    ``kafka.transaction.timeout.ms`` (15 minutes by default), failing meanwhile. A decision
-    whose transactions all committed (every task partition's marker past the batch) lets
-    the start go on: the replay finds the batch written."""
-    if options.commit_mode != "task":
+def check_at_least_once_start(options: KafkaSinkOptions, raw: Mapping[str, str]) -> None:
+    """Driver, at an at-least-once stream's start that will replay a batch: refused when
+    the sink id decided that batch in ``commitMode=batch`` and did not commit it all
+    (:func:`_refuse_over_an_uncommitted_decision`). Best effort: a user of at least once
+    may not read the marker log, which it does not need (logged, and the start goes on)."""
+    starting = starting_sink(raw, options.sink_id_for, "eos_kafka")
+    if starting is None:
+        return
+    try:
+        _refuse_over_an_uncommitted_decision(options, starting)
+    except (KafkaException, KafkaSinkError) as exc:
+        log.info("eos_kafka: the decisions of sink %s are not readable: %s", starting.sink_id, exc)
+
+
+def _refuse_over_an_uncommitted_decision(options: KafkaSinkOptions, starting: StartingSink) -> None:
+    """A start in a mode that commits no decision (``commitMode=task``, or at least once)
+    where this sink id decided the batch the checkpoint replays in ``commitMode=batch``
+    and its driver died before committing every one of the decision's transactions:
+    those are a batch-commit driver's to commit. A task-mode run's tasks would wait on
+    them, an at-least-once run's output would be held back from read_committed readers
+    by them, until the coordinators abort them at ``kafka.transaction.timeout.ms`` (15
+    minutes by default). A decision whose transactions all committed (every task
+    partition's marker past the batch) lets the start go on."""
+    if options.exactly_once and options.commit_mode == "batch":
         return
     sid = starting.sink_id
     pointed = read_pointer(options, sid)
@@ -105,16 +121,24 @@ def _refuse_task_mode_over_a_decision(options: KafkaSinkOptions, starting: Start
         return
     decision = read_decision(options, sid, pointed[0] - 1)
     open_ = uncommitted(options, decision)
-    if open_:
-        raise SinkSwitchedMidBatchError(
-            f"eos_kafka: commitMode is 'task', but sink {sid!r} decided batch "
-            f"{decision.batch} in commitMode=batch and its driver stopped before committing "
-            f"the transactions of task partitions {open_}, and the checkpoint has not "
-            "recorded the batch as complete. Those transactions are the driver's to commit, "
-            "which a task-mode run never does: its tasks would wait on them until the "
-            "coordinators abort them (kafka.transaction.timeout.ms). Restart the query with "
-            "commitMode=batch until that batch completes, then change it. Nothing was written."
-        )
+    if not open_:
+        return
+    if options.exactly_once:
+        now, stalls = "commitMode is 'task'", "its tasks would wait on them"
+        restart = "commitMode=batch"
+    else:
+        now = "deliveryGuarantee is 'at-least-once'"
+        stalls = "they would hold read_committed readers of its output back"
+        restart = "deliveryGuarantee=exactly-once and commitMode=batch"
+    raise SinkSwitchedMidBatchError(
+        f"eos_kafka: {now}, but sink {sid!r} decided batch {decision.batch} in "
+        f"commitMode=batch and its driver stopped before committing the transactions of "
+        f"task partitions {open_}, and the checkpoint has not recorded the batch as "
+        "complete. Those transactions are a batch-commit driver's to commit, which this "
+        f"start never does: {stalls} until the coordinators abort them "
+        f"(kafka.transaction.timeout.ms). Restart the query with {restart} until that "
+        "batch completes, then change it. Nothing was written."
+    )
 
 
 def _last_batch(options: KafkaSinkOptions, sid: str, query_id: str) -> int | None:

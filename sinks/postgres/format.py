@@ -17,7 +17,13 @@ from eos_connectors.core.checkpoint_sinks import (
     record_at_start,
 )
 from eos_connectors.core.errors import ConfigError
-from eos_connectors.core.sink_switch import StartingSink, check_moved_bookkeeping, starting_sink
+from eos_connectors.core.sink_switch import (
+    StartingSink,
+    at_least_once_sink,
+    check_moved_bookkeeping,
+    settle_before_at_least_once,
+    starting_sink,
+)
 from eos_connectors.core.sinks_admin import ORPHAN_AGE_SECONDS, SinkRecord
 from eos_connectors.core.sinks_admin import warn_about_orphans as shared_warning
 from eos_connectors.core.startup import once_per_driver, start_key
@@ -101,6 +107,12 @@ def start_checks(
         if starting is not None:
             _check_moved_bookkeeping(options, starting)
         record_at_start(raw or {}, lambda query_id: checkpoint_entry(options, query_id))
+    else:
+        from eos_connectors.sinks.postgres.admin import PostgresSinkAdmin
+
+        sid = at_least_once_sink(raw or {}, options.sink_id, options.sink_id_for)
+        admin = PostgresSinkAdmin(options.dsn, options.bookkeeping_schema)
+        settle_before_at_least_once(admin, sid, NAME)
 
 
 def _check_moved_bookkeeping(options: PostgresSinkOptions, starting: StartingSink) -> None:

@@ -17,7 +17,13 @@ from eos_connectors.core.checkpoint_sinks import (
     redis_endpoint,
 )
 from eos_connectors.core.errors import ConfigError
-from eos_connectors.core.sink_switch import StartingSink, check_moved_bookkeeping, starting_sink
+from eos_connectors.core.sink_switch import (
+    StartingSink,
+    at_least_once_sink,
+    check_moved_bookkeeping,
+    settle_before_at_least_once,
+    starting_sink,
+)
 from eos_connectors.core.sinks_admin import ORPHAN_AGE_SECONDS, SinkRecord
 from eos_connectors.core.sinks_admin import warn_about_orphans as shared_warning
 from eos_connectors.core.startup import once_per_driver, start_key
@@ -86,6 +92,23 @@ def start_checks(options: RedisSinkOptions, raw: Mapping[str, str] | None = None
         if starting is not None:
             _check_moved_bookkeeping(options, starting)
         record_at_start(raw or {}, lambda query_id: checkpoint_entry(options, query_id))
+    else:
+        _settle_before_at_least_once(options, raw or {})
+
+
+def _settle_before_at_least_once(options: RedisSinkOptions, raw: Mapping[str, str]) -> None:
+    """Driver, at an at-least-once start: ``settle_before_at_least_once``, unless the
+    user may not read the exactly-once bookkeeping (which at least once does not need:
+    an exactly-once run of the sink id with it would have been another user's)."""
+    from eos_connectors.sinks.redis.admin import RedisSinkAdmin
+
+    sid = at_least_once_sink(raw, options.sink_id, options.sink_id_for)
+    try:
+        settle_before_at_least_once(
+            RedisSinkAdmin(options.url, options.bookkeeping_prefix), sid, NAME
+        )
+    except redis.exceptions.NoPermissionError as exc:
+        log.info("eos_redis: the exactly-once bookkeeping of sink %s is not readable: %s", sid, exc)
 
 
 def _check_moved_bookkeeping(options: RedisSinkOptions, starting: StartingSink) -> None:

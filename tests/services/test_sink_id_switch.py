@@ -14,7 +14,8 @@ bookkeeping names changed (schema, key prefix, transactional id prefix), and whi
 a checkpoint replays, on a local disk and on HDFS; a Kafka sink switched to
 ``commitMode=task`` over a decision not yet committed, or read behind another client's
 transaction on the marker log; and a Redis sink whose ``mode`` changed between a decision
-and its replay, which applies the batch as it was decided. Cost: ~20 s (sixteen cases;
+and its replay, which applies the batch as it was decided; and an at-least-once start
+that first settles what the sink id left in exactly-once. Cost: ~21 s (eighteen cases;
 HDFS is the one CI starts for the system tier).
 """
 
@@ -29,7 +30,7 @@ from pathlib import Path
 import psycopg
 import pyarrow as pa
 import pytest
-from pyspark.sql.datasource import DataSource
+from pyspark.sql.datasource import DataSource, DataSourceStreamWriter
 
 from eos_connectors.core import faults
 from eos_connectors.core.context import TaskIdentity
@@ -264,6 +265,36 @@ def test_a_switch_to_commit_mode_task_before_a_decided_batch_is_committed_is_ref
     assert _switched(checkpoint, task_mode) == [b"b0", b"b1"]
 
 
+@pytest.mark.cost(2)
+def test_an_at_least_once_start_over_a_decided_kafka_batch_not_committed_is_refused(
+    endpoints: Endpoints, batch_commit_options: KafkaSinkOptions, tmp_path: Path
+) -> None:
+    """As above for ``deliveryGuarantee=at-least-once``: the decided transactions would
+    hold read_committed readers of its output back until the coordinator aborts them.
+    Refused; the batch-commit replay commits the batch; then the switch is taken."""
+    query = str(uuid.uuid4())
+    checkpoint = _checkpoint(tmp_path, query)
+    raw = {"checkpointLocation": checkpoint}
+    batch_mode = batch_commit_options
+    at_least_once = replace(batch_mode, exactly_once=False)
+    writer = BatchCommitWriter(batch_mode)
+    rows = pa.RecordBatch.from_pydict({"key": [b"k"], "value": [b"v"]})
+
+    def prepare(run: str) -> list[PreparedTask]:
+        return [
+            writer.write_task(a_task(1, run=run, partition=p, query=query), iter([rows]))
+            for p in range(2)
+        ]
+
+    start_checks(batch_mode, raw)
+    with pytest.raises(faults.SimulatedCrash), faults.simulate("after-decision@1"):
+        writer.commit(list(prepare("run-1")), 1)
+    with pytest.raises(SinkSwitchedMidBatchError, match=r"deliveryGuarantee=exactly-once"):
+        start_checks(at_least_once, raw)
+    writer.commit(list(prepare("run-2")), 1)
+    assert _switched(checkpoint, at_least_once) == [b"v", b"v"]
+
+
 #: Each store's bookkeeping option, and a value of it for this test.
 BOOKKEEPING = {"postgres": ("bookkeepingSchema", "bk_{}"), "redis": ("bookkeepingPrefix", "bk{}")}
 
@@ -383,3 +414,46 @@ def test_a_redis_batch_is_applied_in_the_mode_it_was_decided_in(
     assert _counts("redis", endpoints, name) == {"w-0": 10, "w-1": 10}, "applied as values"
     replay.commit(counters(replay, 2, "run-2"), 2)  # type: ignore[arg-type]
     assert _counts("redis", endpoints, name) == {"w-0": 5, "w-1": 5}
+
+
+@pytest.mark.cost(1)
+@pytest.mark.parametrize("store", STORES)
+def test_an_at_least_once_start_first_settles_what_exactly_once_left(
+    endpoints: Endpoints, unique: str, store: str, tmp_path: Path
+) -> None:
+    """Batch 1 (w = 7) is decided in exactly-once upsert mode; the driver dies before
+    applying it. The query restarts with ``deliveryGuarantee=at-least-once``: its start
+    applies the decided batch first, then its replay of batch 1 (w = 9, a replay need not
+    repeat itself) writes over it, and a later exactly-once start leaves w at 9. Before,
+    PostgreSQL's replay waited on the prepared transactions' row locks until its lock
+    timeout, and Redis's later exactly-once start applied the old batch over the newer
+    value (w back to 7)."""
+    from tests.upsert_util import upsert_source, upserted
+
+    query = str(uuid.uuid4())
+    checkpoint = _checkpoint(tmp_path, query)
+    name = f"alo_{unique}_{store}"
+
+    def writer(guarantee: str) -> DataSourceStreamWriter:
+        options = {"checkpointLocation": checkpoint, "deliveryGuarantee": guarantee}
+        source = upsert_source(store, endpoints, name, **options)
+        return source.streamWriter(CONTRACT_SCHEMA, False)
+
+    first = writer("exactly-once")
+    assert isinstance(first, TwoPhaseCommitWriter)
+    first.commit(_batch(first, query, 0, "run-1"), 0)  # type: ignore[arg-type]
+    with pytest.raises(faults.SimulatedCrash), faults.simulate("after-decision@1"):
+        first.commit(_batch(first, query, 1, "run-1", n=7, word="w"), 1)  # type: ignore[arg-type]
+    assert "w-0" not in upserted(store, endpoints, name)
+
+    replay = writer("at-least-once")
+    assert upserted(store, endpoints, name)["w-0"] == 7, "the decided batch was not applied"
+    rows = [pa.RecordBatch.from_pydict({"word": [f"w-{p}"], "n": [9]}, _ARROW) for p in (0, 1)]
+    replay.commit([replay.write(iter([batch])) for batch in rows], 1)
+    _completed(checkpoint, 1)
+    again = writer("exactly-once")
+    assert isinstance(again, TwoPhaseCommitWriter)
+    again.commit(_batch(again, query, 2, "run-3", n=11, word="x"), 2)  # type: ignore[arg-type]
+    assert upserted(store, endpoints, name) == {
+        "w0-0": 1, "w0-1": 1, "w-0": 9, "w-1": 9, "x-0": 11, "x-1": 11
+    }  # fmt: skip
