@@ -10,7 +10,8 @@ when the old one applied it before Spark recorded the batch, and once more when 
 old one's next start applies a decision it had not finished. The start is refused
 instead, naming the batch and what to do. Each store finds what its old sink did
 (:func:`eos_connectors.core.sinks_admin.warn_about_orphans` for PostgreSQL and Redis,
-:mod:`eos_connectors.sinks.kafka.switch` for Kafka).
+:mod:`eos_connectors.sinks.kafka.switch` for Kafka). A switch to at least once settles
+what the sink id left in doubt first (:func:`settle_before_at_least_once`).
 """
 
 from __future__ import annotations
@@ -29,10 +30,10 @@ from eos_connectors.core.checkpoint_sinks import (
 )
 from eos_connectors.core.errors import ConfigError
 
-log = logging.getLogger(__name__)
-
 if TYPE_CHECKING:
     from eos_connectors.core.sinks_admin import SinkAdmin
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
