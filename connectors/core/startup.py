@@ -33,6 +33,7 @@ import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlparse
 
 from eos_connectors.core.checkpoint_sinks import checkpoint_location
 
@@ -133,7 +134,7 @@ def tenure(checkpoint: str | None, sink: str) -> str:
     refused however often the options were used before (``core.sink_switch``). A query's
     processes call in turn, never beside another query on the same checkpoint. Empty
     without a checkpoint or outside a process Spark started (where markers are not kept)."""
-    marker = None if checkpoint is None else _marker(f"checkpoint|{checkpoint}")
+    marker = None if checkpoint is None else _marker(f"checkpoint|{_same_place(checkpoint)}")
     if marker is None:
         return ""
     ours = hashlib.sha256(sink.encode()).hexdigest()[:24]
@@ -150,6 +151,15 @@ def tenure(checkpoint: str | None, sink: str) -> str:
     except OSError as exc:
         log.info("a sink's start on %s goes unrecorded (%s)", checkpoint, exc)
     return moved
+
+
+def _same_place(checkpoint: str) -> str:
+    """``checkpoint`` written one way for every way of naming a local directory (a path,
+    relative or not, or a ``file:`` URI), so that two starts name one checkpoint alike."""
+    parsed = urlparse(checkpoint)
+    if parsed.scheme in ("", "file"):
+        return "file:" + os.path.realpath(parsed.path if parsed.scheme else checkpoint)
+    return checkpoint
 
 
 def started_by_spark() -> bool:

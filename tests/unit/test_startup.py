@@ -74,7 +74,7 @@ def test_a_sink_that_starts_on_a_checkpoint_after_another_one_checks_again(
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     monkeypatch.setenv("PYTHON_WORKER_FACTORY_SECRET", "not-a-real-secret")
     schema = StructType([StructField("value", StringType())])
-    a = {"checkpointLocation": "/c", "sinkId": "a"}
+    a = {"checkpointLocation": "file:///c", "sinkId": "a"}  # the same checkpoint as b's
     b = {"checkpointLocation": "/c", "sinkId": "b"}
     elsewhere = {"checkpointLocation": "/other", "sinkId": "c"}
     calls, check = _counting([])
