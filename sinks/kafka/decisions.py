@@ -22,7 +22,6 @@ by the same rule. ``eos sinks reset`` clears both (:mod:`.admin`).
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,12 +30,12 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from eos_connectors.core.kafka_config import logged
 from eos_connectors.core.kept import Kept
 from eos_connectors.core.secrets import settings_digest
-from eos_connectors.core.topics import end_offsets, read_to_end
+from eos_connectors.core.topics import Record, read_to_end
 from eos_connectors.sinks.kafka.clients import CALL_LIMIT, CALL_TIMEOUT, call
 from eos_connectors.sinks.kafka.coordinator import OpenTransaction
 from eos_connectors.sinks.kafka.errors import KafkaSinkError
 from eos_connectors.sinks.kafka.marker import MarkerGroup, marker_consumer
-from eos_connectors.sinks.kafka.marker_log import READ_TIMEOUT
+from eos_connectors.sinks.kafka.marker_log import read_for
 from eos_connectors.sinks.kafka.options import KafkaSinkOptions, marker_group
 
 DECISION_SUFFIX = "-decision"
@@ -44,8 +43,6 @@ DECISION_SUFFIX = "-decision"
 #: that dies inside it holds read_committed readers of the marker log back at most this
 #: long (the next claim ends it at once).
 DECIDER_TIMEOUT_MS = 30_000
-#: How often a read of decisions looks whether the transactions open before one ended.
-PENDING_POLL_SECONDS = 0.05
 
 
 @dataclass(frozen=True)
@@ -126,9 +123,10 @@ def _decisions(options: KafkaSinkOptions, sid: str) -> list[Decision]:
     """The sink's decision records in the marker log, oldest first, none before its last
     tombstone (``eos sinks reset``); read_uncommitted first (plain records, and other
     sinks' transactional records have other keys). A record written in the decider's
-    transaction counts only once committed (read again read_committed, to the last
-    stable offset, only when the log holds one), so a driver or run fenced mid-decision
-    by a later claimer never passes for the decision."""
+    transaction counts only once committed (read again read_committed, only when the log
+    holds one, waiting for the transactions open before it when it lies past the last
+    stable offset), so a driver or run fenced mid-decision by a later claimer never
+    passes for the decision, and a committed one never passes for aborted."""
     key = decision_group(options, sid).encode()
     records = read_to_end(options.client_config(), options.marker_log, "read_uncommitted")
     found: list[tuple[int, Decision]] = []
@@ -139,50 +137,28 @@ def _decisions(options: KafkaSinkOptions, sid: str) -> list[Decision]:
         decision = Decision.decode(record.value)
         if decision is not None:
             found.append((record.offset, decision))
-    claimed = [o for o, d in found if d.claim is not None]
-    if claimed:
-        committed = _committed_offsets(options, sid, max(claimed))
+    if any(d.claim is not None for _, d in found):
+        # A record behind the log's last stable offset is not aborted but unknown yet:
+        # another client's transaction that began before it is still open (a task-mode
+        # sink's marker, or one left hanging). read_for waits for it in that case only.
+        what = f"the decisions of sink {sid} (behind a transaction open on the log)"
+        committed = {r.offset for r in read_for(options, key.__eq__, what) if r.key == key}
         found = [(o, d) for o, d in found if d.claim is None or o in committed]
     return [d for _, d in found]
 
 
-def _committed_offsets(options: KafkaSinkOptions, sid: str, last: int) -> set[int]:
-    """Driver or task: the offsets of ``sid``'s decision records that committed, up to
-    offset ``last`` of the marker log's partition 0 (where deciders write), read
-    read_committed once the partition's last stable offset has passed ``last``. A record
-    behind the last stable offset is not aborted but unknown yet: another transaction on
-    the log that began before it is still open (a task-mode task's marker, of any sink
-    sharing the log, or one left hanging). Read then, a decided batch passed for one
-    with no decision. So the read waits for that transaction, up to
-    :data:`~.marker_log.READ_TIMEOUT`, and then fails naming it as the cause."""
-    config, log = options.client_config(), options.marker_log
-    deadline = time.monotonic() + READ_TIMEOUT
-    while (stable := end_offsets(config, log, "read_committed").get(0, 0)) <= last:
-        if time.monotonic() > deadline:
-            raise KafkaSinkError(
-                f"Sink {sid}: a decision record at offset {last} of the marker log {log!r} "
-                f"(partition 0) cannot be read as committed: a transaction that began before "
-                f"it is still open there after {READ_TIMEOUT:.0f} s, holding the partition's "
-                f"last stable offset at {stable}. It is another client's on the shared log (a "
-                "sink in commitMode=task, or one left hanging: `kafka-transactions.sh "
-                "find-hanging`); the batch is retried once it ends, by its commit or its "
-                "transaction timeout."
-            )
-        time.sleep(PENDING_POLL_SECONDS)
-    kept = read_to_end(config, log, "read_committed", {0: (0, stable)})
-    key = decision_group(options, sid).encode()
-    return {r.offset for r in kept if r.key == key}
-
-
-def decided_by_query(options: KafkaSinkOptions, query_id: str) -> dict[str, int]:
+def decided_by_query(
+    options: KafkaSinkOptions, query_id: str, records: list[Record]
+) -> dict[str, int]:
     """Driver: sink id -> its last decided batch, for every sink on the marker log (under
-    the transactional id prefix) whose decision pointer names ``query_id``. The log's
-    decision records name the candidates (read_uncommitted, so a record behind another
-    query's open transaction is seen); each candidate's pointer (:func:`read_pointer`:
-    its group's committed offset, else the log's committed decisions) decides."""
+    the transactional id prefix) whose decision pointer names ``query_id``. The decision
+    records among ``records`` (the marker log read uncommitted, so that a record behind
+    another query's open transaction is seen) name the candidates; each candidate's
+    pointer (:func:`read_pointer`: its group's committed offset, else the log's committed
+    decisions) decides."""
     prefix, suffix = f"{options.transactional_id_prefix}-", DECISION_SUFFIX
     candidates: set[str] = set()
-    for record in read_to_end(options.client_config(), options.marker_log, "read_uncommitted"):
+    for record in records:
         key = (record.key or b"").decode(errors="replace")
         if not (key.startswith(prefix) and key.endswith(suffix) and record.value):
             continue

@@ -60,9 +60,9 @@ def read_settled(options: KafkaSinkOptions, what: str) -> list[Record]:
 
 
 def read_for(options: KafkaSinkOptions, keys: Callable[[bytes], bool], what: str) -> list[Record]:
-    """Task: the marker log's records, enough to find the last record of each key that
-    ``keys`` accepts, waiting for open transactions only when one could hide such a
-    record.
+    """Task or driver: the marker log's records, enough to find the last record of each
+    key that ``keys`` accepts, waiting for open transactions only when one could hide
+    such a record.
 
     A transaction open on the log hides every record after its first (the last stable
     offset), committed or not. A task partition's marker is written only by its own

@@ -32,7 +32,7 @@ from eos_connectors.core.sink_switch import (
     refuse_moved_bookkeeping,
     starting_sink,
 )
-from eos_connectors.core.topics import read_to_end
+from eos_connectors.core.topics import Record, read_to_end
 from eos_connectors.sinks.kafka.decisions import (
     DECISION_SUFFIX,
     decided_by_query,
@@ -67,9 +67,7 @@ def check_at_start(options: KafkaSinkOptions, raw: Mapping[str, str]) -> None:
 def _refuse_a_switch(options: KafkaSinkOptions, starting: StartingSink) -> None:
     """Every other sink id of the query on the marker log, at the last batch it decided
     or marked."""
-    last = marked_by_query(options, starting.query_id)
-    for other, batch in decided_by_query(options, starting.query_id).items():
-        last[other] = max(last.get(other, -1), batch)
+    last = _last_by_sink(options, starting.query_id)
     for other, batch in sorted(last.items()):
         refuse_a_switch_mid_batch(starting, other, batch, options.topic or "")
 
@@ -145,25 +143,35 @@ def _last_batch(options: KafkaSinkOptions, sid: str, query_id: str) -> int | Non
     """The last batch ``sid`` decided or marked for ``query_id`` under ``options``' names;
     None when there is none, or the old marker log cannot be read (logged)."""
     try:
-        batches = [marked_by_query(options, query_id).get(sid)]
-        batches.append(decided_by_query(options, query_id).get(sid))
+        return _last_by_sink(options, query_id).get(sid)
     except (KafkaException, EosError) as exc:
         log.warning("could not read the sink's earlier marker log %s: %s", options.marker_log, exc)
         return None
-    return max((b for b in batches if b is not None), default=None)
 
 
-def marked_by_query(options: KafkaSinkOptions, query_id: str) -> dict[str, int]:
+def _last_by_sink(options: KafkaSinkOptions, query_id: str) -> dict[str, int]:
+    """Sink id -> the last batch it decided or marked for ``query_id``, for every sink on
+    the marker log, the log read once (uncommitted) for both."""
+    records = read_to_end(options.client_config(), options.marker_log, "read_uncommitted")
+    last = marked_by_query(options, query_id, records)
+    for sid, batch in decided_by_query(options, query_id, records).items():
+        last[sid] = max(last.get(sid, -1), batch)
+    return last
+
+
+def marked_by_query(
+    options: KafkaSinkOptions, query_id: str, records: list[Record]
+) -> dict[str, int]:
     """Sink id -> the last batch one of its task partitions marked, for every sink on the
-    marker log whose marker names ``query_id``. The log's records name the candidates,
-    read uncommitted: a marker committed behind another client's transaction still open on
-    the log (past its last stable offset) is seen too. Each candidate's marker group, as
+    marker log whose marker names ``query_id``. The log's ``records``, read uncommitted,
+    name the candidates: a marker committed behind another client's transaction still
+    open on the log (past its last stable offset) is seen too. Each candidate's marker group, as
     the group applied it (committed transactions only: an attempt's aborted marker marks
     nothing), decides; when the group holds no offset (expired), its committed record in
     the log does (:func:`~.marker_log.read_for`)."""
     prefix = f"{options.transactional_id_prefix}-"
     candidates: set[str] = set()
-    for record in read_to_end(options.client_config(), options.marker_log, "read_uncommitted"):
+    for record in records:
         key = (record.key or b"").decode(errors="replace")
         if key.startswith(prefix) and not key.endswith(_NOT_MARKERS) and record.value:
             marker = decode(record.value)
