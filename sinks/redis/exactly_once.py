@@ -219,8 +219,8 @@ class RedisExactlyOnceWriter(TwoPhaseCommitWriter):
     def commit_unit(self, unit: UnitId) -> Outcome:
         """Driver: the unit's stage applied in the layout it was written in (the options
         may have changed since: ``mode`` from increment to upsert between a batch's
-        decision and its replay applied the decided increments as values), then its
-        layout record dropped."""
+        decision and its replay applied the decided increments as values); the script
+        drops its layout record."""
         keys = self.keys(unit.sink_id)
         try:
             with self.client.pipeline(transaction=False) as pipe:
@@ -231,11 +231,10 @@ class RedisExactlyOnceWriter(TwoPhaseCommitWriter):
             watermark = keys.watermark(decision.query_id if decision else "")
             leading = self._layout_args(written)
             apply = self.client.register_script(scripts.APPLY_STAGE)
+            stage = [keys.stage(unit), keys.units, watermark, keys.rejected, keys.applied]
             applied, failed, absent = apply(
-                keys=[keys.stage(unit), keys.units, watermark, keys.rejected, keys.applied],
-                args=[*leading, str(unit), str(unit.batch_id)],
+                keys=[*stage, keys.layouts], args=[*leading, str(unit), str(unit.batch_id)]
             )
-            self.client.hdel(keys.layouts, str(unit))
         except (redis.ConnectionError, redis.TimeoutError, ServiceUnavailableError) as exc:
             log.warning("applying %s: %s; retrying", unit, redact(str(exc)))
             self._client = None

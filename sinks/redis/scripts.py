@@ -1,7 +1,8 @@
 """The Lua scripts that write entries to their targets, each in one atomic step.
 
 ``APPLY_STAGE`` (exactly-once, on the driver): if the unit's stage still exists,
-write every entry, delete the stage, drop the unit from the sink's unit set,
+write every entry (in the layout the arguments give: the one the stage was written in),
+delete the stage and the unit's layout record, drop the unit from the sink's unit set,
 record the unit in the sink's ``applied`` hash and move the sink's applied
 watermark up to the batch, all in one script, so Redis (and its AOF) sees either
 all of it or none. A stage that is gone was applied before when ``applied``
@@ -127,10 +128,11 @@ APPLY_STAGE = (
     + _WRITE
     + """
 local stage, units, watermark, rejected = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local applied_units = KEYS[5]
+local applied_units, layouts = KEYS[5], KEYS[6]
 local unit, batch = ARGV[first_entry], ARGV[first_entry + 1]
 if redis.call('EXISTS', stage) == 0 then
   redis.call('SREM', units, unit)
+  redis.call('HDEL', layouts, unit)
   if redis.call('HEXISTS', applied_units, unit) == 1 then return {-1, 0, 0} end
   return {-2, 0, 0}
 end
@@ -141,6 +143,7 @@ for start = 0, total - 1, chunk do
 end
 redis.call('DEL', stage)
 redis.call('SREM', units, unit)
+redis.call('HDEL', layouts, unit)
 redis.call('HSET', applied_units, unit, batch)
 if after(batch, redis.call('GET', watermark) or '-1') then redis.call('SET', watermark, batch) end
 return {applied, failed, absent}
