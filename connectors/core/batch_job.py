@@ -79,6 +79,10 @@ class ExactlyOnceSinkWriter(StreamSinkWriter, Protocol):
 
     def write_as(self, task: TaskIdentity, iterator: Iterator[Any]) -> WriterCommitMessage: ...
 
+    def commit_version(self, messages: list[WriterCommitMessage | None], version: int) -> None:
+        """Driver: the job's commit, without a stream's own checks (a version at or below
+        a decided one is a rerun, not a checkpoint behind its sink)."""
+
 
 @dataclass(frozen=True)
 class JobPlan:
@@ -328,7 +332,10 @@ class BatchWriter(DataSourceArrowWriter):
         too_few = len(messages) <= max(self.plan.written, default=-1)
         if job is not None and (too_few or self.plan.tasks not in (None, len(messages))):
             raise self._other_shape(f"has {len(messages)} tasks")
-        self.stream.commit(messages, self._batch_id())
+        if job is not None and isinstance(self.stream, ExactlyOnceSinkWriter):
+            self.stream.commit_version(messages, self._batch_id())
+        else:
+            self.stream.commit(messages, self._batch_id())
         if job is not None and isinstance(self.stream, JobLedger):
             self.stream.end_job(job, self.plan, len(messages), complete=True)
         if job is not None and messages and all(_skipped(m) for m in messages):

@@ -167,22 +167,43 @@ def recorded_entry(location: str | None, store: str, sink_id: str) -> SinkEntry 
         return None
 
 
-def incomplete_batch(location: str | None) -> int | None:
-    """Driver: the batch the checkpoint will replay at the next start: the last one Spark
-    planned (``offsets/<N>``) when it has not recorded it complete (no ``commits/<N>``);
-    None when there is none, or the checkpoint cannot be read (logged). Spark runs
-    batches in order, so only the last planned one can be incomplete."""
+@dataclass(frozen=True)
+class Planned:
+    """Where a checkpoint stands: the last batch Spark planned (``offsets/<N>``; -1 before
+    the first), and whether it recorded that batch complete (``commits/<N>``)."""
+
+    last: int
+    complete: bool
+
+    @property
+    def incomplete(self) -> int | None:
+        """The batch the next start replays: the last planned one, unless complete."""
+        return None if self.complete or self.last < 0 else self.last
+
+
+def planned_batches(location: str | None) -> Planned | None:
+    """Driver: where the checkpoint stands (:class:`Planned`); None when it cannot be read
+    (another scheme, or an error, logged)."""
     files = checkpoint_files(location)
     if files is None:
         return None
     try:
         planned = [int(name) for name in files.names("offsets") if name.isdigit()]
-        if not planned or files.read(f"commits/{max(planned)}") is not None:
-            return None
-        return max(planned)
+        if not planned:
+            return Planned(-1, True)
+        return Planned(max(planned), files.read(f"commits/{max(planned)}") is not None)
     except (OSError, EosError) as exc:
         log.warning("could not read the offsets of checkpoint %s: %s", location, exc)
         return None
+
+
+def incomplete_batch(location: str | None) -> int | None:
+    """Driver: the batch the checkpoint will replay at the next start: the last one Spark
+    planned (``offsets/<N>``) when it has not recorded it complete (no ``commits/<N>``);
+    None when there is none, or the checkpoint cannot be read (logged). Spark runs
+    batches in order, so only the last planned one can be incomplete."""
+    planned = planned_batches(location)
+    return None if planned is None else planned.incomplete
 
 
 def checkpoint_location(options: Mapping[str, str]) -> str | None:

@@ -51,6 +51,7 @@ from pyspark.sql.datasource import WriterCommitMessage
 
 from eos_connectors.core import faults, timing
 from eos_connectors.core.ahead import RowsAhead
+from eos_connectors.core.checkpoint_behind import refuse_at_commit
 from eos_connectors.core.context import TaskIdentity, query_tag
 from eos_connectors.core.continuous import refuse_continuous
 from eos_connectors.core.errors import EosError, ServiceUnavailableError
@@ -461,6 +462,20 @@ class TwoPhaseCommitWriter(StreamArrowWriter, UnitStore):
     # -- commit: on the driver ---------------------------------------------------
 
     def commit(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
+        """Driver: Spark's entry point for a stream's batch: :meth:`commit_version`, once a
+        batch whose tasks found it decided or applied is known to be the query's last
+        decided one, not a number a checkpoint behind the sink planned again
+        (:mod:`eos_connectors.core.checkpoint_behind`)."""
+        self._commit(messages, batchId, stream=True)
+
+    def commit_version(self, messages: Sequence[WriterCommitMessage | None], version: int) -> None:
+        """Driver: a batch job's entry point (:mod:`eos_connectors.core.batch_job`): a
+        version at or below a decided one is a rerun, whose tasks write nothing."""
+        self._commit(messages, version, stream=False)
+
+    def _commit(
+        self, messages: Sequence[WriterCommitMessage | None], batchId: int, stream: bool
+    ) -> None:
         """Driver: 1. the units; 2. claim the sink id; 3. decide; 4. settle earlier batches;
         5. commit each unit; 6. roll back this batch's strays; 7. prune.
 
@@ -473,6 +488,9 @@ class TwoPhaseCommitWriter(StreamArrowWriter, UnitStore):
         sink_id = _sink_of(prepared)
         if sink_id is None:
             return
+        if stream and any(m.skipped for m in prepared):
+            later = self.applied_watermark(sink_id, prepared[0].query_id)
+            refuse_at_commit(self.connector, sink_id, batchId, later)
         query = prepared[0].query_name
         began = time.perf_counter()
         patience = Patience()

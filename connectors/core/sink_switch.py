@@ -22,9 +22,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from eos_connectors.core.checkpoint_sinks import (
+    Planned,
     checkpoint_location,
     checkpoint_query_id,
-    incomplete_batch,
+    planned_batches,
     recorded_entry,
     sink_of_checkpoint,
 )
@@ -38,14 +39,19 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class StartingSink:
-    """The sink a stream starts with: its id, its query's id, its checkpoint, and the
-    batch that checkpoint will replay (:func:`incomplete_batch`)."""
+    """The sink a stream starts with: its id, its query's id, its checkpoint, and where
+    that checkpoint stands (:func:`~eos_connectors.core.checkpoint_sinks.planned_batches`)."""
 
     sink_id: str
     query_id: str
     connector: str
     checkpoint: str
-    incomplete: int
+    planned: Planned
+
+    @property
+    def incomplete(self) -> int | None:
+        """The batch the checkpoint will replay; None on a clean restart."""
+        return self.planned.incomplete
 
     def replays(self, batch: int) -> bool:
         """Whether the checkpoint will replay ``batch``."""
@@ -56,17 +62,18 @@ def starting_sink(
     raw: Mapping[str, str], sink_id_for: Callable[[str], str], connector: str
 ) -> StartingSink | None:
     """Driver, at a stream's start: the sink it starts with, when its checkpoint (Spark's
-    ``raw`` options name it) is one whose query id can be read and which will replay a
-    batch; None otherwise (a batch write, a first start before Spark wrote the metadata,
-    an ``s3a:`` checkpoint, a clean restart), and the checks that need it are skipped."""
+    ``raw`` options name it) is one whose query id and offsets can be read; None
+    otherwise (a batch write, a first start before Spark wrote the metadata, an ``s3a:``
+    checkpoint), and the checks that need it are skipped. The checks of a switch
+    mid-batch run only when :attr:`StartingSink.incomplete` names a batch to replay."""
     location = checkpoint_location(raw)
     query_id = checkpoint_query_id(location)
     if location is None or query_id is None:
         return None
-    incomplete = incomplete_batch(location)
-    if incomplete is None:
+    planned = planned_batches(location)
+    if planned is None:
         return None
-    return StartingSink(sink_id_for(query_id), query_id, connector, location, incomplete)
+    return StartingSink(sink_id_for(query_id), query_id, connector, location, planned)
 
 
 class SinkSwitchedMidBatchError(ConfigError):

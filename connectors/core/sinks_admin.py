@@ -17,6 +17,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from eos_connectors.core.checkpoint_behind import refuse_at_start
 from eos_connectors.core.errors import EosError
 from eos_connectors.core.protocol import Lineage, TwoPhaseCommitWriter, UnitId
 from eos_connectors.core.sink_switch import StartingSink, refuse_a_switch_mid_batch
@@ -207,8 +208,8 @@ def warn_about_orphans(
     starting: StartingSink | None = None,
 ) -> list[SinkRecord]:
     """Driver, at a query's start: :func:`orphans` on ``target``, logged as a warning
-    (and a Python warning); first, with ``starting``, :func:`refuse_a_switch_mid_batch`.
-    Closes ``admin``."""
+    (and a Python warning); first, with ``starting``, :func:`refuse_a_switch_mid_batch`
+    and :func:`~eos_connectors.core.checkpoint_behind.refuse_at_start`. Closes ``admin``."""
     try:
         records = admin.records()
     finally:
@@ -216,10 +217,18 @@ def warn_about_orphans(
     if starting is not None:
         for record in records:
             owner = record.owner.query_id if record.owner else None
-            if owner == starting.query_id and record.last_decided is not None:
-                refuse_a_switch_mid_batch(
-                    starting, record.sink_id, record.last_decided, record.target
+            if owner != starting.query_id or record.last_decided is None:
+                continue
+            if record.sink_id == starting.sink_id:
+                refuse_at_start(
+                    starting.connector,
+                    record.sink_id,
+                    starting.query_id,
+                    record.last_decided,
+                    starting.checkpoint,
+                    starting.planned.last,
                 )
+            refuse_a_switch_mid_batch(starting, record.sink_id, record.last_decided, record.target)
     found = orphans(records, target, older_than)
     if found:
         message = orphan_warning(found, store)

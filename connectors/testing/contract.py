@@ -40,6 +40,7 @@ import pytest
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from eos_connectors.core import faults
+from eos_connectors.core.checkpoint_behind import CheckpointBehindSinkError
 from eos_connectors.core.context import TaskIdentity
 from eos_connectors.core.continuous import ContinuousProcessingError
 from eos_connectors.core.protocol import (
@@ -375,6 +376,19 @@ class SinkContract:
         self.run_batch(writer, 1)
         assert dict(self.visible()) == dict(self.expected(range(2)))
         assert writer.units_in_doubt(sink_id) == []
+
+    def test_a_batch_planned_again_below_a_later_decision_is_refused(self) -> None:
+        """A checkpoint restored from an older copy has Spark plan batch numbers the sink
+        decided again, over other records: the tasks skip such a batch as decided, and
+        its commit is refused (the store's ``applied_watermark``) instead of recorded as
+        written, which would lose its records."""
+        writer = self.new_writer()
+        for batch in range(3):
+            self.run_batch(writer, batch)
+        self.new_run()
+        with pytest.raises(CheckpointBehindSinkError, match=r"batch 1 .* up to batch 2"):
+            self.run_batch(self.new_writer(), 1)
+        assert dict(self.visible()) == dict(self.expected(range(3)))
 
     def test_unit_names_fit_the_store(self) -> None:
         """The longest name the protocol makes: a 64-character sink id, huge ids."""

@@ -134,6 +134,15 @@ class SqliteWriter(TwoPhaseCommitWriter):
         units = tuple(u for u in map(UnitId.parse, row[1].split()) if u is not None)
         return Decision(sink_id, batch_id, row[0], units)
 
+    def applied_watermark(self, sink_id: str, query_id: str) -> int:
+        """The query's highest decided batch (pruning keeps the latest decisions): a stream's
+        batch found decided below it was planned again by a checkpoint behind the sink."""
+        row = self.conn.execute(
+            "SELECT MAX(batch_id) FROM eos_decisions WHERE sink_id = ? AND query_id = ?",
+            (sink_id, query_id),
+        ).fetchone()
+        return -1 if row is None or row[0] is None else int(row[0])
+
     def prepare(self, unit: UnitId, rows: Iterator[pa.RecordBatch]) -> int:
         """Task: the unit and its staged rows in one transaction."""
         staged = [

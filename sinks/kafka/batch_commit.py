@@ -113,6 +113,7 @@ from eos_connectors.core.ahead import RowsAhead
 from eos_connectors.core.at_once import at_once
 from eos_connectors.core.batch_job import TXN_VERSION, BatchJob, JobPlan
 from eos_connectors.core.changes import KeyAcrossTasksError
+from eos_connectors.core.checkpoint_behind import refuse_at_commit
 from eos_connectors.core.context import TaskIdentity
 from eos_connectors.core.continuous import refuse_continuous
 from eos_connectors.core.errors import ConfigError
@@ -404,9 +405,16 @@ class BatchCommitWriter(StreamArrowWriter):
 
     # -- driver --------------------------------------------------------------------------
 
+    def commit_version(self, messages: list[WriterCommitMessage | None], version: int) -> None:
+        """Driver: a batch job's commit: :meth:`commit`, which tells it from a stream's by the
+        run :meth:`plan_job` claimed."""
+        self.commit(messages, version)
+
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Driver: steps 2-4 of the module's docstring, once the batch is known not to be
-        an epoch of continuous processing (:mod:`eos_connectors.core.continuous`)."""
+        an epoch of continuous processing (:mod:`eos_connectors.core.continuous`). A
+        stream's batch found decided must be its last decided one
+        (:mod:`eos_connectors.core.checkpoint_behind`)."""
         refuse_continuous(messages, batchId, self.checkpoint_location, "eos_kafka")
         reports = [m for m in messages if isinstance(m, PreparedTask)]
         if not reports:
@@ -464,6 +472,8 @@ class BatchCommitWriter(StreamArrowWriter):
         ``write``, unless the batch is refused."""
         sid = reports[0].sink_id
         if pointed is not None and pointed[0] > batch:
+            if self.run is None:  # a stream's batch is its last decided, unless planned again
+                refuse_at_commit("eos_kafka", sid, batch, pointed[0] - 1)
             recorded = read_decision(self.options, sid, batch)
             again = _rewritten(recorded, reports)
             return recorded if again is None else (amend or write)(again)

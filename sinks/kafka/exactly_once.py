@@ -56,6 +56,7 @@ from pyspark.sql.datasource import WriterCommitMessage
 from eos_connectors.core import faults, timing
 from eos_connectors.core.ahead import RowsAhead
 from eos_connectors.core.batch_job import BatchJob, JobPlan
+from eos_connectors.core.checkpoint_behind import refuse_at_commit
 from eos_connectors.core.context import TaskIdentity
 from eos_connectors.core.continuous import refuse_continuous
 from eos_connectors.core.protocol import Lineage, SinkClaimedError
@@ -110,13 +111,21 @@ class TaskReport(WriterCommitMessage):
     transactions)."""
 
     def __init__(
-        self, batch_id: int, partition: int, records: int, skipped: bool, sink_id: str = ""
+        self,
+        batch_id: int,
+        partition: int,
+        records: int,
+        skipped: bool,
+        sink_id: str = "",
+        marked: int = -1,
     ) -> None:
         self.batch_id = batch_id
         self.partition = partition
         self.records = records
         self.skipped = skipped
         self.sink_id = sink_id
+        #: A skipped batch's marker: the next batch the task partition writes.
+        self.marked = marked
 
 
 def sink_id(options: KafkaSinkOptions, query_id: str) -> str:
@@ -200,7 +209,7 @@ class KafkaExactlyOnceWriter(StreamArrowWriter):
             done, owner = marker.known or (0, "")
             if done > task.batch_id and owner == task.query_id:
                 log.info("batch %d partition %d is marked: skipping", task.batch_id, task.partition)
-                return TaskReport(task.batch_id, task.partition, 0, True, sid), producer
+                return TaskReport(task.batch_id, task.partition, 0, True, sid, done), producer
             if done > task.batch_id:  # _stand refused another query's marker: never here
                 raise SinkClaimedError(sid, Lineage(owner), task.query_id)
             if rows_in.first() is None:
@@ -244,7 +253,7 @@ class KafkaExactlyOnceWriter(StreamArrowWriter):
                 task.partition,
                 exc,
             )
-            return TaskReport(task.batch_id, task.partition, 0, True, sid), producer
+            return TaskReport(task.batch_id, task.partition, 0, True, sid, done), producer
         raise exc
 
     def _stand(
@@ -317,8 +326,19 @@ class KafkaExactlyOnceWriter(StreamArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Driver: nothing to do (each task committed its own transaction) but refuse an
-        epoch of continuous processing (:mod:`eos_connectors.core.continuous`)."""
-        refuse_continuous(messages, batchId, self.checkpoint_location, "eos_kafka")
+        epoch of continuous processing (:mod:`eos_connectors.core.continuous`), and a
+        batch a task partition found marked past the next one: planned again by a
+        checkpoint behind the sink (:mod:`eos_connectors.core.checkpoint_behind`)."""
+        self.commit_version(messages, batchId)
+        reports = [m for m in messages if isinstance(m, TaskReport) and m.skipped]
+        if reports:
+            last = max(reports, key=lambda r: r.marked)
+            refuse_at_commit("eos_kafka", last.sink_id, batchId, last.marked - 1)
+
+    def commit_version(self, messages: list[WriterCommitMessage | None], version: int) -> None:
+        """Driver: a batch job's commit, and a stream's first step: the refusal of an epoch
+        of continuous processing."""
+        refuse_continuous(messages, version, self.checkpoint_location, "eos_kafka")
 
     def plan_job(self, job: BatchJob) -> JobPlan:
         """Driver, before any task of a batch job's run: :mod:`sinks.kafka.jobs`, after what

@@ -23,6 +23,7 @@ from dataclasses import replace
 
 from confluent_kafka import KafkaException
 
+from eos_connectors.core.checkpoint_behind import refuse_at_start
 from eos_connectors.core.errors import EosError
 from eos_connectors.core.sink_switch import (
     SinkSwitchedMidBatchError,
@@ -36,6 +37,7 @@ from eos_connectors.core.topics import Record, read_to_end
 from eos_connectors.sinks.kafka.decisions import (
     DECISION_SUFFIX,
     decided_by_query,
+    decision_group,
     read_decision,
     read_marker,
     read_pointer,
@@ -58,10 +60,33 @@ def check_at_start(options: KafkaSinkOptions, raw: Mapping[str, str]) -> None:
     refuses it (:mod:`eos_connectors.core.sink_switch`)."""
     starting = starting_sink(raw, options.sink_id_for, "eos_kafka")
     if starting is None:
+        return
+    if options.commit_mode == "batch":
+        _refuse_a_checkpoint_behind(options, starting)
+    if starting.incomplete is None:
         return  # a clean restart: nothing to replay, and the marker log is not read
     _refuse_a_switch(options, starting)
     _refuse_moved_bookkeeping(options, starting)
     _refuse_over_an_uncommitted_decision(options, starting)
+
+
+def _refuse_a_checkpoint_behind(options: KafkaSinkOptions, starting: StartingSink) -> None:
+    """The sink id's last decision (its decision pointer: one committed offset read), when
+    it is this query's, past the last batch the checkpoint planned
+    (:mod:`eos_connectors.core.checkpoint_behind`). The log is not read: a pointer whose
+    offset expired, and a ``commitMode=task`` start (its markers are per task partition),
+    leave it to the commits, which refuse the same."""
+    pointed = read_marker(options, decision_group(options, starting.sink_id))
+    if pointed is None or pointed[1] != starting.query_id:
+        return
+    refuse_at_start(
+        "eos_kafka",
+        starting.sink_id,
+        starting.query_id,
+        pointed[0] - 1,
+        starting.checkpoint,
+        starting.planned.last,
+    )
 
 
 def _refuse_a_switch(options: KafkaSinkOptions, starting: StartingSink) -> None:
@@ -94,7 +119,7 @@ def check_at_least_once_start(options: KafkaSinkOptions, raw: Mapping[str, str])
     (:func:`_refuse_over_an_uncommitted_decision`). Best effort: a user of at least once
     may not read the marker log, which it does not need (logged, and the start goes on)."""
     starting = starting_sink(raw, options.sink_id_for, "eos_kafka")
-    if starting is None:
+    if starting is None or starting.incomplete is None:
         return
     try:
         _refuse_over_an_uncommitted_decision(options, starting)

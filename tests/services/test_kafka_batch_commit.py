@@ -25,6 +25,7 @@ import pytest
 
 from eos_connectors.core import faults
 from eos_connectors.core.batch_job import BatchJob, JobPlan
+from eos_connectors.core.checkpoint_behind import CheckpointBehindSinkError
 from eos_connectors.core.topics import create_topic, read_to_end
 from eos_connectors.dev.endpoints import Endpoints
 from eos_connectors.sinks.kafka.batch_commit import BatchCommitWriter, PreparedTask
@@ -524,11 +525,12 @@ def test_a_driver_woken_after_the_next_run_decided_never_moves_the_pointer_back(
     frozen driver the cluster manager replaced). Run 2 writes and commits batch 0, then
     decides batch 1 and dies before its commits. Run 1's driver wakes: its decision
     transaction was fenced by run 2's claim of the decider, so it claims again, reads
-    the pointer anew, finds batch 0 decided and finishes it as recorded. Run 2's replay
-    of batch 1 (with other rows: a non-deterministic stage) finds it decided and writes
-    nothing; its commit ends the recorded transactions: each record once. Before, run 1
-    moved the pointer back to batch 0's plain offset, and the replay wrote batch 1
-    again over its decided transactions."""
+    the pointer anew, finds batch 1 decided past its batch 0 and refuses its commit (a
+    stale run: rule 40), moving nothing. Run 2's replay of batch 1 (with other rows: a
+    non-deterministic stage) finds it decided and writes nothing; its commit ends the
+    recorded transactions: each record once. Before, run 1 moved the pointer back to
+    batch 0's plain offset, and the replay wrote batch 1 again over its decided
+    transactions."""
     from eos_connectors.sinks.kafka import stream_decider
     from eos_connectors.sinks.kafka.decisions import read_pointer
 
@@ -551,7 +553,8 @@ def test_a_driver_woken_after_the_next_run_decided_never_moves_the_pointer_back(
         run_2.commit(list(_prepare(run_2, 1, run="run-2")), 1)
     resume.set()
     stale.join(60)
-    assert not stale.is_alive() and not failed, failed
+    assert not stale.is_alive()
+    assert [type(exc) for exc in failed] == [CheckpointBehindSinkError], failed
     sid = writer.options.sink_id or ""
     assert read_pointer(writer.options, sid, stable=True) == (2, "kafka-query"), "moved back"
     replay = _prepare(run_2, 1, run="run-2b", tag="-again")

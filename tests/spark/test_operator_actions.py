@@ -250,3 +250,55 @@ def test_a_restart_through_another_sink_id_before_the_batch_completes_is_refused
     written = Counter(r.value for r in read_written(endpoints.kafka, out))
     assert sum(written.values()) == RECORDS + 200, "written twice or lost"
     assert sorted(written) == sorted(values + middle + after)
+
+
+@pytest.mark.cost(20)
+@pytest.mark.parametrize("commit_mode", ["batch", "task"])
+def test_a_checkpoint_restored_from_an_older_copy_is_refused_before_it_skips_anything(
+    spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path, commit_mode: str
+) -> None:
+    """The query writes batches 0-3 (500 records each), a copy of its checkpoint is taken,
+    and it goes on to batch 5; the copy is restored and the query restarted with larger
+    batches. Spark would plan batch 4 again over all 1,500 records since the copy, which
+    the sink would skip as decided (its batch 4 held 500 of them): 500 lost, and every
+    later record past them likewise. The restart is refused instead, at batch 4's commit
+    (its tasks found it decided, or marked, while the sink decided batch 5), writing
+    nothing: this driver started the sink with these options before, so its start checks
+    do not run again (a new driver's start refuses: tests/services/test_checkpoint_behind.py).
+    With the newer checkpoint back, the query writes the rest. Every record once."""
+    import shutil
+
+    from tests.pipelines import source_to_kafka
+
+    source, out, values = _input(endpoints, unique)
+    checkpoint, older, newer = tmp_path / "checkpoint", tmp_path / "older", tmp_path / "newer"
+
+    def run(max_offsets: str) -> None:
+        source_to_kafka.run(spark, endpoints.kafka_bootstrap, source, out, str(checkpoint),
+                            f"op-{unique}", "2", max_offsets, commit_mode)  # fmt: skip
+
+    def more(name: str, count: int) -> list[bytes]:
+        records = [f"{unique}-{name}-{i}".encode() for i in range(count)]
+        produce_plain(endpoints.kafka_bootstrap, source, records)
+        return records
+
+    def written() -> list[bytes]:
+        found = [r.value for r in read_written(endpoints.kafka, out)]
+        assert len(found) == len(set(found)), "a record written twice"
+        return sorted(found)
+
+    run("500")
+    shutil.copytree(checkpoint, older)
+    middle = more("middle", 1000)
+    run("500")
+    shutil.copytree(checkpoint, newer)
+    shutil.rmtree(checkpoint)
+    shutil.copytree(older, checkpoint)
+    after = more("after", 500)
+    with pytest.raises(Exception, match=r"batch \d+ of this query was found decided"):
+        run("5000")
+    assert written() == sorted(values + middle), "the refused run wrote something"
+    shutil.rmtree(checkpoint)
+    shutil.copytree(newer, checkpoint)
+    run("500")
+    assert written() == sorted(values + middle + after)

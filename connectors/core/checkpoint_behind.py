@@ -1,0 +1,79 @@
+"""Driver: a stream's checkpoint that is behind its sink's decisions.
+
+Spark numbers a query's batches in its checkpoint, and every exactly-once sink of this
+package writes nothing for a batch number it already decided for the query: a replay,
+whose records it wrote. That holds while the checkpoint only moves forward. A checkpoint
+restored from an older copy (a backup, a snapshot of its volume) or one whose last
+``offsets/`` files were deleted by hand has Spark plan those numbers again, over
+records that need not be the ones the sink wrote under them (more input since, another
+trigger, another ``maxOffsetsPerTrigger``): the sink would skip them as written, losing
+what they hold beyond the first run's batches, and the batches after would start where
+the new ones end, writing again what the first run wrote past it. So the sink refuses:
+
+- at a stream's start (:func:`refuse_at_start`), when its last decided batch for the
+  query is past the last batch the checkpoint planned;
+- at a batch's commit (:func:`refuse_at_commit`), when a batch whose tasks found it
+  decided is below a later decision of the query: this covers a checkpoint the start
+  cannot read (``s3a:``, or one set by ``spark.sql.streaming.checkpointLocation`` only).
+
+A stream's batch found decided is otherwise always its last decided one (Spark plans
+batch N+1 only once N is in ``commits/``), so neither refusal can meet a healthy query;
+the commit of a driver of an earlier run, paused while a later run decided past its
+batch and woken, is refused too, which ends that stale run before it does anything.
+A batch job's versions are not a stream's batches (a rerun of an older version writes
+nothing, by design): its commits skip :func:`refuse_at_commit`.
+"""
+
+from __future__ import annotations
+
+from eos_connectors.core.errors import EosError
+
+
+class CheckpointBehindSinkError(EosError):
+    """The stream's checkpoint planned fewer batches than its sink decided: it was restored
+    from an older copy, or its last offsets were deleted."""
+
+
+def _what_to_do(sink_id: str) -> str:
+    return (
+        "Restore the checkpoint as it was when the sink decided that batch (its offsets/ and "
+        "commits/ files up to it) and restart. To reprocess from this checkpoint on purpose, "
+        f"give the query another sinkId than {sink_id!r}: the target then gets the records "
+        "of the batches replanned a second time. Nothing was written."
+    )
+
+
+def refuse_at_start(
+    connector: str, sink_id: str, query_id: str, decided: int | None, checkpoint: str, planned: int
+) -> None:
+    """Driver, at a stream's start: refuse when sink ``sink_id`` decided batch ``decided``
+    (its last, for query ``query_id``) past ``planned``, the last batch the checkpoint
+    planned (-1: none)."""
+    if decided is None or decided <= planned:
+        return
+    shown = f"batch {planned}" if planned >= 0 else "no batch"
+    again = f"batch {decided}" if decided == planned + 1 else f"batches {planned + 1}-{decided}"
+    raise CheckpointBehindSinkError(
+        f"{connector}: sink {sink_id!r} of this query ({query_id}) decided batch {decided}, "
+        f"but checkpoint {checkpoint} has planned only up to {shown}: the checkpoint is older "
+        "than the sink (restored from a copy, or its last offsets files deleted). Spark would "
+        f"plan {again} again over records that need not be the ones the sink wrote under "
+        "the same numbers, and the sink would skip them as written: records would be lost "
+        f"or written twice. {_what_to_do(sink_id)}"
+    )
+
+
+def refuse_at_commit(connector: str, sink_id: str, batch: int, later: int) -> None:
+    """Driver, at a stream's commit of ``batch``, whose tasks found it decided or applied:
+    refuse when the sink decided ``later`` (its highest for the query) past it."""
+    if later <= batch:
+        return
+    raise CheckpointBehindSinkError(
+        f"{connector}: batch {batch} of this query was found decided, but sink {sink_id!r} "
+        f"has decided up to batch {later}: the query's checkpoint is older than the sink "
+        "(restored from a copy, or its last offsets files deleted), and Spark planned batch "
+        f"{batch} again, over records that need not be the ones the sink wrote under that "
+        "number. The batch is refused before it is recorded, so nothing is skipped. (A "
+        "driver of an earlier run, paused while a later run went on, is refused the same "
+        "way: its run is over.) " + _what_to_do(sink_id)
+    )

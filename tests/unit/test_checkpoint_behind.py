@@ -1,0 +1,69 @@
+"""Where a checkpoint stands, and the refusals of one behind its sink's decisions
+(tests/services/test_checkpoint_behind.py runs them against the stores). Cost: <1 s."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from eos_connectors.core.checkpoint_behind import (
+    CheckpointBehindSinkError,
+    refuse_at_commit,
+    refuse_at_start,
+)
+from eos_connectors.core.checkpoint_sinks import Planned, planned_batches
+from eos_connectors.core.sink_switch import starting_sink
+
+
+def _batches(folder: Path, log: str, *batches: int) -> None:
+    (folder / log).mkdir(parents=True, exist_ok=True)
+    for batch in batches:
+        (folder / log / str(batch)).write_text("v1\n{}\n")
+
+
+def test_where_a_checkpoint_stands(tmp_path: Path) -> None:
+    assert planned_batches(str(tmp_path)) == Planned(-1, True)
+    _batches(tmp_path, "offsets", 0, 1, 2)
+    _batches(tmp_path, "commits", 0, 1)
+    (tmp_path / "offsets" / ".2.tmp").write_text("")  # Spark's unfinished write: not a batch
+    assert planned_batches(str(tmp_path)) == Planned(2, False)
+    assert planned_batches(f"file://{tmp_path}") == Planned(2, False)
+    assert Planned(2, False).incomplete == 2
+    _batches(tmp_path, "commits", 2)
+    assert planned_batches(str(tmp_path)) == Planned(2, True)
+    assert Planned(2, True).incomplete is None and Planned(-1, True).incomplete is None
+    assert planned_batches("s3a://bucket/checkpoint") is None
+
+
+def test_a_clean_checkpoint_starts_a_sink_too(tmp_path: Path) -> None:
+    """The start checks get the sink on a clean restart as well (the behind check needs
+    it); only the switch checks wait for a batch to replay."""
+    raw = {"checkpointLocation": str(tmp_path)}
+    assert starting_sink(raw, lambda q: f"s-{q}", "eos_x") is None  # no query id yet
+    (tmp_path / "metadata").write_text(json.dumps({"id": "q1"}))
+    _batches(tmp_path, "offsets", 0)
+    _batches(tmp_path, "commits", 0)
+    starting = starting_sink(raw, lambda q: f"s-{q}", "eos_x")
+    assert starting is not None and starting.sink_id == "s-q1"
+    assert starting.planned.last == 0 and starting.incomplete is None
+    assert not starting.replays(0)
+
+
+def test_only_a_decision_past_the_checkpoint_is_refused() -> None:
+    refuse_at_start("eos_x", "s", "q", None, "/c", -1)  # a sink that decided nothing
+    refuse_at_start("eos_x", "s", "q", 4, "/c", 4)  # the replay of its last batch
+    refuse_at_start("eos_x", "s", "q", 3, "/c", 4)  # the batch after its last
+    with pytest.raises(
+        CheckpointBehindSinkError, match=r"batch 0, .* no batch: .* plan batch 0 again"
+    ):
+        refuse_at_start("eos_x", "s", "q", 0, "/c", -1)
+    with pytest.raises(
+        CheckpointBehindSinkError, match=r"decided batch 9, .* up to batch 4: .* batches 5-9 again"
+    ):
+        refuse_at_start("eos_x", "s", "q", 9, "/c", 4)
+    refuse_at_commit("eos_x", "s", 4, 4)
+    refuse_at_commit("eos_x", "s", 4, -1)  # a store that keeps no watermark
+    with pytest.raises(CheckpointBehindSinkError, match=r"batch 4 .* up to batch 5.*sinkId"):
+        refuse_at_commit("eos_x", "s", 4, 5)
