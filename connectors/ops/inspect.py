@@ -48,6 +48,7 @@ def inspect(checkpoint: Checkpoint, sinks: list[SinkRecord] | None) -> dict[str,
                 "sink_id": r.sink_id,
                 "target": r.target,
                 "last_decided_batch": r.last_decided,
+                "ahead_of_checkpoint": _ahead(r.last_decided, checkpoint.last_planned),
                 "units_in_doubt": len(r.in_doubt),
                 "oldest_in_doubt_seconds": r.oldest(),
             }
@@ -55,6 +56,12 @@ def inspect(checkpoint: Checkpoint, sinks: list[SinkRecord] | None) -> dict[str,
             if r.owner is not None and r.owner.query_id == checkpoint.query_id
         ]
     return report
+
+
+def _ahead(decided: int | None, planned: int | None) -> bool:
+    """Whether a sink decided a batch past the checkpoint's last planned one: the checkpoint
+    is an older copy, and a restart is refused (``core.checkpoint_behind``)."""
+    return decided is not None and decided > (-1 if planned is None else planned)
 
 
 def _operator(op: OperatorState) -> dict[str, Any]:
@@ -165,4 +172,10 @@ def report_text(report: dict[str, Any]) -> str:
             f"Sink {sink['sink_id']} in {sink['store']} ({sink['target']}): last decided batch "
             f"{sink['last_decided_batch']}, {sink['units_in_doubt']} unit(s) in doubt"
         )
+        if sink.get("ahead_of_checkpoint"):
+            lines.append(
+                "  past this checkpoint's last planned batch: the checkpoint is older than the "
+                "sink (a copy put back, or offsets deleted), and a restart is refused; see "
+                "docs/operations.md#a-checkpoint-restored-from-an-older-copy"
+            )
     return "\n".join(lines)

@@ -62,3 +62,22 @@ def test_a_commit_file_that_is_not_json_is_named(tmp_path: Path) -> None:
     (path / "commits" / "3").write_text("v1\n{not json")
     with pytest.raises(CheckpointError, match=r"commits/3 is not a Spark commit file"):
         read_checkpoint(str(path))
+
+
+def test_a_sink_ahead_of_the_checkpoint_is_named(tmp_path: Path) -> None:
+    """A sink that decided past the checkpoint's last planned batch (an older copy put
+    back) is flagged, so the operator sees why a restart is refused."""
+    from eos_connectors.core.protocol import Lineage
+    from eos_connectors.core.sinks_admin import SinkRecord
+
+    checkpoint = read_checkpoint(str(_rate_checkpoint(tmp_path / "checkpoint")))
+    owner = Lineage("5f1c0d1e-rate")
+    sinks = [
+        SinkRecord("postgres", "level", owner, "t", 3, ()),
+        SinkRecord("redis", "ahead", owner, "k:", 7, ()),
+    ]
+    report = inspect(checkpoint, sinks)
+    assert [s["ahead_of_checkpoint"] for s in report["sinks"]] == [False, True]
+    text = report_text(report)
+    assert text.count("past this checkpoint's last planned batch") == 1
+    assert "Sink ahead in redis (k:): last decided batch 7" in text
