@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from pyspark.sql.datasource import (
@@ -43,6 +43,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from eos_connectors.core import options as opt
+from eos_connectors.core.checkpoint_behind import refuse_in_foreach_batch
 from eos_connectors.core.context import NotInStreamingTaskError, TaskIdentity
 from eos_connectors.core.driver_gc import settle
 from eos_connectors.core.errors import ConfigError
@@ -98,6 +99,11 @@ class JobPlan:
     tasks: int | None = None
     #: The task partitions that wrote the version already (at least ``max + 1`` tasks).
     written: tuple[int, ...] = ()
+    #: The highest version the job decided or committed, when the plan read it (-1: none
+    #: or unknown): a write from a stream's ``foreachBatch`` below it was planned again
+    #: by a checkpoint behind the sink (:func:`refuse_in_foreach_batch`). Not part of what
+    #: the run does, so plans that write alike compare equal.
+    highest: int = field(default=-1, compare=False)
 
 
 @runtime_checkable
@@ -224,7 +230,7 @@ class SinkFormat(DataSource):
         job = batch_job(self.options, self.connector, options.exactly_once, options.sink_id)
         stream: StreamSinkWriter = self._writer(schema, False)
         plan = plan_job(stream, job, self.connector) if job is not None else JobPlan()
-        return BatchWriter(stream, job, plan)
+        return BatchWriter(stream, job, plan, self.connector)
 
 
 def plan_job(stream: StreamSinkWriter, job: BatchJob, connector: str) -> JobPlan:
@@ -247,12 +253,12 @@ def _two_phase_plan(stream: TwoPhaseCommitWriter, job: BatchJob) -> JobPlan:
     decision and commit)."""
     sink_id = stream.sink_id(job.query_id)
     stream.check_owner(sink_id, job.query_id)
-    if stream.find_decision(sink_id, job.version) is not None:
-        return JobPlan()
     applied = stream.applied_watermark(sink_id, job.query_id)
+    if stream.find_decision(sink_id, job.version) is not None:
+        return JobPlan(highest=applied)
     if job.version <= applied:
-        return JobPlan(skip=f"{TXN_VERSION} {applied} was committed before")
-    return JobPlan()
+        return JobPlan(skip=f"{TXN_VERSION} {applied} was committed before", highest=applied)
+    return JobPlan(highest=applied)
 
 
 def settle_earlier_versions(stream: TwoPhaseCommitWriter, job: BatchJob, connector: str) -> None:
@@ -295,18 +301,27 @@ class BatchWriter(DataSourceArrowWriter):
     at least once)."""
 
     def __init__(
-        self, stream: StreamSinkWriter, job: BatchJob | None, plan: JobPlan | None = None
+        self,
+        stream: StreamSinkWriter,
+        job: BatchJob | None,
+        plan: JobPlan | None = None,
+        connector: str = "this sink",
     ) -> None:
         self.stream = stream
         self.job = job
         self.plan = plan or JobPlan()
+        self.connector = connector
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
         """Task: the sink's task write, as a task of the job's batch; nothing in a run
         that writes nothing, and a refusal in a task partition a partly written
-        version's first run did not have."""
+        version's first run did not have. First, inside a stream's ``foreachBatch`` with
+        ``txnVersion`` its batch id, a version below the job's highest is refused (the
+        stream's checkpoint is behind the sink: :mod:`.checkpoint_behind`)."""
         if self.job is None:
             return self.stream.write(iterator)
+        job = self.job
+        refuse_in_foreach_batch(self.connector, job.sink_id, job.version, self.plan.highest)
         if self.plan.skip:
             return SkippedTask()
         task = self.job.task()

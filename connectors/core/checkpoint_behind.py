@@ -21,7 +21,10 @@ batch N+1 only once N is in ``commits/``), so neither refusal can meet a healthy
 the commit of a driver of an earlier run, paused while a later run decided past its
 batch and woken, is refused too, which ends that stale run before it does anything.
 A batch job's versions are not a stream's batches (a rerun of an older version writes
-nothing, by design): its commits skip :func:`refuse_at_commit`.
+nothing, by design): its commits skip :func:`refuse_at_commit`. A batch write from a
+stream's ``foreachBatch`` whose ``txnVersion`` is the stream's batch id is both: its
+tasks see the stream's batch id in Spark's local properties, and refuse a version below
+the job's highest (:func:`refuse_in_foreach_batch`).
 """
 
 from __future__ import annotations
@@ -76,4 +79,35 @@ def refuse_at_commit(connector: str, sink_id: str, batch: int, later: int) -> No
         "number. The batch is refused before it is recorded, so nothing is skipped. (A "
         "driver of an earlier run, paused while a later run went on, is refused the same "
         "way: its run is over.) " + _what_to_do(sink_id)
+    )
+
+
+#: The local property Spark sets on a micro-batch's jobs, ``foreachBatch``'s included.
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
+
+
+def refuse_in_foreach_batch(connector: str, sink_id: str, version: int, highest: int) -> None:
+    """Task of a batch write: when it runs inside a stream's ``foreachBatch`` whose batch id
+    is the write's ``version`` (``txnVersion=batch_id``, the documented recipe), refuse a
+    version below ``highest``, the job's highest decided or committed one: the stream's
+    checkpoint is behind the sink, and the write would take the replanned batch for a
+    rerun and write nothing. A batch write outside a stream, or with other versions,
+    passes."""
+    if version >= highest:
+        return
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    batch = context.getLocalProperty(BATCH_ID_PROPERTY) if context is not None else None
+    if batch is None or batch != str(version):
+        return
+    raise CheckpointBehindSinkError(
+        f"{connector}: this write runs in foreachBatch for batch {version} of a stream, but "
+        f"job {sink_id!r} has written up to txnVersion {highest}: the stream's checkpoint is "
+        "older than the sink (restored from a copy, or its last offsets files deleted), and "
+        f"Spark planned batch {version} again over records that need not be the ones "
+        "written under that number; as a rerun it would write nothing of them. "
+        "Restore the checkpoint as it was and restart, or give the writes new sinkIds to "
+        "reprocess from it (the targets then get those records a second time). Nothing "
+        "was written."
     )

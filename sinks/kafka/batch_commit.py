@@ -358,23 +358,24 @@ class BatchCommitWriter(StreamArrowWriter):
         transaction whose driver died before its commits. Any split of the rows is fine:
         nothing of a version is visible before its decision."""
         sid = self.options.sink_id_for(job.query_id)
-        skip = self._skip(job, read_pointer(self.options, sid), sid)
+        pointer = read_pointer(self.options, sid)
+        skip = self._skip(job, pointer, sid)
         if skip is None:  # what the job's runs in commitMode=task wrote
             skip = jobs.task_mode_plan(self.options, sid, job)
         if skip is not None:
-            return JobPlan(skip=skip)
+            return JobPlan(skip=skip, highest=_highest(pointer))
         self.run = claim_run(self.options, sid)
         # Read again under the claim: a decision committed before it is seen now.
         pointer = read_pointer(self.options, sid, stable=True)
         skip = self._skip(job, pointer, sid)
         if skip is not None:
-            return JobPlan(skip=skip)
+            return JobPlan(skip=skip, highest=_highest(pointer))
         if pointer is None:
             return JobPlan()
         last = pointer[0] - 1
         if job.version > last:
             self._finish_before(read_decision(self.options, sid, last), job, sid)
-        return JobPlan()
+        return JobPlan(highest=last)
 
     def _skip(self, job: BatchJob, pointer: tuple[int, str] | None, sid: str) -> str | None:
         """Driver: why a run of ``job`` writes nothing (a later version was decided), else
@@ -599,6 +600,11 @@ class BatchCommitWriter(StreamArrowWriter):
         timeout_ms = self.options.transaction_timeout_ms
         with kept_client(self.options.kafka) as client:
             client.sweep(ids_prefix(self.options, sid), [], self._slot, called, timeout_ms)
+
+
+def _highest(pointer: tuple[int, str] | None) -> int:
+    """The last version a job's decision pointer names (-1 before any)."""
+    return -1 if pointer is None else pointer[0] - 1
 
 
 def decision_margin(limit_s: float) -> float:

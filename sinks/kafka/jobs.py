@@ -71,9 +71,12 @@ class JobStanding:
         version, record = job.version, self.record
         highest = max(self.written.values(), default=-1)
         if highest > job.version:
-            return JobPlan(skip=f"{TXN_VERSION} {highest} was written before")
+            return JobPlan(skip=f"{TXN_VERSION} {highest} was written before", highest=highest)
         if record is not None and record.complete and record.version >= version:
-            return JobPlan(skip=f"{TXN_VERSION} {record.version} was committed before")
+            return JobPlan(
+                skip=f"{TXN_VERSION} {record.version} was committed before",
+                highest=max(highest, record.version),
+            )
         if record is not None and not record.complete and record.version < version:
             raise ConfigError(
                 f"eos_kafka: {TXN_VERSION} {record.version} of job {job.sink_id!r} was partly "

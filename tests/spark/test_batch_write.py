@@ -479,3 +479,77 @@ def test_a_quoted_mixed_case_partitioned_table_takes_upserts(
         total = conn.execute(f'SELECT count(*), sum(amount) FROM "{schema}"."Orders"').fetchone()
     assert found == (20, 2 * sum(range(0, 40, 2)))
     assert total == (40, 2 * sum(range(40)))
+
+
+@pytest.mark.cost(20)
+def test_foreach_batch_over_a_checkpoint_restored_from_an_older_copy_is_refused(
+    spark: SparkSession, endpoints: Endpoints, unique: str, tmp_path: Path
+) -> None:
+    """The recipe's writes (``eos_kafka`` and ``eos_postgres``, ``txnVersion`` the batch id)
+    from an ``eos_kafka`` stream of 100 records a batch: batches 0-3, a copy of the
+    checkpoint, batches 4-5, the copy put back and the stream restarted with larger
+    batches. Spark would run batch 4 again over all 300 records since the copy, and each
+    write would take it for a rerun and write nothing: 100 lost. The write's tasks see
+    the stream's batch id and refuse instead; with the newer checkpoint back the stream
+    writes the rest, each record once into each sink."""
+    import shutil
+
+    from tests.kafka_util import produce_plain
+    from tests.sink_util import BOUNDED, to_the_end
+
+    source, out, table = f"febo-in-{unique}", f"febo-out-{unique}", f"febo_{unique}"
+    for topic in (source, out):
+        create_topic(endpoints.kafka, topic, partitions=2)
+    checkpoint, older, newer = tmp_path / "checkpoint", tmp_path / "older", tmp_path / "newer"
+
+    def write(df: DataFrame, batch_id: int) -> None:
+        rows = df.selectExpr("CAST(value AS STRING) AS key", "CAST(value AS STRING) AS value")
+        version = {"txnVersion": str(batch_id)}
+        kafka = {"kafka.bootstrap.servers": endpoints.kafka_bootstrap, "topic": out}
+        _save(rows, "eos_kafka", **kafka, sinkId=f"{unique}-k", **version)
+        pg = {"dsn": endpoints.postgres_dsn, "table": table, "createTable": "true"}
+        _save(rows.withColumnRenamed("key", "id"), "eos_postgres", **pg, sinkId=f"{unique}-p",
+              **version)  # fmt: skip
+
+    def run(max_offsets: int) -> None:
+        reader = (
+            spark.readStream.format("eos_kafka")
+            .option("kafka.bootstrap.servers", endpoints.kafka_bootstrap)
+            .option("subscribe", source)
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", str(max_offsets))
+            .options(**BOUNDED)
+        )
+        writer = reader.load().writeStream.foreachBatch(write)
+        to_the_end(writer.option("checkpointLocation", str(checkpoint)), checkpoint.as_posix(),
+                   endpoints.kafka_bootstrap, source)  # fmt: skip
+
+    def more(name: str, count: int) -> list[str]:
+        values = [f"{unique}-{name}-{i}" for i in range(count)]
+        produce_plain(endpoints.kafka_bootstrap, source, [v.encode() for v in values])
+        return values
+
+    def written() -> tuple[Counter[bytes], Counter[str]]:
+        return _kafka_values(endpoints.kafka_bootstrap, out), _table_ids(
+            endpoints.postgres_dsn, table
+        )
+
+    def once(values: list[str]) -> tuple[Counter[bytes], Counter[str]]:
+        return Counter(v.encode() for v in values), Counter(values)
+
+    first = more("first", 400)
+    run(100)
+    shutil.copytree(checkpoint, older)
+    middle = more("middle", 200)
+    run(100)
+    shutil.copytree(checkpoint, newer)
+    shutil.rmtree(checkpoint)
+    shutil.copytree(older, checkpoint)
+    after = more("after", 100)
+    with pytest.raises(Exception, match=r"runs in foreachBatch for batch \d+ of a stream"):
+        run(1000)
+    assert written() == once(first + middle), "the refused run wrote something"
+    shutil.rmtree(checkpoint)
+    shutil.copytree(newer, checkpoint)
+    run(100)
+    assert written() == once(first + middle + after)

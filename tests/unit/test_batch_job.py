@@ -29,6 +29,9 @@ class _Context:
     def taskAttemptId(self) -> int:
         return next(_ATTEMPTS)
 
+    def getLocalProperty(self, key: str) -> str | None:
+        return None  # no stream's batch: a plain batch write
+
 
 def _rows(words: list[str]) -> Iterator[pa.RecordBatch]:
     yield pa.record_batch({"word": words, "n": [1] * len(words)})

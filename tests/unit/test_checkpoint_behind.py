@@ -67,3 +67,13 @@ def test_only_a_decision_past_the_checkpoint_is_refused() -> None:
     refuse_at_commit("eos_x", "s", 4, -1)  # a store that keeps no watermark
     with pytest.raises(CheckpointBehindSinkError, match=r"batch 4 .* up to batch 5.*sinkId"):
         refuse_at_commit("eos_x", "s", 4, 5)
+
+
+def test_a_batch_write_outside_a_stream_is_never_refused() -> None:
+    """Outside a Spark task (and so outside any stream) a version below the job's highest
+    is a rerun, as batch-writes.md says; tests/spark/test_batch_write.py refuses one in a
+    stream's foreachBatch."""
+    from eos_connectors.core.checkpoint_behind import refuse_in_foreach_batch
+
+    refuse_in_foreach_batch("eos_x", "job", 3, 7)
+    refuse_in_foreach_batch("eos_x", "job", 7, 7)
