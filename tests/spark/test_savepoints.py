@@ -204,6 +204,7 @@ def test_inspect_savepoint_fork_and_resume(
             "sink_id": sink_id,
             "target": report["sinks"][0]["target"],
             "last_decided_batch": first,
+            "ahead_of_checkpoint": False,
             "units_in_doubt": 0,
             "oldest_in_doubt_seconds": None,
         }
