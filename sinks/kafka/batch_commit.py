@@ -370,10 +370,8 @@ class BatchCommitWriter(StreamArrowWriter):
         skip = self._skip(job, pointer, sid)
         if skip is not None:
             return JobPlan(skip=skip, highest=_highest(pointer))
-        if pointer is None:
-            return JobPlan()
-        last = pointer[0] - 1
-        if job.version > last:
+        last = _highest(pointer)
+        if pointer is not None and job.version > last:
             self._finish_before(read_decision(self.options, sid, last), job, sid)
         return JobPlan(highest=last)
 
