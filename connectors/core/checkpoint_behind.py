@@ -14,7 +14,13 @@ the new ones end, writing again what the first run wrote past it. So the sink re
   query is past the last batch the checkpoint planned;
 - at a batch's commit (:func:`refuse_at_commit`), when a batch whose tasks found it
   decided is below a later decision of the query: this covers a checkpoint the start
-  cannot read (``s3a:``, or one set by ``spark.sql.streaming.checkpointLocation`` only).
+  cannot read (``s3a:``, or one set by ``spark.sql.streaming.checkpointLocation`` only);
+- at a batch's commit (:func:`refuse_replanned`), when a batch whose tasks found it
+  decided is the query's last decided one but its decision recorded other source
+  positions than the checkpoint's ``offsets/N`` plans now (:func:`planned_offsets`): a
+  checkpoint put back by exactly one batch, in a driver whose start checks ran before
+  (they run once per driver) or after the start. A replay reads the very file the
+  first attempt planned, so its positions are the decided ones.
 
 A stream's batch found decided is otherwise always its last decided one (Spark plans
 batch N+1 only once N is in ``commits/``), so neither refusal can meet a healthy query;
@@ -28,6 +34,8 @@ the job's highest (:func:`refuse_in_foreach_batch`).
 """
 
 from __future__ import annotations
+
+import hashlib
 
 from eos_connectors.core.errors import EosError
 
@@ -79,6 +87,36 @@ def refuse_at_commit(connector: str, sink_id: str, batch: int, later: int) -> No
         "number. The batch is refused before it is recorded, so nothing is skipped. (A "
         "driver of an earlier run, paused while a later run went on, is refused the same "
         "way: its run is over.) " + _what_to_do(sink_id)
+    )
+
+
+def planned_offsets(offsets_file: str | None) -> str:
+    """Driver: a digest of the source positions an ``offsets/N`` file plans (its lines
+    after the version and the batch's metadata, whose batch time differs in every
+    planning); "" when the file could not be read (an ``s3a:`` checkpoint)."""
+    if offsets_file is None:
+        return ""
+    positions = offsets_file.split("\n")[2:]
+    return hashlib.sha256("\n".join(positions).strip().encode()).hexdigest()[:24]
+
+
+def refuse_replanned(
+    connector: str, sink_id: str, batch: int, decided_over: str, planned: str
+) -> None:
+    """Driver, at a stream's commit of ``batch``, whose tasks found it decided: refuse when
+    its decision recorded other source positions (``decided_over``, a digest of
+    :func:`planned_offsets`) than the checkpoint plans for it now (``planned``). Either
+    unknown ("": a decision written before digests were kept, a checkpoint the driver
+    cannot read) passes."""
+    if not decided_over or not planned or decided_over == planned:
+        return
+    raise CheckpointBehindSinkError(
+        f"{connector}: batch {batch} of this query was found decided by sink {sink_id!r}, "
+        f"but over other source positions than offsets/{batch} of the query's checkpoint "
+        "plans now: the checkpoint was put back (its last offsets files deleted, or "
+        f"restored from an older copy) and Spark planned batch {batch} again, over records "
+        "that need not be the ones the sink wrote under that number. The batch is refused "
+        "before it is recorded, so nothing is skipped. " + _what_to_do(sink_id)
     )
 
 

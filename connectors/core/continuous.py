@@ -39,10 +39,12 @@ class ContinuousProcessingError(ConfigError):
 
 def refuse_continuous(
     messages: Sequence[object], batch_id: int, checkpoint: str | None, connector: str
-) -> None:
+) -> str | None:
     """Driver, first in every streaming sink's ``commit``: refuse an epoch of continuous
     processing (a task with no commit message), or a batch whose ``offsets/<batch_id>``
-    such a run wrote (readable only on a local or HDFS ``checkpoint``)."""
+    such a run wrote (readable only on a local or HDFS ``checkpoint``). Returns the text
+    of ``offsets/<batch_id>`` (None when it cannot be read), for the commit's other
+    checks (:func:`eos_connectors.core.checkpoint_behind.planned_offsets`)."""
     if any(message is None for message in messages):
         raise ContinuousProcessingError(
             f"{connector} got no rows for epoch {batch_id}: the query runs with "
@@ -62,6 +64,7 @@ def refuse_continuous(
             "epoch. Run the query on a new checkpoint, reading from where the continuous "
             f"run started (its startingOffsets).{_UNDER_CONTINUOUS}"
         )
+    return text
 
 
 def _offsets(checkpoint: str | None, batch_id: int) -> str | None:

@@ -51,7 +51,11 @@ from pyspark.sql.datasource import WriterCommitMessage
 
 from eos_connectors.core import faults, timing
 from eos_connectors.core.ahead import RowsAhead
-from eos_connectors.core.checkpoint_behind import refuse_at_commit
+from eos_connectors.core.checkpoint_behind import (
+    planned_offsets,
+    refuse_at_commit,
+    refuse_replanned,
+)
 from eos_connectors.core.context import TaskIdentity, query_tag
 from eos_connectors.core.continuous import refuse_continuous
 from eos_connectors.core.errors import EosError, ServiceUnavailableError
@@ -236,6 +240,12 @@ class Decision:
     batch_id: int
     query_id: str
     units: tuple[UnitId, ...]
+    #: A stream's batch: a digest of the source positions its ``offsets/N`` planned
+    #: (:func:`~eos_connectors.core.checkpoint_behind.planned_offsets`), which the commit
+    #: of a replay compares. "" when unknown: a batch job's version, a checkpoint the
+    #: driver cannot read, a decision written before digests were kept, a store that does
+    #: not keep it (every store may ignore it, losing only that check).
+    offsets: str = ""
 
 
 @dataclass(frozen=True)
@@ -483,19 +493,19 @@ class TwoPhaseCommitWriter(StreamArrowWriter, UnitStore):
         died between decision and commit, then a batch job run with the next version)
         must land before this batch's units, never over them. An epoch of continuous
         processing is refused first (:mod:`eos_connectors.core.continuous`)."""
-        refuse_continuous(messages, batchId, self.checkpoint_location, self.connector)
+        offsets = refuse_continuous(messages, batchId, self.checkpoint_location, self.connector)
         prepared = _prepared_units(messages, batchId)
         sink_id = _sink_of(prepared)
         if sink_id is None:
             return
+        planned = planned_offsets(offsets) if stream else ""
         if stream and any(m.skipped for m in prepared):
-            later = self.applied_watermark(sink_id, prepared[0].query_id)
-            refuse_at_commit(self.connector, sink_id, batchId, later)
+            self._refuse_a_checkpoint_behind(sink_id, batchId, prepared[0].query_id, planned)
         query = prepared[0].query_name
         began = time.perf_counter()
         patience = Patience()
         patience.reaching(lambda: self._claim(sink_id, prepared))
-        decision = patience.reaching(lambda: self._decide(sink_id, batchId, prepared))
+        decision = patience.reaching(lambda: self._decide(sink_id, batchId, prepared, planned))
         faults.point("after-decision", batchId, role="driver", query=query)
         self.recover(sink_id, batchId - 1)
         for index, unit in enumerate(decision.units):
@@ -507,6 +517,18 @@ class TwoPhaseCommitWriter(StreamArrowWriter, UnitStore):
         self.prune_decisions(sink_id, batchId - self.keep_decisions)
         self.forget_key_claims(sink_id, batchId)
         timing.record_commit(sink_id, batchId, len(decision.units), time.perf_counter() - began)
+
+    def _refuse_a_checkpoint_behind(
+        self, sink_id: str, batch_id: int, query_id: str, planned: str
+    ) -> None:
+        """Driver, at a stream's commit of a batch its tasks found decided or applied: it
+        must be the query's last decided batch, over the source positions its decision
+        recorded (:mod:`eos_connectors.core.checkpoint_behind`)."""
+        later = self.applied_watermark(sink_id, query_id)
+        refuse_at_commit(self.connector, sink_id, batch_id, later)
+        recorded = self.find_decision(sink_id, batch_id)
+        if recorded is not None:
+            refuse_replanned(self.connector, sink_id, batch_id, recorded.offsets, planned)
 
     def abort(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
         """Driver: roll back the batch's units, unless the batch was decided: those its
@@ -587,11 +609,14 @@ class TwoPhaseCommitWriter(StreamArrowWriter, UnitStore):
                     self.rollback_unit(message.unit)
             raise SinkClaimedError(sink_id, owner, query_id)
 
-    def _decide(self, sink_id: str, batch_id: int, prepared: list[PreparedUnit]) -> Decision:
-        """Record this batch's units, or get back what an earlier attempt recorded. A unit
-        that vanished before the decision rolls the batch back and fails it (rule 3)."""
+    def _decide(
+        self, sink_id: str, batch_id: int, prepared: list[PreparedUnit], planned: str
+    ) -> Decision:
+        """Record this batch's units (and ``planned``, its source positions' digest), or get
+        back what an earlier attempt recorded. A unit that vanished before the decision
+        rolls the batch back and fails it (rule 3)."""
         units = tuple(sorted(m.unit for m in prepared if m.unit is not None))
-        proposal = Decision(sink_id, batch_id, prepared[0].query_id, units)
+        proposal = Decision(sink_id, batch_id, prepared[0].query_id, units, planned)
         try:
             recorded = self.decide(proposal)
         except UnitMissingError as exc:

@@ -34,6 +34,7 @@ import pickle
 import uuid
 from collections import Counter
 from collections.abc import Mapping
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -389,6 +390,35 @@ class SinkContract:
         with pytest.raises(CheckpointBehindSinkError, match=r"batch 1 .* up to batch 2"):
             self.run_batch(self.new_writer(), 1)
         assert dict(self.visible()) == dict(self.expected(range(3)))
+
+    def test_a_batch_planned_again_over_other_positions_is_refused(self, tmp_path: Path) -> None:
+        """A checkpoint put back by one batch (its last ``offsets/`` and ``commits/`` files
+        deleted) has Spark plan the sink's last decided batch again, over more records:
+        its commit is refused, since the decision recorded other source positions
+        (``Decision.offsets``), while the replay of the batch as decided commits. A store
+        that keeps no ``offsets`` is skipped: it cannot tell the two apart."""
+        offsets = tmp_path / "offsets"
+        offsets.mkdir()
+        planned = 'v1\n{{"batchTimestampMs":{0}}}\n{{"source":{{"0":{1}}}}}\n'.format
+        for batch in range(2):
+            (offsets / str(batch)).write_text(planned(batch, 100 * (batch + 1)))
+        writer = self.new_writer()
+        writer.checkpoint_location = str(tmp_path)
+        for batch in range(2):
+            self.run_batch(writer, batch)
+        decided = writer.find_decision(self.sink(writer), 1)
+        if decided is None or not decided.offsets:
+            pytest.skip("the store keeps no Decision.offsets")
+        kept = (offsets / "1").read_text()
+        (offsets / "1").write_text(planned(9, 900))
+        self.new_run()
+        again = self.new_writer()
+        again.checkpoint_location = str(tmp_path)
+        with pytest.raises(CheckpointBehindSinkError, match=r"batch 1 .* other source positions"):
+            self.run_batch(again, 1)
+        (offsets / "1").write_text(kept)
+        self.run_batch(again, 1)
+        self.assert_exactly_once(again, range(2))
 
     def test_unit_names_fit_the_store(self) -> None:
         """The longest name the protocol makes: a 64-character sink id, huge ids."""

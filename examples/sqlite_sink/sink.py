@@ -41,7 +41,7 @@ CREATE TABLE IF NOT EXISTS eos_units (unit TEXT PRIMARY KEY, sink_id TEXT, batch
 CREATE TABLE IF NOT EXISTS eos_stage (unit TEXT, key TEXT, value INTEGER);
 CREATE INDEX IF NOT EXISTS eos_stage_unit ON eos_stage (unit);
 CREATE TABLE IF NOT EXISTS eos_decisions (sink_id TEXT, batch_id INTEGER, query_id TEXT,
-    units TEXT, PRIMARY KEY (sink_id, batch_id));
+    units TEXT, offsets TEXT, PRIMARY KEY (sink_id, batch_id));
 CREATE TABLE IF NOT EXISTS eos_applied (unit TEXT PRIMARY KEY, sink_id TEXT, batch_id INTEGER);
 """
 
@@ -126,13 +126,14 @@ class SqliteWriter(TwoPhaseCommitWriter):
 
     def find_decision(self, sink_id: str, batch_id: int) -> Decision | None:
         row = self.conn.execute(
-            "SELECT query_id, units FROM eos_decisions WHERE sink_id = ? AND batch_id = ?",
+            "SELECT query_id, units, offsets FROM eos_decisions WHERE sink_id = ? AND batch_id = ?",
             (sink_id, batch_id),
         ).fetchone()
         if row is None:
             return None
         units = tuple(u for u in map(UnitId.parse, row[1].split()) if u is not None)
-        return Decision(sink_id, batch_id, row[0], units)
+        # offsets: what the stream's batch planned, compared when it is replayed
+        return Decision(sink_id, batch_id, row[0], units, row[2] or "")
 
     def applied_watermark(self, sink_id: str, query_id: str) -> int:
         """The query's highest decided batch (pruning keeps the latest decisions): a stream's
@@ -172,12 +173,13 @@ class SqliteWriter(TwoPhaseCommitWriter):
             if missing:
                 raise UnitMissingError(decision.batch_id, missing)
             conn.execute(
-                "INSERT INTO eos_decisions VALUES (?, ?, ?, ?)",
+                "INSERT INTO eos_decisions VALUES (?, ?, ?, ?, ?)",
                 (
                     decision.sink_id,
                     decision.batch_id,
                     decision.query_id,
                     " ".join(map(str, decision.units)),
+                    decision.offsets,
                 ),
             )
         return decision

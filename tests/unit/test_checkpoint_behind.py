@@ -10,8 +10,10 @@ import pytest
 
 from eos_connectors.core.checkpoint_behind import (
     CheckpointBehindSinkError,
+    planned_offsets,
     refuse_at_commit,
     refuse_at_start,
+    refuse_replanned,
 )
 from eos_connectors.core.checkpoint_sinks import Planned, planned_batches
 from eos_connectors.core.sink_switch import starting_sink
@@ -77,3 +79,20 @@ def test_a_batch_write_outside_a_stream_is_never_refused() -> None:
 
     refuse_in_foreach_batch("eos_x", "job", 3, 7)
     refuse_in_foreach_batch("eos_x", "job", 7, 7)
+
+
+def test_a_batch_planned_again_is_told_from_its_replay_by_its_source_positions() -> None:
+    """A replay reads the very ``offsets/N`` file its batch was decided over; a batch
+    planned again after the file was deleted has another batch time in its metadata
+    line, which does not count, and other source positions, which do."""
+    first = 'v1\n{"batchTimestampMs":1}\n{"orders":{"0":500}}'
+    same_positions = 'v1\n{"batchTimestampMs":2}\n{"orders":{"0":500}}\n'
+    other_positions = 'v1\n{"batchTimestampMs":2}\n{"orders":{"0":1500}}'
+    assert planned_offsets(first) == planned_offsets(same_positions) != ""
+    assert planned_offsets(first) != planned_offsets(other_positions)
+    assert planned_offsets(None) == ""
+    refuse_replanned("eos_x", "s", 4, planned_offsets(first), planned_offsets(same_positions))
+    refuse_replanned("eos_x", "s", 4, "", planned_offsets(first))  # decided before digests
+    refuse_replanned("eos_x", "s", 4, planned_offsets(first), "")  # unreadable checkpoint
+    with pytest.raises(CheckpointBehindSinkError, match=r"batch 4 .* other source positions"):
+        refuse_replanned("eos_x", "s", 4, planned_offsets(first), planned_offsets(other_positions))
