@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import logging
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -159,16 +160,19 @@ class PostgresExactlyOnceWriter(TwoPhaseCommitWriter):
         return owner
 
     def find_decision(self, sink_id: str, batch_id: int) -> Decision | None:
+        # The offsets column through the row's JSON: a table made before it (whose owner
+        # has not added it: format._add_offsets_column) reads as "", not as an error.
         row = self.conn.execute(
-            sql.SQL("SELECT query_id, units FROM {} WHERE sink_id = %s AND batch_id = %s").format(
-                self._table("decisions")
-            ),
+            sql.SQL(
+                "SELECT query_id, units, to_jsonb(d) ->> 'offsets' FROM {} d"
+                " WHERE sink_id = %s AND batch_id = %s"
+            ).format(self._table("decisions")),
             (sink_id, batch_id),
         ).fetchone()
         if row is None:
             return None
         units = tuple(u for u in map(UnitId.parse, row[1]) if u is not None)
-        return Decision(sink_id, batch_id, str(row[0]), units)
+        return Decision(sink_id, batch_id, str(row[0]), units, str(row[2] or ""))
 
     def applied_watermark(self, sink_id: str, query_id: str) -> int:
         """The query's highest decided batch: pruning forgets old decisions, never the newest,
@@ -251,13 +255,27 @@ class PostgresExactlyOnceWriter(TwoPhaseCommitWriter):
             missing = [u for u in decision.units if str(u) not in prepared]
             if missing:
                 raise UnitMissingError(decision.batch_id, missing)
-            self.conn.execute(
-                sql.SQL(
-                    "INSERT INTO {} (sink_id, batch_id, query_id, units) VALUES (%s, %s, %s, %s)"
-                ).format(self._table("decisions")),
-                (decision.sink_id, decision.batch_id, decision.query_id, names),
-            )
+            self._insert_decision(decision, names)
         return decision
+
+    def _insert_decision(self, decision: Decision, names: list[str]) -> None:
+        """The decision's row, its ``offsets`` only where the table has that column (one
+        made before it, which its owner has not altered: format._add_offsets_column):
+        the row is built from JSON, whose keys without a column are dropped."""
+        values = {
+            "sink_id": decision.sink_id,
+            "batch_id": decision.batch_id,
+            "query_id": decision.query_id,
+            "units": names,
+            "offsets": decision.offsets or None,
+        }
+        self.conn.execute(
+            sql.SQL(
+                "INSERT INTO {0} SELECT * FROM jsonb_populate_record(NULL::{0},"
+                " %s::jsonb || jsonb_build_object('decided_at', now()))"
+            ).format(self._table("decisions")),
+            (json.dumps(values),),
+        )
 
     def commit_unit(self, unit: UnitId) -> Outcome:
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
+import psycopg
 from psycopg import sql
 from pyspark.sql.types import StructType
 
@@ -213,7 +214,9 @@ def ensure_bookkeeping(conn: Connection, bookkeeping_schema: str) -> None:
     an administrator) starts, and a user that must gets an error naming the fix.
 
     No other DDL here: a statement that locks these tables would wait on every
-    prepared transaction still holding its insert into ``committed_units``."""
+    prepared transaction still holding its insert into ``committed_units``. (The one
+    ``ALTER TABLE`` of ``decisions``, :func:`_add_offsets_column`, runs once per table;
+    no prepared transaction touches ``decisions``.)"""
     schema = sql.Identifier(bookkeeping_schema)
     user = sql.Identifier(privileges.current_user(conn)).as_string(conn)
     named = schema.as_string(conn)
@@ -224,13 +227,38 @@ def ensure_bookkeeping(conn: Connection, bookkeeping_schema: str) -> None:
             conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
     existing = privileges.existing_tables(conn, bookkeeping_schema)
     missing = [name for name in BOOKKEEPING_TABLES if name not in existing]
-    if not missing:
+    if missing:
+        what = f"the bookkeeping tables {', '.join(missing)} in schema {named}"
+        fix = f"GRANT CREATE ON SCHEMA {named} TO {user}; or ALTER SCHEMA {named} OWNER TO {user};"
+        with privileges.creating(conn, what, fix):
+            for name in missing:
+                _create_bookkeeping_table(conn, bookkeeping_schema, name)
+    _add_offsets_column(conn, bookkeeping_schema)
+
+
+def _add_offsets_column(conn: Connection, bookkeeping_schema: str) -> None:
+    """A ``decisions`` table made before it kept each batch's source positions (its
+    ``offsets`` column, for the commit's check of a checkpoint put back by one batch:
+    ``core.checkpoint_behind``) gets the column, when this user owns the table and no
+    session holds it for 5 s; else a warning names the statement, and the sink runs
+    without that one check (it reads and writes the column only where it exists)."""
+    decisions = sql.Identifier(bookkeeping_schema, "decisions")
+    if privileges.has_column(conn, (bookkeeping_schema, "decisions"), "offsets"):
         return
-    what = f"the bookkeeping tables {', '.join(missing)} in schema {named}"
-    fix = f"GRANT CREATE ON SCHEMA {named} TO {user}; or ALTER SCHEMA {named} OWNER TO {user};"
-    with privileges.creating(conn, what, fix):
-        for name in missing:
-            _create_bookkeeping_table(conn, bookkeeping_schema, name)
+    alter = sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS offsets text").format(decisions)
+    try:
+        with conn.transaction():
+            conn.execute("SET LOCAL lock_timeout = '5s'")
+            conn.execute(alter)
+    except (psycopg.errors.InsufficientPrivilege, psycopg.errors.LockNotAvailable) as exc:
+        log.warning(
+            "%s: %s. Without the column the sink cannot tell a checkpoint put back by one "
+            'batch from a replay (docs/operations.md, "A checkpoint restored from an '
+            "older copy\"); have the table's owner run: %s;",
+            decisions.as_string(conn),
+            str(exc).splitlines()[0],
+            alter.as_string(conn),
+        )
 
 
 #: The columns of the bookkeeping tables made here (the key claims and aborted runs are
@@ -239,7 +267,7 @@ _BOOKKEEPING_COLUMNS = {
     "decisions": (
         "sink_id text NOT NULL, batch_id bigint NOT NULL, query_id text NOT NULL,"
         " units text[] NOT NULL, decided_at timestamptz NOT NULL DEFAULT now(),"
-        " PRIMARY KEY (sink_id, batch_id)"
+        " offsets text, PRIMARY KEY (sink_id, batch_id)"
     ),
     "committed_units": (
         "sink_id text NOT NULL, batch_id bigint NOT NULL, unit text NOT NULL,"

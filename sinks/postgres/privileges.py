@@ -112,6 +112,18 @@ def existing_tables(conn: Connection, schema: str) -> set[str]:
     return {str(r[0]) for r in rows.fetchall()}
 
 
+def has_column(conn: Connection, table: tuple[str, ...], column: str) -> bool:
+    """Whether ``table`` (schema, name) has ``column``: from the catalog, as
+    :func:`_table_oid` reads it."""
+    oid = _table_oid(conn, table)
+    row = conn.execute(
+        "SELECT EXISTS (SELECT FROM pg_attribute WHERE attrelid = %s::oid AND attname = %s"
+        " AND NOT attisdropped)",
+        (oid, column),
+    ).fetchone()
+    return oid is not None and bool(row and row[0])
+
+
 def current_user(conn: Connection) -> str:
     row = conn.execute("SELECT current_user").fetchone()
     return str(row[0]) if row else ""
