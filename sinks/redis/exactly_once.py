@@ -201,7 +201,7 @@ class RedisExactlyOnceWriter(TwoPhaseCommitWriter):
     def decide(self, decision: Decision) -> Decision:
         keys = self.keys(decision.sink_id)
         names = [str(u) for u in decision.units]
-        text = "\n".join([decision.query_id, *names])
+        text = _decision_text(decision)
         script = self.client.register_script(scripts.DECIDE)
         stages = [keys.stage(u) for u in decision.units]
         result = script(
@@ -310,11 +310,23 @@ class RedisExactlyOnceWriter(TwoPhaseCommitWriter):
             self.client.hdel(keys.applied, *old_units)
 
 
+#: The line of a decision's text that holds its source positions' digest.
+OFFSETS_LINE = "offsets "
+
+
+def _decision_text(decision: Decision) -> str:
+    """A decision as stored: the query id, one unit name per line, then (a stream's) the
+    digest of its source positions."""
+    offsets = [OFFSETS_LINE + decision.offsets] if decision.offsets else []
+    return "\n".join([decision.query_id, *(str(u) for u in decision.units), *offsets])
+
+
 def _decision(sink_id: str, batch_id: int, text: str) -> Decision:
-    """A decision from its stored text: the query id, then one unit name per line."""
-    query_id, *names = text.split("\n")
-    units = tuple(u for u in map(UnitId.parse, names) if u is not None)
-    return Decision(sink_id, batch_id, query_id, units)
+    """A decision from its stored text (:func:`_decision_text`)."""
+    query_id, *lines = text.split("\n")
+    units = tuple(u for u in map(UnitId.parse, lines) if u is not None)
+    offsets = [line.removeprefix(OFFSETS_LINE) for line in lines if line.startswith(OFFSETS_LINE)]
+    return Decision(sink_id, batch_id, query_id, units, offsets[0] if offsets else "")
 
 
 def log_absent(absent: int, where: str) -> None:
