@@ -113,7 +113,11 @@ from eos_connectors.core.ahead import RowsAhead
 from eos_connectors.core.at_once import at_once
 from eos_connectors.core.batch_job import TXN_VERSION, BatchJob, JobPlan
 from eos_connectors.core.changes import KeyAcrossTasksError
-from eos_connectors.core.checkpoint_behind import refuse_at_commit
+from eos_connectors.core.checkpoint_behind import (
+    planned_offsets,
+    refuse_at_commit,
+    refuse_replanned,
+)
 from eos_connectors.core.context import TaskIdentity
 from eos_connectors.core.continuous import refuse_continuous
 from eos_connectors.core.errors import ConfigError
@@ -414,15 +418,16 @@ class BatchCommitWriter(StreamArrowWriter):
         an epoch of continuous processing (:mod:`eos_connectors.core.continuous`). A
         stream's batch found decided must be its last decided one
         (:mod:`eos_connectors.core.checkpoint_behind`)."""
-        refuse_continuous(messages, batchId, self.checkpoint_location, "eos_kafka")
+        offsets = refuse_continuous(messages, batchId, self.checkpoint_location, "eos_kafka")
         reports = [m for m in messages if isinstance(m, PreparedTask)]
         if not reports:
             return
         called = CallTime.now()  # the sweeps end only transactions begun before this call
         name, sid = reports[0].query_name, reports[0].sink_id
         if self.run is None:  # a stream: under this driver's newest claim of the decider
+            planned = planned_offsets(offsets)
             decision = deciding(
-                self.options, sid, partial(self._decision, reports, batchId, called)
+                self.options, sid, partial(self._decision, reports, batchId, called, planned)
             )
         else:  # a batch job's run: only the newest claim of the version decides
             run = self.run
@@ -430,6 +435,7 @@ class BatchCommitWriter(StreamArrowWriter):
                 reports,
                 batchId,
                 called,
+                "",
                 read_pointer(self.options, sid),
                 lambda new: decide(self.options, sid, run, new),
                 partial(write_decision, self.options, sid),
@@ -461,6 +467,7 @@ class BatchCommitWriter(StreamArrowWriter):
         reports: list[PreparedTask],
         batch: int,
         called: CallTime,
+        planned: str,
         pointed: tuple[int, str] | None,
         write: Callable[[Decision], Decision],
         amend: Callable[[Decision], Decision] | None = None,
@@ -468,18 +475,21 @@ class BatchCommitWriter(StreamArrowWriter):
         """Driver: the batch's decision, given the pointer ``pointed``: a decided batch's
         as recorded (amended by ``amend``, else ``write``, when it asked for task
         partitions again and the replay wrote them); else a new one, written by
-        ``write``, unless the batch is refused."""
+        ``write``, unless the batch is refused. ``planned``: a stream's batch's source
+        positions' digest ("" for a batch job's version)."""
         sid = reports[0].sink_id
         if pointed is not None and pointed[0] > batch:
             if self.run is None:  # a stream's batch is its last decided, unless planned again
                 refuse_at_commit("eos_kafka", sid, batch, pointed[0] - 1)
             recorded = read_decision(self.options, sid, batch)
+            refuse_replanned("eos_kafka", sid, batch, recorded.offsets, planned)
             again = _rewritten(recorded, reports)
             return recorded if again is None else (amend or write)(again)
         self._refuse_if_outlived(reports, batch, sid, called)
         self._refuse_keys_across_tasks(reports, batch, sid, called)
         txns = {r.partition: r.txn for r in reports if r.txn is not None}
-        return write(Decision(batch, reports[0].query_id, txns, sum(r.records for r in reports)))
+        records = sum(r.records for r in reports)
+        return write(Decision(batch, reports[0].query_id, txns, records, offsets=planned))
 
     def _amend(self, sid: str, amended: Decision) -> None:
         """Driver: ``amended`` (the same batch, asking for task partitions again) written,

@@ -61,13 +61,17 @@ class Decision:
     #: in the decider's transaction (:mod:`.stream_decider`, :mod:`.runs`); None when
     #: written plainly.
     claim: tuple[int, int] | None = None
+    #: A stream's batch: the digest of the source positions its ``offsets/N`` planned
+    #: (``core.checkpoint_behind``); "" when unknown.
+    offsets: str = ""
 
     def encode(self) -> bytes:
         named = {p: [t.transactional_id, t.producer_id, t.epoch] for p, t in self.txns.items()}
         body = {"eos": "decision", "batch": self.batch, "query": self.query, "txns": named}
         extra = {"records": self.records, "rewrite": list(self.rewrite)}
         claimed = {"claim": list(self.claim)} if self.claim is not None else {}
-        return json.dumps({**body, **extra, **claimed}, sort_keys=True).encode()
+        planned = {"offsets": self.offsets} if self.offsets else {}
+        return json.dumps({**body, **extra, **claimed, **planned}, sort_keys=True).encode()
 
     @classmethod
     def decode(cls, value: bytes) -> Decision | None:
@@ -83,7 +87,9 @@ class Decision:
             records = int(body.get("records", 0))
             claim = body.get("claim")
             claimed = (int(claim[0]), int(claim[1])) if claim is not None else None
-            return cls(int(body["batch"]), str(body["query"]), txns, records, rewrite, claimed)
+            offsets = str(body.get("offsets", ""))
+            batch, query = int(body["batch"]), str(body["query"])
+            return cls(batch, query, txns, records, rewrite, claimed, offsets)
         except (ValueError, KeyError, TypeError, IndexError):
             return None
 
