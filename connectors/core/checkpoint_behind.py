@@ -49,8 +49,10 @@ def _what_to_do(sink_id: str) -> str:
     return (
         "Restore the checkpoint as it was when the sink decided that batch (its offsets/ and "
         "commits/ files up to it) and restart. To reprocess from this checkpoint on purpose, "
-        f"give the query another sinkId than {sink_id!r}: the target then gets the records "
-        "of the batches replanned a second time. Nothing was written."
+        f"run `eos sinks settle {sink_id}` (it commits what the sink's decisions name, so none "
+        f"of it stays open or holding locks) and give the query another sinkId than "
+        f"{sink_id!r}: the target then gets the records of the batches replanned a second "
+        "time. Nothing was written."
     )
 
 
