@@ -19,11 +19,11 @@ the new ones end, writing again what the first run wrote past it. So the sink re
   decided is the query's last decided one but its decision recorded other source
   positions than the checkpoint's ``offsets/N`` plans now (:func:`planned_offsets`): a
   checkpoint put back by exactly one batch, in a driver whose start checks ran before
-  (they run once per driver) or after the start. A replay reads the very file the
-  first attempt planned, so its positions are the decided ones.
+  (they run once per driver). A replay reads the very file the first attempt planned,
+  so its positions are the decided ones.
 
 A stream's batch found decided is otherwise always its last decided one (Spark plans
-batch N+1 only once N is in ``commits/``), so neither refusal can meet a healthy query;
+batch N+1 only once N is in ``commits/``), so no refusal can meet a healthy query;
 the commit of a driver of an earlier run, paused while a later run decided past its
 batch and woken, is refused too, which ends that stale run before it does anything.
 A batch job's versions are not a stream's batches (a rerun of an older version writes
