@@ -14,14 +14,16 @@ from pathlib import Path
 from eos_connectors.dev.stack.process import pid_alive, terminate
 
 #: A server with one worker that, like PostgreSQL's postmaster, ends its worker on SIGTERM
-#: (and notes that it did, in argv[2]).
+#: (and notes that it did, in argv[2]). It notes its worker's pid (argv[1]) only once its
+#: handler is in place: the test's SIGTERM follows that note at once, and on a busy
+#: machine it once came first and killed the server (a CI run: "killed after 0.0 s").
 SERVER = """
 import signal, subprocess, sys
 worker = subprocess.Popen(["sleep", "60"])
-open(sys.argv[1], "w").write(str(worker.pid))
 def stop(*_):
     worker.terminate(); worker.wait(); open(sys.argv[2], "w").write("stopped"); sys.exit(0)
 signal.signal(signal.SIGTERM, stop)
+open(sys.argv[1], "w").write(str(worker.pid))
 signal.pause()
 """
 
