@@ -45,14 +45,23 @@ class CheckpointBehindSinkError(EosError):
     from an older copy, or its last offsets were deleted."""
 
 
-def _what_to_do(sink_id: str) -> str:
+#: The sinks whose units ``eos sinks settle`` commits (a Kafka sink's open transactions
+#: end at their timeout instead; another store's tool is its own).
+SETTLED_BY_EOS_SINKS = ("eos_postgres", "eos_redis")
+
+
+def _what_to_do(connector: str, sink_id: str) -> str:
+    settle = (
+        f"run `eos sinks settle {sink_id}` (it commits what the sink's decisions name, so "
+        "nothing of a batch decided but not finished stays prepared, holding locks), then "
+        if connector in SETTLED_BY_EOS_SINKS
+        else ""
+    )
     return (
         "Restore the checkpoint as it was when the sink decided that batch (its offsets/ and "
         "commits/ files up to it) and restart. To reprocess from this checkpoint on purpose, "
-        f"run `eos sinks settle {sink_id}` (it commits what the sink's decisions name, so none "
-        f"of it stays open or holding locks) and give the query another sinkId than "
-        f"{sink_id!r}: the target then gets the records of the batches replanned a second "
-        "time. Nothing was written."
+        f"{settle}give the query another sinkId than {sink_id!r}: the target then gets the "
+        "records of the batches replanned a second time. Nothing was written."
     )
 
 
@@ -72,7 +81,7 @@ def refuse_at_start(
         "than the sink (restored from a copy, or its last offsets files deleted). Spark would "
         f"plan {again} again over records that need not be the ones the sink wrote under "
         "the same numbers, and the sink would skip them as written: records would be lost "
-        f"or written twice. {_what_to_do(sink_id)}"
+        f"or written twice. {_what_to_do(connector, sink_id)}"
     )
 
 
@@ -88,7 +97,7 @@ def refuse_at_commit(connector: str, sink_id: str, batch: int, later: int) -> No
         f"{batch} again, over records that need not be the ones the sink wrote under that "
         "number. The batch is refused before it is recorded, so nothing is skipped. (A "
         "driver of an earlier run, paused while a later run went on, is refused the same "
-        "way: its run is over.) " + _what_to_do(sink_id)
+        "way: its run is over.) " + _what_to_do(connector, sink_id)
     )
 
 
@@ -118,7 +127,7 @@ def refuse_replanned(
         "plans now: the checkpoint was put back (its last offsets files deleted, or "
         f"restored from an older copy) and Spark planned batch {batch} again, over records "
         "that need not be the ones the sink wrote under that number. The batch is refused "
-        "before it is recorded, so nothing is skipped. " + _what_to_do(sink_id)
+        "before it is recorded, so nothing is skipped. " + _what_to_do(connector, sink_id)
     )
 
 

@@ -96,3 +96,15 @@ def test_a_batch_planned_again_is_told_from_its_replay_by_its_source_positions()
     refuse_replanned("eos_x", "s", 4, planned_offsets(first), "")  # unreadable checkpoint
     with pytest.raises(CheckpointBehindSinkError, match=r"batch 4 .* other source positions"):
         refuse_replanned("eos_x", "s", 4, planned_offsets(first), planned_offsets(other_positions))
+
+
+def test_the_refusal_says_to_settle_only_where_eos_sinks_settle_commits() -> None:
+    """Reprocessing on purpose takes a new sink id; a batch the old one decided but did not
+    finish stays prepared in PostgreSQL (row locks) or staged in Redis until settled. A
+    Kafka sink's open transactions end at their timeout, and ``eos sinks settle`` does
+    nothing there, so its refusal does not send the user to it."""
+    for connector, settles in (("eos_postgres", True), ("eos_redis", True), ("eos_kafka", False)):
+        with pytest.raises(CheckpointBehindSinkError) as refused:
+            refuse_at_commit(connector, "orders", 4, 9)
+        assert ("eos sinks settle orders" in str(refused.value)) is settles, connector
+        assert "another sinkId than 'orders'" in str(refused.value)
