@@ -197,15 +197,6 @@ def planned_batches(location: str | None) -> Planned | None:
         return None
 
 
-def incomplete_batch(location: str | None) -> int | None:
-    """Driver: the batch the checkpoint will replay at the next start: the last one Spark
-    planned (``offsets/<N>``) when it has not recorded it complete (no ``commits/<N>``);
-    None when there is none, or the checkpoint cannot be read (logged). Spark runs
-    batches in order, so only the last planned one can be incomplete."""
-    planned = planned_batches(location)
-    return None if planned is None else planned.incomplete
-
-
 def checkpoint_location(options: Mapping[str, str]) -> str | None:
     """The ``checkpointLocation`` option Spark hands the sink (any case), if set."""
     return next((v for k, v in options.items() if k.lower() == "checkpointlocation"), None)

@@ -117,8 +117,11 @@ def check_moved_bookkeeping(
     admin_for: Callable[[str], SinkAdmin],
 ) -> None:
     """Driver, at a stream's start, before the checkpoint records this start: when the
-    bookkeeping ``option`` named another place at the earlier start, the sink id's last
-    decision there (``admin_for(old)``) is checked by :func:`refuse_moved_bookkeeping`."""
+    checkpoint will replay a batch and the bookkeeping ``option`` named another place at
+    the earlier start, the sink id's last decision there (``admin_for(old)``) is checked
+    by :func:`refuse_moved_bookkeeping`. A clean restart reads nothing."""
+    if starting.incomplete is None:
+        return
     old = earlier_names(starting, store).get(option)
     if old is None or old == new:
         return

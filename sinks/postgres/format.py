@@ -105,7 +105,7 @@ def start_checks(
     if options.exactly_once:
         starting = starting_sink(raw or {}, options.sink_id_for, NAME)
         warn_about_orphans(options, starting=starting)
-        if starting is not None and starting.incomplete is not None:
+        if starting is not None:
             _check_moved_bookkeeping(options, starting)
         record_at_start(raw or {}, lambda query_id: checkpoint_entry(options, query_id))
     else:

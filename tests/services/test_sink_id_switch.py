@@ -365,8 +365,12 @@ def test_the_batch_a_checkpoint_replays_is_read_on_local_disk_and_on_hdfs(
     """The checks run only when the checkpoint will replay a batch: its last planned one,
     not recorded complete. Read through WebHDFS's listing on HDFS (the checks would miss
     every switch there otherwise), and on a local disk."""
-    from eos_connectors.core.checkpoint_sinks import incomplete_batch
+    from eos_connectors.core.checkpoint_sinks import planned_batches
     from eos_connectors.core.webhdfs import WebHdfs
+
+    def incomplete_batch(location: str) -> int | None:
+        planned = planned_batches(location)
+        return None if planned is None else planned.incomplete
 
     remote = f"{hdfs_url}/switch-{unique}"
     hdfs = WebHdfs.for_uri(remote)
