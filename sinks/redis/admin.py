@@ -65,8 +65,8 @@ class RedisSinkAdmin(SinkAdmin):
         for name in self.client.smembers(keys.units):
             unit = UnitId.parse(as_text(name))
             if unit is not None:
-                idle = self.client.object("idletime", keys.stage(unit))
-                doubt.append(UnitInDoubt(unit, None if idle is None else float(idle)))
+                age = self.client.object("idletime", keys.stage(unit))
+                doubt.append(UnitInDoubt(unit, None if age is None else float(age)))
         in_doubt = tuple(sorted(doubt, key=lambda u: u.unit))
         last = max(batches, default=None)
         return SinkRecord(self.store, sink_id, owner, as_text(target or b""), last, in_doubt, idle)

@@ -195,3 +195,31 @@ def test_a_decision_racing_a_reset_waits_for_it_and_then_fails(
         postgres = next(a for a in stores if a.store == "postgres")
         settled = postgres.settle(sink_id)
     assert (len(settled.committed), len(settled.rolled_back)) == (0, suite.partitions)
+
+
+@pytest.mark.cost(1)
+def test_a_redis_sink_is_as_idle_as_its_last_batch_not_its_newest_stage(
+    endpoints: Endpoints, unique: str
+) -> None:
+    """A unit in doubt's stage, touched a moment ago, does not make a sink whose query
+    went quiet an hour ago look alive to ``eos sinks reset`` (the record took the idle
+    time of its last stage, before). Cost: <0.1 s."""
+    from eos_connectors.sinks.redis.admin import RedisSinkAdmin
+    from eos_connectors.sinks.redis.exactly_once import SinkKeys
+
+    suite, sink_id = _suite(contract.TestRedisIncrement, endpoints, unique), f"idle-{unique}"
+    writer = suite.new_writer(sink_id)
+    suite.run_batch(writer, 0)
+    suite.prepare(writer, 1, 0)  # a unit in doubt, its stage new
+    writer.close()
+    admin = RedisSinkAdmin(endpoints.redis_url)
+    try:
+        keys = SinkKeys(admin.options.bookkeeping_prefix, sink_id)
+        admin.client.hset(keys.owner, "active_at", admin._now() - 3600)  # quiet an hour
+        record = admin.record(sink_id)
+        admin.settle(sink_id)
+    finally:
+        admin.close()
+    assert record.in_doubt and record.idle_seconds is not None
+    assert record.idle_seconds >= 3599, record.idle_seconds
+    assert not any("looks alive" in p for p in ResetGuard(None, None).problems(record))
