@@ -11,7 +11,9 @@ what they hold beyond the first run's batches, and the batches after would start
 the new ones end, writing again what the first run wrote past it. So the sink refuses:
 
 - at a stream's start (:func:`refuse_at_start`), when its last decided batch for the
-  query is past the last batch the checkpoint planned;
+  query is past the last batch the checkpoint planned, or is that batch but was decided
+  over other source positions (the store keeping them: PostgreSQL and Redis; a Kafka
+  sink's start does not read its decisions' log, and leaves this to the commit);
 - at a batch's commit (:func:`refuse_at_commit`), when a batch whose tasks found it
   decided is below a later decision of the query: this covers a checkpoint the start
   cannot read (``s3a:``, or one set by ``spark.sql.streaming.checkpointLocation`` only);
@@ -66,11 +68,22 @@ def _what_to_do(connector: str, sink_id: str) -> str:
 
 
 def refuse_at_start(
-    connector: str, sink_id: str, query_id: str, decided: int | None, checkpoint: str, planned: int
+    connector: str,
+    sink_id: str,
+    query_id: str,
+    decided: int | None,
+    checkpoint: str,
+    planned: int,
+    over: tuple[str, str] = ("", ""),
 ) -> None:
     """Driver, at a stream's start: refuse when sink ``sink_id`` decided batch ``decided``
     (its last, for query ``query_id``) past ``planned``, the last batch the checkpoint
-    planned (-1: none)."""
+    planned (-1: none); or decided that very batch over other source positions than the
+    checkpoint plans for it now (``over``: the decision's digest and the checkpoint's,
+    :func:`refuse_replanned`), as a checkpoint put back by one batch and restarted once
+    already holds."""
+    if decided is not None and decided == planned:
+        refuse_replanned(connector, sink_id, decided, *over)
     if decided is None or decided <= planned:
         return
     shown = f"batch {planned}" if planned >= 0 else "no batch"
@@ -114,9 +127,10 @@ def planned_offsets(offsets_file: str | None) -> str:
 def refuse_replanned(
     connector: str, sink_id: str, batch: int, decided_over: str, planned: str
 ) -> None:
-    """Driver, at a stream's commit of ``batch``, whose tasks found it decided: refuse when
-    its decision recorded other source positions (``decided_over``, a digest of
-    :func:`planned_offsets`) than the checkpoint plans for it now (``planned``). Either
+    """Driver, at a stream's commit of ``batch``, whose tasks found it decided (or at its
+    start, :func:`refuse_at_start`): refuse when its decision recorded other source
+    positions (``decided_over``, a digest of :func:`planned_offsets`) than the checkpoint
+    plans for it now (``planned``). Either
     unknown ("": a decision written before digests were kept, a checkpoint the driver
     cannot read) passes."""
     if not decided_over or not planned or decided_over == planned:

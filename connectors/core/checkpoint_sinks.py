@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlparse
 
+from eos_connectors.core.checkpoint_behind import planned_offsets
 from eos_connectors.core.errors import EosError
 from eos_connectors.core.webhdfs import WebHdfs
 
@@ -170,10 +171,13 @@ def recorded_entry(location: str | None, store: str, sink_id: str) -> SinkEntry 
 @dataclass(frozen=True)
 class Planned:
     """Where a checkpoint stands: the last batch Spark planned (``offsets/<N>``; -1 before
-    the first), and whether it recorded that batch complete (``commits/<N>``)."""
+    the first), whether it recorded that batch complete (``commits/<N>``), and the digest
+    of the source positions it planned for it
+    (:func:`~eos_connectors.core.checkpoint_behind.planned_offsets`; "" before the first)."""
 
     last: int
     complete: bool
+    offsets: str = ""
 
     @property
     def incomplete(self) -> int | None:
@@ -191,7 +195,9 @@ def planned_batches(location: str | None) -> Planned | None:
         planned = [int(name) for name in files.names("offsets") if name.isdigit()]
         if not planned:
             return Planned(-1, True)
-        return Planned(max(planned), files.read(f"commits/{max(planned)}") is not None)
+        last = max(planned)
+        complete = files.read(f"commits/{last}") is not None
+        return Planned(last, complete, planned_offsets(files.read(f"offsets/{last}")))
     except (OSError, EosError) as exc:
         log.warning("could not read the offsets of checkpoint %s: %s", location, exc)
         return None

@@ -54,6 +54,10 @@ class SinkRecord:
     #: Seconds since the sink last decided (or marked) a batch or was claimed; None when
     #: the store keeps no time.
     idle_seconds: float | None = None
+    #: The digest of the source positions the last decided batch was decided over
+    #: (:func:`~eos_connectors.core.checkpoint_behind.planned_offsets`); "" when the
+    #: store keeps none (a decision before digests, a batch job's, a task-mode sink).
+    last_offsets: str = ""
 
     def oldest(self) -> float | None:
         ages = [u.age_seconds for u in self.in_doubt if u.age_seconds is not None]
@@ -227,6 +231,7 @@ def warn_about_orphans(
                     record.last_decided,
                     starting.checkpoint,
                     starting.planned.last,
+                    (record.last_offsets, starting.planned.offsets),
                 )
             refuse_a_switch_mid_batch(starting, record.sink_id, record.last_decided, record.target)
     found = orphans(records, target, older_than)

@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from eos_connectors.core.checkpoint_behind import planned_offsets
 from eos_connectors.core.continuous import written_by_continuous
 from eos_connectors.ops.locations import CheckpointError, Location, location, walk_files
 
@@ -86,6 +87,10 @@ class Checkpoint:
     #: The last planned batch's offsets were written under continuous processing
     #: (``trigger(continuous=...)``), which this package's sinks refuse.
     continuous: bool = False
+    #: The digest of the source positions the last planned batch plans
+    #: (:func:`~eos_connectors.core.checkpoint_behind.planned_offsets`), which a sink's
+    #: decision of that batch recorded if it decided it over them; "" before the first.
+    planned_over: str = ""
 
     @property
     def clean(self) -> bool:
@@ -131,8 +136,10 @@ def read_checkpoint(path: Location | str) -> Checkpoint:
     sources: list[Any] = []
     watermark = 0
     continuous = False
+    planned_over = ""
     if planned:
         batch_metadata, sources = read_offsets(path, planned[-1])
+        planned_over = planned_offsets((path / "offsets" / str(planned[-1])).read_text())
         continuous = batch_metadata is None
         conf = {str(k): str(v) for k, v in (batch_metadata or {}).get("conf", {}).items()}
         watermark = int((batch_metadata or {}).get("batchWatermarkMs", 0))
@@ -148,6 +155,7 @@ def read_checkpoint(path: Location | str) -> Checkpoint:
         unfinished=tuple(str(p) for p in unfinished_writes(path)),
         state_format=state_format(path, committed[-1]) if committed else 1,
         continuous=continuous,
+        planned_over=planned_over,
     )
 
 

@@ -49,6 +49,7 @@ def inspect(checkpoint: Checkpoint, sinks: list[SinkRecord] | None) -> dict[str,
                 "target": r.target,
                 "last_decided_batch": r.last_decided,
                 "ahead_of_checkpoint": _ahead(r.last_decided, checkpoint.last_planned),
+                "replanned": _replanned(r, checkpoint),
                 "units_in_doubt": len(r.in_doubt),
                 "oldest_in_doubt_seconds": r.oldest(),
             }
@@ -62,6 +63,19 @@ def _ahead(decided: int | None, planned: int | None) -> bool:
     """Whether a sink decided a batch past the checkpoint's last planned one: the checkpoint
     is an older copy, and a restart is refused (``core.checkpoint_behind``)."""
     return decided is not None and decided > (-1 if planned is None else planned)
+
+
+def _replanned(record: SinkRecord, checkpoint: Checkpoint) -> bool:
+    """Whether the sink decided the checkpoint's last planned batch over other source
+    positions than the checkpoint plans for it now: the checkpoint was put back by one
+    batch and replanned it, and the batch's commit is refused. Unknown (a store that keeps
+    no positions, a decision written before they were kept) is not flagged."""
+    return (
+        record.last_decided is not None
+        and record.last_decided == checkpoint.last_planned
+        and bool(record.last_offsets and checkpoint.planned_over)
+        and record.last_offsets != checkpoint.planned_over
+    )
 
 
 def _operator(op: OperatorState) -> dict[str, Any]:
@@ -176,6 +190,14 @@ def report_text(report: dict[str, Any]) -> str:
             lines.append(
                 "  past this checkpoint's last planned batch: the checkpoint is older than the "
                 "sink (a copy put back, or offsets deleted), and a restart is refused; see "
+                "docs/operations.md#a-checkpoint-restored-from-an-older-copy"
+            )
+        if sink.get("replanned"):
+            lines.append(
+                f"  decided batch {sink['last_decided_batch']} over other source positions "
+                "than this checkpoint plans for it now: the checkpoint was put back by one "
+                "batch (its last offsets files deleted, or an older copy) and Spark planned "
+                "that batch again, and a restart is refused; see "
                 "docs/operations.md#a-checkpoint-restored-from-an-older-copy"
             )
     return "\n".join(lines)

@@ -121,8 +121,10 @@ class KafkaSinkAdmin(SinkAdmin):
         """Marker group -> its last marker in the marker log (a tombstone forgets it).
         The log holds every marker a group ever had, also after the group's offsets
         expired or were deleted. Also sets :attr:`_written`: group -> the broker's time of
-        its last record (seconds since the epoch)."""
+        its last record (seconds since the epoch); and :attr:`_decided_over`: a decision
+        group -> its last decision's batch and source positions' digest."""
         self._written: dict[str, float] = {}
+        self._decided_over: dict[str, tuple[int, str]] = {}
         if self.marker_log not in self.admin.list_topics(timeout=TIMEOUT).topics:
             return {}
         records = read_to_end(self.config, self.marker_log, timeout=TIMEOUT)
@@ -139,8 +141,11 @@ class KafkaSinkAdmin(SinkAdmin):
             self._written[group] = record.timestamp / 1000
             if not record.value:
                 markers.pop(group, None)
+                self._decided_over.pop(group, None)
                 continue
-            marker = _decision_marker(record.value) if group.endswith(DECISION_SUFFIX) else None
+            marker = None
+            if group.endswith(DECISION_SUFFIX):
+                marker = self._decision_marker(group, record.value)
             marker = marker or decode(record.value)
             if marker is None:
                 log.warning(
@@ -152,6 +157,16 @@ class KafkaSinkAdmin(SinkAdmin):
                 continue
             markers[group] = marker
         return markers
+
+    def _decision_marker(self, group: str, value: bytes) -> Marker | None:
+        """A batch-commit sink's decision record as a marker: its next batch and query (the
+        pointer group's own offset names the topic); its digest noted in
+        :attr:`_decided_over`."""
+        decision = Decision.decode(value)
+        if decision is None:
+            return None
+        self._decided_over[group] = (decision.batch, decision.offsets)
+        return Marker(decision.batch + 1, decision.query, "")
 
     def records(self) -> list[SinkRecord]:
         return self._records(None)
@@ -205,7 +220,9 @@ class KafkaSinkAdmin(SinkAdmin):
         batches = [m.next_batch - 1 for g, m in markers.items() if not g.endswith("-claim")]
         written = [self._written[g] for g in markers if g in self._written]
         idle = time.time() - max(written) if written else None
-        return SinkRecord(self.store, sink_id, owner, topics, max(batches, default=None), (), idle)
+        last = max(batches, default=None)
+        over = [o for g, (b, o) in self._decided_over.items() if g in logged and b == last]
+        return SinkRecord(self.store, sink_id, owner, topics, last, (), idle, next(iter(over), ""))
 
     def writer(self, record: SinkRecord) -> TwoPhaseCommitWriter:
         raise SinkAdminError("A Kafka sink has no units to settle with a writer.")
@@ -322,10 +339,3 @@ class KafkaSinkAdmin(SinkAdmin):
             time.time() - written if written else None,
         )
         refuse(self.store, sink_id, guard.problems(now))
-
-
-def _decision_marker(value: bytes) -> Marker | None:
-    """A batch-commit sink's decision record as a marker: its next batch and query (the
-    pointer group's own offset names the topic)."""
-    decision = Decision.decode(value)
-    return None if decision is None else Marker(decision.batch + 1, decision.query, "")

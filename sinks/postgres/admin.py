@@ -43,7 +43,7 @@ class PostgresSinkAdmin(SinkAdmin):
 
     def records(self) -> list[SinkRecord]:
         owners: dict[str, tuple[Lineage, str]] = {}
-        decided: dict[str, int] = {}
+        decided: dict[str, tuple[int, str]] = {}
         idle: dict[str, float] = {}
         if self._exists():
             for sink_id, query_id, origin, target, age in self.conn.execute(
@@ -54,13 +54,16 @@ class PostgresSinkAdmin(SinkAdmin):
             ):
                 owners[sink_id] = (Lineage(query_id, origin), target)
                 idle[sink_id] = float(age)
-            for sink_id, last, age in self.conn.execute(
+            # The last decision's offsets through the row's JSON: a table made before that
+            # column (format._add_offsets_column) reads as "".
+            for sink_id, last, offsets, age in self.conn.execute(
                 sql.SQL(
-                    "SELECT sink_id, max(batch_id), "
-                    "extract(epoch FROM now() - max(decided_at))::float8 FROM {} GROUP BY sink_id"
+                    "SELECT DISTINCT ON (sink_id) sink_id, batch_id, to_jsonb(d) ->> 'offsets', "
+                    "extract(epoch FROM now() - max(decided_at) OVER (PARTITION BY sink_id))"
+                    "::float8 FROM {} d ORDER BY sink_id, batch_id DESC"
                 ).format(self._table("decisions"))
             ):
-                decided[sink_id] = int(last)
+                decided[sink_id] = (int(last), offsets or "")
                 idle[sink_id] = min(float(age), idle.get(sink_id, float(age)))
         doubt: dict[str, list[UnitInDoubt]] = {}
         for gid, age in self.conn.execute(
@@ -76,9 +79,10 @@ class PostgresSinkAdmin(SinkAdmin):
                 sink_id,
                 owners[sink_id][0] if sink_id in owners else None,
                 owners[sink_id][1] if sink_id in owners else "",
-                decided.get(sink_id),
+                decided[sink_id][0] if sink_id in decided else None,
                 tuple(sorted(doubt.get(sink_id, []), key=lambda u: u.unit)),
                 idle.get(sink_id),
+                decided[sink_id][1] if sink_id in decided else "",
             )
             for sink_id in sorted({*owners, *decided, *doubt})
         ]

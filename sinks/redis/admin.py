@@ -16,7 +16,11 @@ from eos_connectors.core.sinks_admin import (
 )
 from eos_connectors.sinks.redis import scripts
 from eos_connectors.sinks.redis.connection import as_text, connect
-from eos_connectors.sinks.redis.exactly_once import RedisExactlyOnceWriter, SinkKeys
+from eos_connectors.sinks.redis.exactly_once import (
+    RedisExactlyOnceWriter,
+    SinkKeys,
+    stored_decision,
+)
 from eos_connectors.sinks.redis.layout import Layout, load_writes
 from eos_connectors.sinks.redis.options import RedisSinkOptions
 
@@ -69,7 +73,12 @@ class RedisSinkAdmin(SinkAdmin):
                 doubt.append(UnitInDoubt(unit, None if age is None else float(age)))
         in_doubt = tuple(sorted(doubt, key=lambda u: u.unit))
         last = max(batches, default=None)
-        return SinkRecord(self.store, sink_id, owner, as_text(target or b""), last, in_doubt, idle)
+        offsets = ""
+        if last is not None:
+            text = self.client.hget(keys.decisions, str(last))
+            offsets = "" if text is None else stored_decision(sink_id, last, as_text(text)).offsets
+        target_text = as_text(target or b"")
+        return SinkRecord(self.store, sink_id, owner, target_text, last, in_doubt, idle, offsets)
 
     def _now(self) -> float:
         seconds, _micro = self.client.time()

@@ -152,7 +152,7 @@ class RedisExactlyOnceWriter(TwoPhaseCommitWriter):
 
     def find_decision(self, sink_id: str, batch_id: int) -> Decision | None:
         raw = self.client.hget(self.keys(sink_id).decisions, str(batch_id))
-        return None if raw is None else _decision(sink_id, batch_id, as_text(raw))
+        return None if raw is None else stored_decision(sink_id, batch_id, as_text(raw))
 
     def prepare(self, unit: UnitId, rows: Iterator[pa.RecordBatch]) -> int:
         """Task: register the unit, then push its entries to its stage list."""
@@ -214,7 +214,7 @@ class RedisExactlyOnceWriter(TwoPhaseCommitWriter):
         if int(status) < 0:
             missing = [u for u in decision.units if str(u) in {as_text(r) for r in rest}]
             raise UnitMissingError(decision.batch_id, missing)
-        return _decision(decision.sink_id, decision.batch_id, as_text(rest[0]))
+        return stored_decision(decision.sink_id, decision.batch_id, as_text(rest[0]))
 
     def commit_unit(self, unit: UnitId) -> Outcome:
         """Driver: the unit's stage applied in the layout it was written in (the options
@@ -227,7 +227,9 @@ class RedisExactlyOnceWriter(TwoPhaseCommitWriter):
                 pipe.hget(keys.decisions, str(unit.batch_id))  # decided units only
                 pipe.hget(keys.layouts, str(unit))
                 raw, written = pipe.execute()
-            decision = None if raw is None else _decision(unit.sink_id, unit.batch_id, as_text(raw))
+            decision = (
+                None if raw is None else stored_decision(unit.sink_id, unit.batch_id, as_text(raw))
+            )
             watermark = keys.watermark(decision.query_id if decision else "")
             leading = self._layout_args(written)
             apply = self.client.register_script(scripts.APPLY_STAGE)
@@ -321,7 +323,7 @@ def _decision_text(decision: Decision) -> str:
     return "\n".join([decision.query_id, *(str(u) for u in decision.units), *offsets])
 
 
-def _decision(sink_id: str, batch_id: int, text: str) -> Decision:
+def stored_decision(sink_id: str, batch_id: int, text: str) -> Decision:
     """A decision from its stored text (:func:`_decision_text`)."""
     query_id, *lines = text.split("\n")
     units = tuple(u for u in map(UnitId.parse, lines) if u is not None)

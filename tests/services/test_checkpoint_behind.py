@@ -12,7 +12,8 @@ start cannot read the checkpoint (``s3a:``, or one set by conf only), the commit
 batch whose tasks found it decided while the sink decided a later one. A batch job's
 rerun of an older version still writes nothing, unrefused. A checkpoint put back by
 one batch, which neither can see, is refused at the commit by the source positions its
-decision recorded. Cost: ~7 s (eight cases).
+decision recorded; once refused, at a new driver's start (PostgreSQL, Redis), and
+``eos checkpoint inspect`` flags it. Cost: ~10 s (eight cases).
 """
 
 from __future__ import annotations
@@ -30,13 +31,19 @@ import pytest
 from eos_connectors.core.checkpoint_behind import CheckpointBehindSinkError
 from eos_connectors.core.context import TaskIdentity
 from eos_connectors.core.protocol import TwoPhaseCommitWriter
+from eos_connectors.core.sinks_admin import SinkAdmin
 from eos_connectors.dev.endpoints import Endpoints
+from eos_connectors.ops.checkpoint import read_checkpoint
+from eos_connectors.ops.inspect import inspect
 from eos_connectors.sinks.kafka import KafkaExactlyOnceWriter
+from eos_connectors.sinks.kafka.admin import KafkaSinkAdmin
 from eos_connectors.sinks.kafka.batch_commit import BatchCommitWriter
 from eos_connectors.sinks.kafka.checks import start_checks
 from eos_connectors.sinks.kafka.options import KafkaSinkOptions
 from eos_connectors.sinks.postgres import PostgresDataSource
+from eos_connectors.sinks.postgres.admin import PostgresSinkAdmin
 from eos_connectors.sinks.redis import RedisDataSource
+from eos_connectors.sinks.redis.admin import RedisSinkAdmin
 from eos_connectors.testing import CONTRACT_SCHEMA
 from tests.kafka_sink_util import a_task, read_written
 from tests.upsert_util import STORES, upserted
@@ -169,11 +176,12 @@ def test_a_checkpoint_put_back_by_one_batch_is_refused_at_the_commit(
     endpoints: Endpoints, unique: str, store: str, tmp_path: Path
 ) -> None:
     """Batches 0-3 decided and applied; the checkpoint's batch 3 deleted and planned again
-    over more records. The start sees nothing amiss (the checkpoint planned batch 3, the
-    sink's last), nor would a driver whose start checks ran before. The tasks skip batch 3
-    as decided; its commit is refused, since the decision recorded other source
-    positions. The batch replayed as decided (its ``offsets/3`` back) commits quietly.
-    Nothing is written by either."""
+    over more records, in a driver whose start checks ran before (the start of a new one
+    would refuse: decided 3, planned 2). The tasks skip batch 3 as decided; its commit is
+    refused, since the decision recorded other source positions. A new driver's start
+    over the replanned ``offsets/3`` is refused before any task, and ``eos checkpoint
+    inspect`` flags the sink. The batch replayed as decided (its ``offsets/3`` back)
+    starts and commits quietly. Nothing is written by any."""
     query = str(uuid.uuid4())
     checkpoint = _checkpoint(tmp_path / "chk", query, DECIDED + 1)
     name = f"behind1_{unique}_{store}"
@@ -183,14 +191,36 @@ def test_a_checkpoint_put_back_by_one_batch_is_refused_at_the_commit(
     written = upserted(store, endpoints, name)
 
     decided = _put_back_one_batch(checkpoint, DECIDED)
-    again = _stream_writer(store, endpoints, name, checkpointLocation=checkpoint)
-    replanned = _batch(again, query, DECIDED, "run-2")
+    replanned = _batch(first, query, DECIDED, "run-2")
     assert all(getattr(m, "skipped", False) for m in replanned)
     with pytest.raises(CheckpointBehindSinkError, match=rf"batch {DECIDED} .* other source"):
-        again.commit(replanned, DECIDED)  # type: ignore[arg-type]
+        first.commit(replanned, DECIDED)  # type: ignore[arg-type]
+    with pytest.raises(CheckpointBehindSinkError, match=rf"batch {DECIDED} .* other source"):
+        _stream_writer(store, endpoints, name, checkpointLocation=checkpoint)
+    assert _inspected(_admin(store, endpoints), checkpoint, name) == (DECIDED, True)
+
     (Path(checkpoint) / "offsets" / str(DECIDED)).write_text(decided)
+    assert _inspected(_admin(store, endpoints), checkpoint, name) == (DECIDED, False)
+    again = _stream_writer(store, endpoints, name, checkpointLocation=checkpoint)
     again.commit(_batch(again, query, DECIDED, "run-3"), DECIDED)  # type: ignore[arg-type]
     assert upserted(store, endpoints, name) == written
+
+
+def _admin(store: str, endpoints: Endpoints) -> SinkAdmin:
+    if store == "postgres":
+        return PostgresSinkAdmin(endpoints.postgres_dsn)
+    return RedisSinkAdmin(endpoints.redis_url)
+
+
+def _inspected(admin: SinkAdmin, checkpoint: str, sink_id: str) -> tuple[int, bool]:
+    """What ``eos checkpoint inspect`` shows of the sink: its last decided batch, and
+    whether it decided it over other source positions than the checkpoint plans now."""
+    try:
+        record = admin.record(sink_id)
+    finally:
+        admin.close()
+    (shown,) = inspect(read_checkpoint(checkpoint), [record])["sinks"]
+    return shown["last_decided_batch"], shown["replanned"]
 
 
 @pytest.mark.cost(1)
@@ -307,6 +337,14 @@ def test_a_kafka_checkpoint_put_back_by_one_batch_is_refused_at_the_commit(
     start_checks(options, {"checkpointLocation": checkpoint})  # nothing amiss at the start
     with pytest.raises(CheckpointBehindSinkError, match=rf"batch {DECIDED} .* other source"):
         made.commit(run(DECIDED, "run-2"), DECIDED)  # type: ignore[arg-type]
+    sink_id = options.sink_id_for(query)
+
+    def admin() -> SinkAdmin:
+        prefix, marker_log = options.transactional_id_prefix, options.marker_log
+        return KafkaSinkAdmin(options.client_config(), prefix, marker_log)
+
+    assert _inspected(admin(), checkpoint, sink_id) == (DECIDED, True)
     (Path(checkpoint) / "offsets" / str(DECIDED)).write_text(decided)
+    assert _inspected(admin(), checkpoint, sink_id) == (DECIDED, False)
     made.commit(run(DECIDED, "run-3"), DECIDED)  # type: ignore[arg-type]
     assert sorted(r.value for r in read_written(options.kafka, options.topic)) == written

@@ -205,6 +205,7 @@ def test_inspect_savepoint_fork_and_resume(
             "target": report["sinks"][0]["target"],
             "last_decided_batch": first,
             "ahead_of_checkpoint": False,
+            "replanned": False,
             "units_in_doubt": 0,
             "oldest_in_doubt_seconds": None,
         }

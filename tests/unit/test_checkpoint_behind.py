@@ -22,7 +22,7 @@ from eos_connectors.core.sink_switch import starting_sink
 def _batches(folder: Path, log: str, *batches: int) -> None:
     (folder / log).mkdir(parents=True, exist_ok=True)
     for batch in batches:
-        (folder / log / str(batch)).write_text("v1\n{}\n")
+        (folder / log / str(batch)).write_text(f'v1\n{{}}\n{{"t":{{"0":{batch}}}}}\n')
 
 
 def test_where_a_checkpoint_stands(tmp_path: Path) -> None:
@@ -30,11 +30,13 @@ def test_where_a_checkpoint_stands(tmp_path: Path) -> None:
     _batches(tmp_path, "offsets", 0, 1, 2)
     _batches(tmp_path, "commits", 0, 1)
     (tmp_path / "offsets" / ".2.tmp").write_text("")  # Spark's unfinished write: not a batch
-    assert planned_batches(str(tmp_path)) == Planned(2, False)
-    assert planned_batches(f"file://{tmp_path}") == Planned(2, False)
+    over = planned_offsets((tmp_path / "offsets" / "2").read_text())
+    assert over != planned_offsets((tmp_path / "offsets" / "1").read_text())
+    assert planned_batches(str(tmp_path)) == Planned(2, False, over)
+    assert planned_batches(f"file://{tmp_path}") == Planned(2, False, over)
     assert Planned(2, False).incomplete == 2
     _batches(tmp_path, "commits", 2)
-    assert planned_batches(str(tmp_path)) == Planned(2, True)
+    assert planned_batches(str(tmp_path)) == Planned(2, True, over)
     assert Planned(2, True).incomplete is None and Planned(-1, True).incomplete is None
     assert planned_batches("s3a://bucket/checkpoint") is None
 
@@ -96,6 +98,18 @@ def test_a_batch_planned_again_is_told_from_its_replay_by_its_source_positions()
     refuse_replanned("eos_x", "s", 4, planned_offsets(first), "")  # unreadable checkpoint
     with pytest.raises(CheckpointBehindSinkError, match=r"batch 4 .* other source positions"):
         refuse_replanned("eos_x", "s", 4, planned_offsets(first), planned_offsets(other_positions))
+
+
+def test_a_start_over_a_batch_planned_again_is_refused() -> None:
+    """A checkpoint put back by one batch and restarted once holds the batch planned
+    again, whose commit was refused: the next start (a new driver) refuses it before any
+    task runs, where the store keeps the decision's source positions."""
+    decided, again = planned_offsets("v1\n{}\n{}"), planned_offsets('v1\n{}\n{"t":1}')
+    refuse_at_start("eos_x", "s", "q", 4, "/c", 4, (decided, decided))  # its replay
+    refuse_at_start("eos_x", "s", "q", 4, "/c", 4, ("", again))  # the store keeps none
+    refuse_at_start("eos_x", "s", "q", 3, "/c", 4, (decided, again))  # an earlier batch's
+    with pytest.raises(CheckpointBehindSinkError, match=r"batch 4 .* other source positions"):
+        refuse_at_start("eos_x", "s", "q", 4, "/c", 4, (decided, again))
 
 
 def test_the_refusal_says_to_settle_only_where_eos_sinks_settle_commits() -> None:

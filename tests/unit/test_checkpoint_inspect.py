@@ -81,3 +81,30 @@ def test_a_sink_ahead_of_the_checkpoint_is_named(tmp_path: Path) -> None:
     text = report_text(report)
     assert text.count("past this checkpoint's last planned batch") == 1
     assert "Sink ahead in redis (k:): last decided batch 7" in text
+
+
+def test_a_sink_that_decided_the_last_batch_over_other_positions_is_named(tmp_path: Path) -> None:
+    """A checkpoint put back by one batch, its restart refused: it planned the sink's last
+    decided batch again, over other source positions than the decision recorded. Batch
+    numbers alone show nothing amiss; the positions' digest does. A store that keeps no
+    digest is not flagged."""
+    from eos_connectors.core.checkpoint_behind import planned_offsets
+    from eos_connectors.core.protocol import Lineage
+    from eos_connectors.core.sinks_admin import SinkRecord
+
+    path = _rate_checkpoint(tmp_path / "checkpoint")
+    checkpoint = read_checkpoint(str(path))
+    assert checkpoint.planned_over == planned_offsets((path / "offsets" / "3").read_text())
+    other = planned_offsets('v1\n{"batchTimestampMs":0}\n7')
+    owner = Lineage("5f1c0d1e-rate")
+    sinks = [
+        SinkRecord("postgres", "same", owner, "t", 3, (), None, checkpoint.planned_over),
+        SinkRecord("redis", "moved", owner, "k:", 3, (), None, other),
+        SinkRecord("kafka", "unknown", owner, "topic", 3, ()),
+    ]
+    report = inspect(checkpoint, sinks)
+    assert [s["replanned"] for s in report["sinks"]] == [False, True, False]
+    assert not any(s["ahead_of_checkpoint"] for s in report["sinks"])
+    text = report_text(report)
+    assert text.count("over other source positions than this checkpoint plans") == 1
+    assert text.index("Sink moved") < text.index("over other source positions")
