@@ -43,10 +43,15 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from eos_connectors.core import options as opt
-from eos_connectors.core.checkpoint_behind import refuse_in_foreach_batch
+from eos_connectors.core.checkpoint_behind import (
+    planned_offsets,
+    refuse_in_foreach_batch,
+    refuse_replanned,
+)
+from eos_connectors.core.checkpoint_sinks import checkpoint_files
 from eos_connectors.core.context import NotInStreamingTaskError, TaskIdentity
 from eos_connectors.core.driver_gc import settle
-from eos_connectors.core.errors import ConfigError
+from eos_connectors.core.errors import ConfigError, EosError
 from eos_connectors.core.protocol import TwoPhaseCommitWriter
 
 log = logging.getLogger(__name__)
@@ -80,9 +85,12 @@ class ExactlyOnceSinkWriter(StreamSinkWriter, Protocol):
 
     def write_as(self, task: TaskIdentity, iterator: Iterator[Any]) -> WriterCommitMessage: ...
 
-    def commit_version(self, messages: list[WriterCommitMessage | None], version: int) -> None:
+    def commit_version(
+        self, messages: list[WriterCommitMessage | None], version: int, planned: str = ""
+    ) -> None:
         """Driver: the job's commit, without a stream's own checks (a version at or below
-        a decided one is a rerun, not a checkpoint behind its sink)."""
+        a decided one is a rerun, not a checkpoint behind its sink); ``planned``: the
+        stream's source positions (:attr:`BatchJob.planned`), for the decision."""
 
 
 @dataclass(frozen=True)
@@ -128,6 +136,11 @@ class BatchJob:
     sink_id: str
     version: int
     run_id: str
+    #: With ``streamCheckpoint`` (a write from a stream's ``foreachBatch``): the digest of
+    #: the source positions the stream's ``offsets/<version>`` plans
+    #: (:func:`~eos_connectors.core.checkpoint_behind.planned_offsets`), which the version's
+    #: decision records and a rerun must match; "" without.
+    planned: str = ""
 
     @property
     def query_id(self) -> str:
@@ -157,7 +170,14 @@ def batch_job(
     """Driver: the identity of an exactly-once batch write from its (lower-cased) options;
     None at least once, where nothing needs one."""
     text = _version_text(options)
+    checkpoint = _option_text(options, opt.STREAM_CHECKPOINT.name)
     if not exactly_once:
+        if checkpoint:
+            raise ConfigError(
+                f"{connector}: option '{opt.STREAM_CHECKPOINT.name}' is for exactly-once batch "
+                "writes, whose decisions record the stream's source positions; an "
+                "at-least-once write keeps none. Remove it."
+            )
         return None
     if not sink_id or not text:
         unset = [f"'{n}'" for n, v in (("sinkId", sink_id), (TXN_VERSION, text)) if not v]
@@ -173,7 +193,39 @@ def batch_job(
             "deliveryGuarantee=at-least-once."
         )
     version: int = opt.TXN_VERSION.parse(text, opt.TXN_VERSION.name)
-    return BatchJob(sink_id, version, uuid.uuid4().hex)
+    planned = stream_positions(connector, checkpoint, version) if checkpoint else ""
+    return BatchJob(sink_id, version, uuid.uuid4().hex, planned)
+
+
+def stream_positions(connector: str, checkpoint: str, version: int) -> str:
+    """Driver, planning a batch write with ``streamCheckpoint``: the digest of the source
+    positions the stream's ``offsets/<version>`` plans. Spark writes that file before it
+    runs the batch's ``foreachBatch``, so a checkpoint that lacks it, or cannot be read,
+    is a wrong option: refused, naming it."""
+    name = opt.STREAM_CHECKPOINT.name
+    files = checkpoint_files(checkpoint)
+    if files is None:
+        raise ConfigError(
+            f"{connector}: option '{name}' {checkpoint!r} is not a checkpoint this package "
+            "can read (a local path, file: or hdfs: with EOS_WEBHDFS_URL). Remove the option "
+            "for a checkpoint on another store; a checkpoint put back by one batch is then "
+            "not seen (docs/batch-writes.md)."
+        )
+    try:
+        text = files.read(f"offsets/{version}")
+    except (OSError, EosError) as exc:
+        raise ConfigError(
+            f"{connector}: offsets/{version} of the checkpoint in option '{name}' "
+            f"({checkpoint}) could not be read: {exc}. Nothing was written."
+        ) from None
+    if text is None:
+        raise ConfigError(
+            f"{connector}: the checkpoint in option '{name}' ({checkpoint}) has no "
+            f"offsets/{version}: set '{name}' to the checkpointLocation of the stream whose "
+            f"foreachBatch runs this write, and '{TXN_VERSION}' to its batch id. Nothing was "
+            "written."
+        )
+    return planned_offsets(text)
 
 
 def refuse_in_stream(options: Mapping[str, str], connector: str) -> None:
@@ -240,21 +292,24 @@ def plan_job(stream: StreamSinkWriter, job: BatchJob, connector: str) -> JobPlan
     not have would find nothing and write)."""
     if isinstance(stream, TwoPhaseCommitWriter):
         settle_earlier_versions(stream, job, connector)
-        return _two_phase_plan(stream, job)
+        return _two_phase_plan(stream, job, connector)
     if isinstance(stream, JobLedger):
         return stream.plan_job(job)
     return JobPlan()
 
 
-def _two_phase_plan(stream: TwoPhaseCommitWriter, job: BatchJob) -> JobPlan:
+def _two_phase_plan(stream: TwoPhaseCommitWriter, job: BatchJob, connector: str) -> JobPlan:
     """Driver: a version at or below the job's applied one writes nothing. A decided
     version runs as usual: its tasks find the decision and write nothing, in any shape,
     and the commit applies what the decision names (a driver that died between
-    decision and commit)."""
+    decision and commit); unless, with ``streamCheckpoint``, the decision recorded other
+    source positions than the stream plans for the batch now (refused)."""
     sink_id = stream.sink_id(job.query_id)
     stream.check_owner(sink_id, job.query_id)
     applied = stream.applied_watermark(sink_id, job.query_id)
-    if stream.find_decision(sink_id, job.version) is not None:
+    recorded = stream.find_decision(sink_id, job.version)
+    if recorded is not None:
+        refuse_replanned(connector, sink_id, job.version, recorded.offsets, job.planned)
         return JobPlan(highest=applied)
     if job.version <= applied:
         return JobPlan(skip=f"{TXN_VERSION} {applied} was committed before", highest=applied)
@@ -348,7 +403,7 @@ class BatchWriter(DataSourceArrowWriter):
         if job is not None and (too_few or self.plan.tasks not in (None, len(messages))):
             raise self._other_shape(f"has {len(messages)} tasks")
         if job is not None and isinstance(self.stream, ExactlyOnceSinkWriter):
-            self.stream.commit_version(messages, self._batch_id())
+            self.stream.commit_version(messages, job.version, job.planned)
         else:
             self.stream.commit(messages, self._batch_id())
         if job is not None and isinstance(self.stream, JobLedger):
@@ -389,7 +444,11 @@ class BatchWriter(DataSourceArrowWriter):
 
 
 def _version_text(options: Mapping[str, str]) -> str:
-    return next((v.strip() for k, v in options.items() if k.lower() == TXN_VERSION.lower()), "")
+    return _option_text(options, TXN_VERSION)
+
+
+def _option_text(options: Mapping[str, str], name: str) -> str:
+    return next((v.strip() for k, v in options.items() if k.lower() == name.lower()), "")
 
 
 def _skipped(message: WriterCommitMessage | None) -> bool:

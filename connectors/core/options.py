@@ -11,7 +11,8 @@ page (``python -m eos_connectors.dev.docs``; ``tests/unit/test_option_docs.py``
 fails when a page and its table differ).
 
 Options that mean the same in every sink are declared here once, with one parser
-each: :data:`SINK_ID`, :data:`TXN_VERSION`, :data:`DELIVERY_GUARANTEE`.
+each: :data:`SINK_ID`, :data:`TXN_VERSION`, :data:`STREAM_CHECKPOINT`,
+:data:`DELIVERY_GUARANTEE`.
 
 Everything here runs on the driver, when a format builds its reader or writer.
 """
@@ -285,10 +286,19 @@ TXN_VERSION = Option(
     "([batch-writes.md](batch-writes.md))",
     applies=Applies.BATCH,
 )
+STREAM_CHECKPOINT = Option(
+    "streamCheckpoint",
+    required_text,
+    "in a stream's `foreachBatch`, with `txnVersion` its batch id: the stream's "
+    "`checkpointLocation` (a local, `file:` or `hdfs:` path); the write then records the "
+    "source positions its batch planned and refuses one planned again over others "
+    "([batch-writes.md](batch-writes.md#one-stream-into-several-sinks-foreachbatch))",
+    applies=Applies.BATCH,
+)
 DELIVERY_GUARANTEE = Option(
     "deliveryGuarantee",
     choice(*DELIVERY_GUARANTEES),
     "`exactly-once` or `at-least-once` (each task writes directly; a replayed batch writes again)",
     default="exactly-once",
 )
-SINK_OPTIONS = (SINK_ID, TXN_VERSION, DELIVERY_GUARANTEE)
+SINK_OPTIONS = (SINK_ID, TXN_VERSION, STREAM_CHECKPOINT, DELIVERY_GUARANTEE)

@@ -478,13 +478,21 @@ class TwoPhaseCommitWriter(StreamArrowWriter, UnitStore):
         (:mod:`eos_connectors.core.checkpoint_behind`)."""
         self._commit(messages, batchId, stream=True)
 
-    def commit_version(self, messages: Sequence[WriterCommitMessage | None], version: int) -> None:
+    def commit_version(
+        self, messages: Sequence[WriterCommitMessage | None], version: int, planned: str = ""
+    ) -> None:
         """Driver: a batch job's entry point (:mod:`eos_connectors.core.batch_job`): a
-        version at or below a decided one is a rerun, whose tasks write nothing."""
-        self._commit(messages, version, stream=False)
+        version at or below a decided one is a rerun, whose tasks write nothing.
+        ``planned``: a ``foreachBatch`` stream's source positions for the version, kept in
+        its decision (``streamCheckpoint``; "" without)."""
+        self._commit(messages, version, stream=False, job_planned=planned)
 
     def _commit(
-        self, messages: Sequence[WriterCommitMessage | None], batchId: int, stream: bool
+        self,
+        messages: Sequence[WriterCommitMessage | None],
+        batchId: int,
+        stream: bool,
+        job_planned: str = "",
     ) -> None:
         """Driver: 1. the units; 2. claim the sink id; 3. decide; 4. settle earlier batches;
         5. commit each unit; 6. roll back this batch's strays; 7. prune.
@@ -498,7 +506,7 @@ class TwoPhaseCommitWriter(StreamArrowWriter, UnitStore):
         sink_id = _sink_of(prepared)
         if sink_id is None:
             return
-        planned = planned_offsets(offsets) if stream else ""
+        planned = planned_offsets(offsets) if stream else job_planned
         if stream and any(m.skipped for m in prepared):
             self._refuse_a_checkpoint_behind(sink_id, batchId, prepared[0].query_id, planned)
         query = prepared[0].query_name

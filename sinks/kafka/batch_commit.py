@@ -360,10 +360,15 @@ class BatchCommitWriter(StreamArrowWriter):
         the decided transactions again); a later one first ends the last decision's
         transactions, so that no task of the new version fences (aborts) a decided
         transaction whose driver died before its commits. Any split of the rows is fine:
-        nothing of a version is visible before its decision."""
+        nothing of a version is visible before its decision. With ``streamCheckpoint``, the
+        last decided one is refused when its decision recorded other source positions
+        than the stream plans for the batch now (a checkpoint put back by one batch)."""
         sid = self.options.sink_id_for(job.query_id)
         pointer = read_pointer(self.options, sid)
         skip = self._skip(job, pointer, sid)
+        if skip is None and job.planned and _highest(pointer) == job.version:
+            recorded = read_decision(self.options, sid, job.version)
+            refuse_replanned("eos_kafka", sid, job.version, recorded.offsets, job.planned)
         if skip is None:  # what the job's runs in commitMode=task wrote
             skip = jobs.task_mode_plan(self.options, sid, job)
         if skip is not None:
@@ -408,12 +413,21 @@ class BatchCommitWriter(StreamArrowWriter):
 
     # -- driver --------------------------------------------------------------------------
 
-    def commit_version(self, messages: list[WriterCommitMessage | None], version: int) -> None:
-        """Driver: a batch job's commit: :meth:`commit`, which tells it from a stream's by the
-        run :meth:`plan_job` claimed."""
-        self.commit(messages, version)
+    def commit_version(
+        self, messages: list[WriterCommitMessage | None], version: int, planned: str = ""
+    ) -> None:
+        """Driver: a batch job's commit: :meth:`_commit`, which tells it from a stream's by
+        the run :meth:`plan_job` claimed; ``planned``: a ``foreachBatch`` stream's source
+        positions for the version (``streamCheckpoint``), kept in its decision."""
+        self._commit(messages, version, planned)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Driver: a stream's commit (:meth:`_commit`)."""
+        self._commit(messages, batchId, "")
+
+    def _commit(
+        self, messages: list[WriterCommitMessage | None], batchId: int, job_planned: str
+    ) -> None:
         """Driver: steps 2-4 of the module's docstring, once the batch is known not to be
         an epoch of continuous processing (:mod:`eos_connectors.core.continuous`). A
         stream's batch found decided must be its last decided one
@@ -435,7 +449,7 @@ class BatchCommitWriter(StreamArrowWriter):
                 reports,
                 batchId,
                 called,
-                "",
+                job_planned,
                 read_pointer(self.options, sid),
                 lambda new: decide(self.options, sid, run, new),
                 partial(write_decision, self.options, sid),

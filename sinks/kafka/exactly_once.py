@@ -59,6 +59,7 @@ from eos_connectors.core.batch_job import BatchJob, JobPlan
 from eos_connectors.core.checkpoint_behind import refuse_at_commit
 from eos_connectors.core.context import TaskIdentity
 from eos_connectors.core.continuous import refuse_continuous
+from eos_connectors.core.errors import ConfigError
 from eos_connectors.core.protocol import Lineage, SinkClaimedError
 from eos_connectors.core.spark_api import StreamArrowWriter
 from eos_connectors.sinks.kafka import jobs
@@ -335,14 +336,23 @@ class KafkaExactlyOnceWriter(StreamArrowWriter):
             last = max(reports, key=lambda r: r.marked)
             refuse_at_commit("eos_kafka", last.sink_id, batchId, last.marked - 1)
 
-    def commit_version(self, messages: list[WriterCommitMessage | None], version: int) -> None:
+    def commit_version(
+        self, messages: list[WriterCommitMessage | None], version: int, planned: str = ""
+    ) -> None:
         """Driver: a batch job's commit, and a stream's first step: the refusal of an epoch
-        of continuous processing."""
+        of continuous processing. ``planned`` is refused at the plan (no decision here)."""
         refuse_continuous(messages, version, self.checkpoint_location, "eos_kafka")
 
     def plan_job(self, job: BatchJob) -> JobPlan:
         """Driver, before any task of a batch job's run: :mod:`sinks.kafka.jobs`, after what
-        the job's runs in ``commitMode=batch`` decided (:func:`jobs.batch_mode_plan`)."""
+        the job's runs in ``commitMode=batch`` decided (:func:`jobs.batch_mode_plan`).
+        ``streamCheckpoint`` is refused: no decision here keeps source positions."""
+        if job.planned:
+            raise ConfigError(
+                "eos_kafka: option 'streamCheckpoint' needs commitMode=batch, whose decisions "
+                "record the stream's source positions; commitMode=task keeps no decision. "
+                "Remove the option, or use commitMode=batch. Nothing was written."
+            )
         sid = sink_id(self.options, job.query_id)
         skip = jobs.batch_mode_plan(self.options, sid, job)
         if skip is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Callable
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -19,6 +20,7 @@ from pyspark.sql.datasource import WriterCommitMessage
 
 from eos_connectors.core import faults
 from eos_connectors.core.batch_job import BatchWriter
+from eos_connectors.core.checkpoint_behind import CheckpointBehindSinkError
 from eos_connectors.core.context import TaskIdentity
 from eos_connectors.core.errors import ConfigError
 from eos_connectors.core.protocol import TwoPhaseCommitWriter
@@ -37,11 +39,14 @@ class Job:
     the way Spark runs it: the format's ``writer()`` on the driver, one task (the
     stream writer shipped by pickle), the driver's ``commit``."""
 
-    def __init__(self, store: str, endpoints: Endpoints, name: str) -> None:
+    def __init__(self, store: str, endpoints: Endpoints, name: str, **options: str) -> None:
         self.store, self.endpoints, self.name = store, endpoints, name
+        self.options = options
 
     def writer(self, version: int) -> BatchWriter:
-        source = upsert_source(self.store, self.endpoints, self.name, txnVersion=str(version))
+        source = upsert_source(
+            self.store, self.endpoints, self.name, txnVersion=str(version), **self.options
+        )
         found = source.writer(CONTRACT_SCHEMA, False)
         assert isinstance(found, BatchWriter)
         return found
@@ -95,3 +100,33 @@ def test_a_version_run_while_an_earlier_one_is_undecided_refuses_naming_it(
     assert job.value() == 2
     assert isinstance(second.stream, TwoPhaseCommitWriter)
     assert second.stream.units_in_doubt(job.name) == []
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_a_foreach_batch_write_planned_again_over_other_positions_is_refused_at_its_plan(
+    endpoints: Endpoints, unique: str, store: str, tmp_path: Path
+) -> None:
+    """A write from a stream's ``foreachBatch`` with ``txnVersion`` the batch id and
+    ``streamCheckpoint`` the stream's checkpoint: its decision records the source
+    positions of the stream's ``offsets/3``. The checkpoint put back by that one batch and
+    planned again over more records: the write is refused at its plan, on the driver,
+    before any task (its tasks would take it for a rerun and write nothing of it). The
+    replay over the very file writes nothing more. Cost: ~0.3 s."""
+    checkpoint = tmp_path / "chk"
+    (checkpoint / "offsets").mkdir(parents=True)
+    planned = 'v1\n{"batchTimestampMs":%d}\n{"orders":{"0":%d}}\n'
+    (checkpoint / "offsets" / "3").write_text(planned % (1, 500))
+    job = Job(store, endpoints, f"febone_{unique}_{store}", streamCheckpoint=str(checkpoint))
+    first = job.writer(3)
+    first.commit([job.task(first, 3)])
+    assert job.value() == 3
+
+    (checkpoint / "offsets" / "3").write_text(planned % (2, 800))
+    with pytest.raises(CheckpointBehindSinkError, match=r"batch 3 .* other source positions"):
+        job.writer(3)
+    (checkpoint / "offsets" / "3").write_text(planned % (3, 500))  # the batch time aside
+    replay = job.writer(3)
+    message = job.task(replay, 4)
+    assert getattr(message, "skipped", False)
+    replay.commit([message])
+    assert job.value() == 3

@@ -62,6 +62,10 @@ def _redis_counts(url: str, prefix: str) -> Counter[str]:
         client.close()
 
 
+#: A checkpoint's batch logs.
+LOGS = ("offsets", "commits")
+
+
 def _save(df: DataFrame, fmt: str, mode: str = "append", **options: str) -> None:
     df.write.format(fmt).options(**options).mode(mode).save()
 
@@ -491,7 +495,11 @@ def test_foreach_batch_over_a_checkpoint_restored_from_an_older_copy_is_refused(
     batches. Spark would run batch 4 again over all 300 records since the copy, and each
     write would take it for a rerun and write nothing: 100 lost. The write's tasks see
     the stream's batch id and refuse instead; with the newer checkpoint back the stream
-    writes the rest, each record once into each sink."""
+    writes the rest, each record once into each sink. Then the checkpoint is put back by
+    exactly its last batch (its ``offsets/`` and ``commits/`` files deleted) with 100 more
+    records: that batch is the jobs' last version, so the tasks cannot tell it from a
+    replay; the writes' plans refuse it by the source positions their decisions recorded
+    (``streamCheckpoint``), and with the files back the stream writes the 100 once."""
     import shutil
 
     from tests.kafka_util import produce_plain
@@ -504,7 +512,7 @@ def test_foreach_batch_over_a_checkpoint_restored_from_an_older_copy_is_refused(
 
     def write(df: DataFrame, batch_id: int) -> None:
         rows = df.selectExpr("CAST(value AS STRING) AS key", "CAST(value AS STRING) AS value")
-        version = {"txnVersion": str(batch_id)}
+        version = {"txnVersion": str(batch_id), "streamCheckpoint": str(checkpoint)}
         kafka = {"kafka.bootstrap.servers": endpoints.kafka_bootstrap, "topic": out}
         _save(rows, "eos_kafka", **kafka, sinkId=f"{unique}-k", **version)
         pg = {"dsn": endpoints.postgres_dsn, "table": table, "createTable": "true"}
@@ -553,3 +561,16 @@ def test_foreach_batch_over_a_checkpoint_restored_from_an_older_copy_is_refused(
     shutil.copytree(newer, checkpoint)
     run(100)
     assert written() == once(first + middle + after)
+
+    last = max(int(p.name) for p in (checkpoint / "offsets").iterdir() if p.name.isdigit())
+    deleted = {f"{log}/{last}": (checkpoint / log / str(last)).read_text() for log in LOGS}
+    for name in deleted:
+        (checkpoint / name).unlink()
+    later = more("later", 100)
+    with pytest.raises(Exception, match=rf"batch {last} .* other source positions"):
+        run(1000)
+    assert written() == once(first + middle + after), "the refused run wrote something"
+    for name, text in deleted.items():
+        (checkpoint / name).write_text(text)
+    run(100)
+    assert written() == once(first + middle + after + later)

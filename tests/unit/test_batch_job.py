@@ -7,6 +7,7 @@ import itertools
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -38,12 +39,20 @@ def _rows(words: list[str]) -> Iterator[pa.RecordBatch]:
 
 
 def _run(
-    monkeypatch: pytest.MonkeyPatch, server: str, version: int, crash_commit: bool = False
+    monkeypatch: pytest.MonkeyPatch,
+    server: str,
+    version: int,
+    crash_commit: bool = False,
+    stream_checkpoint: Path | None = None,
 ) -> None:
-    """One run of a job: two tasks, then the driver's commit (a new run id each time)."""
+    """One run of a job: two tasks, then the driver's commit (a new run id each time);
+    ``stream_checkpoint``: the ``streamCheckpoint`` option."""
     from pyspark import TaskContext
 
-    job = batch_job.batch_job({"txnversion": str(version)}, "test", True, "job-a")
+    options = {"txnversion": str(version)}
+    if stream_checkpoint is not None:
+        options["streamcheckpoint"] = str(stream_checkpoint)
+    job = batch_job.batch_job(options, "test", True, "job-a")
     assert job is not None
     sink = MemorySink(server, "job-a")
     writer = batch_job.BatchWriter(sink, job, batch_job.plan_job(sink, job, "test"))
@@ -91,3 +100,68 @@ def test_a_stream_refuses_txn_version_and_a_batch_refuses_overwrite() -> None:
     batch_job.refuse_in_stream({}, "eos_x")
     with pytest.raises(ConfigError, match="'overwrite' is not supported: do this"):
         batch_job.refuse_overwrite(True, "eos_x", "do this")
+
+
+def _offsets(checkpoint: Path, batch: int, end: int) -> None:
+    """The stream's ``offsets/<batch>``, planned up to position ``end``."""
+    (checkpoint / "offsets").mkdir(parents=True, exist_ok=True)
+    text = f'v1\n{{"batchTimestampMs":{end}}}\n{{"orders":{{"0":{end}}}}}\n'
+    (checkpoint / "offsets" / str(batch)).write_text(text)
+
+
+def test_a_foreach_batch_write_planned_again_over_other_positions_is_refused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """With ``streamCheckpoint``, a version's decision records the source positions the
+    stream's ``offsets/<version>`` planned: a replay (the same file) writes nothing, as
+    any rerun; the batch planned again over other positions (a checkpoint put back by
+    one batch, with more input since) is refused before any task, not taken for a
+    rerun that writes nothing of it."""
+    from eos_connectors.core.checkpoint_behind import CheckpointBehindSinkError, planned_offsets
+
+    server, checkpoint = "batch-job-stream-checkpoint", tmp_path / "chk"
+    _offsets(checkpoint, 3, 500)
+    _run(monkeypatch, server, 3, stream_checkpoint=checkpoint)
+    decision = MemorySink(server, "job-a").find_decision("job-a", 3)
+    assert decision is not None
+    assert decision.offsets == planned_offsets((checkpoint / "offsets" / "3").read_text())
+    _run(monkeypatch, server, 3, stream_checkpoint=checkpoint)  # the replay: nothing more
+    assert memory_server(server).data == {"a": 1, "b": 1, "c": 1}
+    _offsets(checkpoint, 3, 800)
+    with pytest.raises(CheckpointBehindSinkError, match=r"batch 3 .* other source positions"):
+        _run(monkeypatch, server, 3, stream_checkpoint=checkpoint)
+    _run(monkeypatch, server, 3)  # without the option the check is not made
+    assert memory_server(server).data == {"a": 1, "b": 1, "c": 1}
+
+
+def test_a_stream_checkpoint_that_cannot_tell_the_batch_is_refused(tmp_path: Path) -> None:
+    """A wrong ``streamCheckpoint`` (no ``offsets/<txnVersion>`` there, a store the
+    package cannot read) or one on an at-least-once write is named, before anything."""
+    _offsets(tmp_path, 3, 500)
+    option = {"txnVersion": "4", "streamCheckpoint": str(tmp_path)}
+    with pytest.raises(ConfigError, match=r"has no offsets/4: set 'streamCheckpoint' to the"):
+        batch_job.batch_job(option, "eos_x", True, "job")
+    s3 = {"txnVersion": "3", "streamCheckpoint": "s3a://bucket/chk"}
+    with pytest.raises(ConfigError, match="'streamCheckpoint' 's3a://bucket/chk' is not"):
+        batch_job.batch_job(s3, "eos_x", True, "job")
+    with pytest.raises(ConfigError, match="'streamCheckpoint' is for exactly-once batch"):
+        batch_job.batch_job(option, "eos_x", False, "job")
+    job = batch_job.batch_job({**option, "txnVersion": "3"}, "eos_x", True, "job")
+    assert job is not None and job.planned != ""
+
+
+def test_the_kafka_sinks_task_mode_refuses_a_stream_checkpoint(tmp_path: Path) -> None:
+    """``commitMode=task`` keeps no decision to record the stream's positions in: the
+    option is refused at the plan, before any network call, naming the mode to use."""
+    from eos_connectors.sinks.kafka import KafkaExactlyOnceWriter
+    from eos_connectors.sinks.kafka.options import parse_options
+
+    _offsets(tmp_path, 3, 500)
+    job = batch_job.batch_job(
+        {"txnVersion": "3", "streamCheckpoint": str(tmp_path)}, "eos_kafka", True, "job"
+    )
+    assert job is not None
+    kafka = {"kafka.bootstrap.servers": "127.0.0.1:1", "topic": "t", "commitMode": "task"}
+    writer = KafkaExactlyOnceWriter(parse_options(kafka), None)
+    with pytest.raises(ConfigError, match="'streamCheckpoint' needs commitMode=batch"):
+        writer.plan_job(job)
