@@ -99,3 +99,24 @@ def stream_into(
         writer = writer.option(key, value)
     query = writer.option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
     query.awaitTermination(300)
+
+
+def delete_last_batch(checkpoint: Path) -> tuple[int, dict[str, str]]:
+    """The checkpoint put back by one batch, as an operator does by hand: its last
+    ``offsets/N`` and ``commits/N`` deleted. Returns N and their texts by relative path,
+    for :func:`put_files_back`."""
+    last = max(batches(location(str(checkpoint)) / "offsets"))
+    deleted = {f"{log}/{last}": (checkpoint / log / str(last)).read_text() for log in _LOGS}
+    for name in deleted:
+        (checkpoint / name).unlink()
+    return last, deleted
+
+
+def put_files_back(checkpoint: Path, files: dict[str, str]) -> None:
+    """Files :func:`delete_last_batch` took, written back (over a replanned ``offsets/N``)."""
+    for name, text in files.items():
+        (checkpoint / name).write_text(text)
+
+
+#: A checkpoint's batch logs.
+_LOGS = ("offsets", "commits")

@@ -62,10 +62,6 @@ def _redis_counts(url: str, prefix: str) -> Counter[str]:
         client.close()
 
 
-#: A checkpoint's batch logs.
-LOGS = ("offsets", "commits")
-
-
 def _save(df: DataFrame, fmt: str, mode: str = "append", **options: str) -> None:
     df.write.format(fmt).options(**options).mode(mode).save()
 
@@ -503,7 +499,7 @@ def test_foreach_batch_over_a_checkpoint_restored_from_an_older_copy_is_refused(
     import shutil
 
     from tests.kafka_util import produce_plain
-    from tests.sink_util import BOUNDED, to_the_end
+    from tests.sink_util import BOUNDED, delete_last_batch, put_files_back, to_the_end
 
     source, out, table = f"febo-in-{unique}", f"febo-out-{unique}", f"febo_{unique}"
     for topic in (source, out):
@@ -562,15 +558,11 @@ def test_foreach_batch_over_a_checkpoint_restored_from_an_older_copy_is_refused(
     run(100)
     assert written() == once(first + middle + after)
 
-    last = max(int(p.name) for p in (checkpoint / "offsets").iterdir() if p.name.isdigit())
-    deleted = {f"{log}/{last}": (checkpoint / log / str(last)).read_text() for log in LOGS}
-    for name in deleted:
-        (checkpoint / name).unlink()
+    last, deleted = delete_last_batch(checkpoint)
     later = more("later", 100)
     with pytest.raises(Exception, match=rf"batch {last} .* other source positions"):
         run(1000)
     assert written() == once(first + middle + after), "the refused run wrote something"
-    for name, text in deleted.items():
-        (checkpoint / name).write_text(text)
+    put_files_back(checkpoint, deleted)
     run(100)
     assert written() == once(first + middle + after + later)

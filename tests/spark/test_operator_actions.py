@@ -252,10 +252,6 @@ def test_a_restart_through_another_sink_id_before_the_batch_completes_is_refused
     assert sorted(written) == sorted(values + middle + after)
 
 
-#: A checkpoint's batch logs.
-LOGS = ("offsets", "commits")
-
-
 @pytest.mark.cost(20)
 @pytest.mark.parametrize("commit_mode", ["batch", "task"])
 def test_a_checkpoint_restored_from_an_older_copy_is_refused_before_it_skips_anything(
@@ -276,6 +272,7 @@ def test_a_checkpoint_restored_from_an_older_copy_is_refused_before_it_skips_any
     import shutil
 
     from tests.pipelines import source_to_kafka
+    from tests.sink_util import delete_last_batch, put_files_back
 
     source, out, values = _input(endpoints, unique)
     checkpoint, older, newer = tmp_path / "checkpoint", tmp_path / "older", tmp_path / "newer"
@@ -315,15 +312,11 @@ def test_a_checkpoint_restored_from_an_older_copy_is_refused_before_it_skips_any
     # Put back by one batch: its last offsets/ and commits/ files deleted, more input. The
     # replanned batch is the sink's last decided one; its decision's source positions
     # tell it from a replay.
-    last = max(int(p.name) for p in (checkpoint / "offsets").iterdir() if p.name.isdigit())
-    deleted = {f"{log}/{last}": (checkpoint / log / str(last)).read_text() for log in LOGS}
-    for name in deleted:
-        (checkpoint / name).unlink()
+    last, deleted = delete_last_batch(checkpoint)
     latest = more("latest", 300)
     with pytest.raises(Exception, match=rf"batch {last} .* other source positions"):
         run("5000")
     assert written() == sorted(values + middle + after), "the refused run wrote something"
-    for name, text in deleted.items():
-        (checkpoint / name).write_text(text)
+    put_files_back(checkpoint, deleted)
     run("500")
     assert written() == sorted(values + middle + after + latest)
