@@ -46,7 +46,7 @@ from eos_connectors.core import options as opt
 from eos_connectors.core.checkpoint_behind import (
     planned_offsets,
     refuse_in_foreach_batch,
-    refuse_replanned,
+    refuse_replanned_write,
 )
 from eos_connectors.core.checkpoint_sinks import checkpoint_files
 from eos_connectors.core.context import NotInStreamingTaskError, TaskIdentity
@@ -309,7 +309,7 @@ def _two_phase_plan(stream: TwoPhaseCommitWriter, job: BatchJob, connector: str)
     applied = stream.applied_watermark(sink_id, job.query_id)
     recorded = stream.find_decision(sink_id, job.version)
     if recorded is not None:
-        refuse_replanned(connector, sink_id, job.version, recorded.offsets, job.planned)
+        refuse_replanned_write(connector, sink_id, job.version, recorded.offsets, job.planned)
         return JobPlan(highest=applied)
     if job.version <= applied:
         return JobPlan(skip=f"{TXN_VERSION} {applied} was committed before", highest=applied)

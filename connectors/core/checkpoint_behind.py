@@ -133,7 +133,7 @@ def refuse_replanned(
     plans for it now (``planned``). Either
     unknown ("": a decision written before digests were kept, a checkpoint the driver
     cannot read) passes."""
-    if not decided_over or not planned or decided_over == planned:
+    if not _replanned(decided_over, planned):
         return
     raise CheckpointBehindSinkError(
         f"{connector}: batch {batch} of this query was found decided by sink {sink_id!r}, "
@@ -143,6 +143,31 @@ def refuse_replanned(
         "that need not be the ones the sink wrote under that number. The batch is refused "
         "before it is recorded, so nothing is skipped. " + _what_to_do(connector, sink_id)
     )
+
+
+def refuse_replanned_write(
+    connector: str, sink_id: str, version: int, decided_over: str, planned: str
+) -> None:
+    """Driver, planning (or committing) a batch write from a stream's ``foreachBatch`` with
+    ``streamCheckpoint``: :func:`refuse_replanned`, in a batch write's terms."""
+    if not _replanned(decided_over, planned):
+        return
+    raise CheckpointBehindSinkError(
+        f"{connector}: this write runs for batch {version} of a stream (txnVersion "
+        f"{version}), but job {sink_id!r} decided that version over other source positions "
+        f"than offsets/{version} of the stream's checkpoint (option 'streamCheckpoint') "
+        "plans now: the checkpoint was put back (its last offsets files deleted, or "
+        f"restored from an older copy) and Spark planned batch {version} again over records "
+        "that need not be the ones written under that number; as a rerun the write would "
+        "write nothing of them. Restore the checkpoint as it was and restart, or give the "
+        "writes new sinkIds to reprocess from it (the targets then get those records a "
+        "second time). Nothing was written."
+    )
+
+
+def _replanned(decided_over: str, planned: str) -> bool:
+    """Whether both digests are known and differ (either "" is unknown: it passes)."""
+    return bool(decided_over and planned) and decided_over != planned
 
 
 #: The local property Spark sets on a micro-batch's jobs, ``foreachBatch``'s included.

@@ -117,6 +117,7 @@ from eos_connectors.core.checkpoint_behind import (
     planned_offsets,
     refuse_at_commit,
     refuse_replanned,
+    refuse_replanned_write,
 )
 from eos_connectors.core.context import TaskIdentity
 from eos_connectors.core.continuous import refuse_continuous
@@ -368,7 +369,7 @@ class BatchCommitWriter(StreamArrowWriter):
         skip = self._skip(job, pointer, sid)
         if skip is None and job.planned and _highest(pointer) == job.version:
             recorded = read_decision(self.options, sid, job.version)
-            refuse_replanned("eos_kafka", sid, job.version, recorded.offsets, job.planned)
+            refuse_replanned_write("eos_kafka", sid, job.version, recorded.offsets, job.planned)
         if skip is None:  # what the job's runs in commitMode=task wrote
             skip = jobs.task_mode_plan(self.options, sid, job)
         if skip is not None:
@@ -496,7 +497,8 @@ class BatchCommitWriter(StreamArrowWriter):
             if self.run is None:  # a stream's batch is its last decided, unless planned again
                 refuse_at_commit("eos_kafka", sid, batch, pointed[0] - 1)
             recorded = read_decision(self.options, sid, batch)
-            refuse_replanned("eos_kafka", sid, batch, recorded.offsets, planned)
+            refuse = refuse_replanned if self.run is None else refuse_replanned_write
+            refuse("eos_kafka", sid, batch, recorded.offsets, planned)
             again = _rewritten(recorded, reports)
             return recorded if again is None else (amend or write)(again)
         self._refuse_if_outlived(reports, batch, sid, called)

@@ -560,7 +560,7 @@ def test_foreach_batch_over_a_checkpoint_restored_from_an_older_copy_is_refused(
 
     last, deleted = delete_last_batch(checkpoint)
     later = more("later", 100)
-    with pytest.raises(Exception, match=rf"batch {last} .* other source positions"):
+    with pytest.raises(Exception, match=rf"runs for batch {last} .* other source positions"):
         run(1000)
     assert written() == once(first + middle + after), "the refused run wrote something"
     put_files_back(checkpoint, deleted)
