@@ -130,10 +130,9 @@ def refuse_replanned(
     """Driver, at a stream's commit of ``batch``, whose tasks found it decided (or at its
     start, :func:`refuse_at_start`): refuse when its decision recorded other source
     positions (``decided_over``, a digest of :func:`planned_offsets`) than the checkpoint
-    plans for it now (``planned``). Either
-    unknown ("": a decision written before digests were kept, a checkpoint the driver
-    cannot read) passes."""
-    if not _replanned(decided_over, planned):
+    plans for it now (``planned``). Either unknown ("": a decision written before digests
+    were kept, a checkpoint the driver cannot read) passes."""
+    if not replanned_over(decided_over, planned):
         return
     raise CheckpointBehindSinkError(
         f"{connector}: batch {batch} of this query was found decided by sink {sink_id!r}, "
@@ -150,7 +149,7 @@ def refuse_replanned_write(
 ) -> None:
     """Driver, planning (or committing) a batch write from a stream's ``foreachBatch`` with
     ``streamCheckpoint``: :func:`refuse_replanned`, in a batch write's terms."""
-    if not _replanned(decided_over, planned):
+    if not replanned_over(decided_over, planned):
         return
     raise CheckpointBehindSinkError(
         f"{connector}: this write runs for batch {version} of a stream (txnVersion "
@@ -165,8 +164,9 @@ def refuse_replanned_write(
     )
 
 
-def _replanned(decided_over: str, planned: str) -> bool:
-    """Whether both digests are known and differ (either "" is unknown: it passes)."""
+def replanned_over(decided_over: str, planned: str) -> bool:
+    """Whether a decision's digest and the checkpoint's are both known and differ (either
+    "" is unknown: it passes)."""
     return bool(decided_over and planned) and decided_over != planned
 
 

@@ -113,7 +113,13 @@ def batches(directory: Location) -> list[int]:
 def read_offsets(path: Location, batch: int) -> tuple[dict[str, Any] | None, list[Any]]:
     """``offsets/<batch>``: its metadata (None in a continuous run's, which has none) and
     each source's offset (None for "-")."""
-    text = (path / "offsets" / str(batch)).read_text()
+    return _parsed_offsets(path, batch, (path / "offsets" / str(batch)).read_text())
+
+
+def _parsed_offsets(
+    path: Location, batch: int, text: str
+) -> tuple[dict[str, Any] | None, list[Any]]:
+    """:func:`read_offsets` of the file's ``text``."""
     lines = text.splitlines()
     if len(lines) < 2 or not lines[0].startswith("v"):
         raise CheckpointError(f"{path / 'offsets' / str(batch)} is not a Spark offsets file.")
@@ -138,8 +144,9 @@ def read_checkpoint(path: Location | str) -> Checkpoint:
     continuous = False
     planned_over = ""
     if planned:
-        batch_metadata, sources = read_offsets(path, planned[-1])
-        planned_over = planned_offsets((path / "offsets" / str(planned[-1])).read_text())
+        text = (path / "offsets" / str(planned[-1])).read_text()
+        batch_metadata, sources = _parsed_offsets(path, planned[-1], text)
+        planned_over = planned_offsets(text)
         continuous = batch_metadata is None
         conf = {str(k): str(v) for k, v in (batch_metadata or {}).get("conf", {}).items()}
         watermark = int((batch_metadata or {}).get("batchWatermarkMs", 0))

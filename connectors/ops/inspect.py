@@ -9,6 +9,7 @@ import os
 from dataclasses import asdict
 from typing import Any
 
+from eos_connectors.core.checkpoint_behind import replanned_over
 from eos_connectors.core.kafka_config import plaintext
 from eos_connectors.core.sinks_admin import SinkRecord
 from eos_connectors.ops.checkpoint import Checkpoint, OperatorState
@@ -73,8 +74,7 @@ def _replanned(record: SinkRecord, checkpoint: Checkpoint) -> bool:
     return (
         record.last_decided is not None
         and record.last_decided == checkpoint.last_planned
-        and bool(record.last_offsets and checkpoint.planned_over)
-        and record.last_offsets != checkpoint.planned_over
+        and replanned_over(record.last_offsets, checkpoint.planned_over)
     )
 
 

@@ -490,8 +490,9 @@ class BatchCommitWriter(StreamArrowWriter):
         """Driver: the batch's decision, given the pointer ``pointed``: a decided batch's
         as recorded (amended by ``amend``, else ``write``, when it asked for task
         partitions again and the replay wrote them); else a new one, written by
-        ``write``, unless the batch is refused. ``planned``: a stream's batch's source
-        positions' digest ("" for a batch job's version)."""
+        ``write``, unless the batch is refused. ``planned``: the source positions' digest
+        of a stream's batch, or of a batch job's version with ``streamCheckpoint`` ("" for
+        another batch job's)."""
         sid = reports[0].sink_id
         if pointed is not None and pointed[0] > batch:
             if self.run is None:  # a stream's batch is its last decided, unless planned again

@@ -64,7 +64,7 @@ class RedisSinkAdmin(SinkAdmin):
         )
         owner = None if query is None else Lineage(as_text(query), as_text(origin or b""))
         idle = None if active is None else self._now() - float(active)
-        batches = [int(b) for b in self.client.hkeys(keys.decisions)]
+        decided = {int(b): as_text(text) for b, text in self.client.hgetall(keys.decisions).items()}
         doubt = []
         for name in self.client.smembers(keys.units):
             unit = UnitId.parse(as_text(name))
@@ -72,11 +72,8 @@ class RedisSinkAdmin(SinkAdmin):
                 age = self.client.object("idletime", keys.stage(unit))
                 doubt.append(UnitInDoubt(unit, None if age is None else float(age)))
         in_doubt = tuple(sorted(doubt, key=lambda u: u.unit))
-        last = max(batches, default=None)
-        offsets = ""
-        if last is not None:
-            text = self.client.hget(keys.decisions, str(last))
-            offsets = "" if text is None else stored_decision(sink_id, last, as_text(text)).offsets
+        last = max(decided, default=None)
+        offsets = "" if last is None else stored_decision(sink_id, last, decided[last]).offsets
         target_text = as_text(target or b"")
         return SinkRecord(self.store, sink_id, owner, target_text, last, in_doubt, idle, offsets)
 
