@@ -307,6 +307,13 @@ _POINTERS: Kept[Consumer] = Kept(Consumer.close, size=64)
 _READERS: Kept[Consumer] = Kept(Consumer.close, size=64)
 
 
+def decided_over(options: KafkaSinkOptions, sid: str, batch: int) -> str:
+    """Driver: the source positions' digest the decision of ``batch`` recorded; "" when
+    the marker log holds no decision of it, or one written before digests were kept."""
+    mine = [d for d in _decisions(options, sid) if d.batch == batch]
+    return mine[-1].offsets if mine else ""
+
+
 def read_decision(options: KafkaSinkOptions, sid: str, batch: int) -> Decision:
     """Driver: the decision of ``batch`` from the marker log (after a driver's restart)."""
     mine = [d for d in _decisions(options, sid) if d.batch == batch]

@@ -37,6 +37,7 @@ from eos_connectors.core.topics import Record, read_to_end
 from eos_connectors.sinks.kafka.decisions import (
     DECISION_SUFFIX,
     decided_by_query,
+    decided_over,
     decision_group,
     read_decision,
     read_marker,
@@ -72,20 +73,26 @@ def check_at_start(options: KafkaSinkOptions, raw: Mapping[str, str]) -> None:
 
 def _refuse_a_checkpoint_behind(options: KafkaSinkOptions, starting: StartingSink) -> None:
     """The sink id's last decision (its decision pointer: one committed offset read), when
-    it is this query's, past the last batch the checkpoint planned
-    (:mod:`eos_connectors.core.checkpoint_behind`). The log is not read: a pointer whose
-    offset expired, and a ``commitMode=task`` start (its markers are per task partition),
-    leave it to the commits, which refuse the same."""
+    it is this query's, past the last batch the checkpoint planned, or that very batch,
+    which the checkpoint replays, planned over other source positions than the decision
+    recorded (:mod:`eos_connectors.core.checkpoint_behind`). The log is read for the
+    latter only, at a start that replays the decided batch (which reads it anyway). A
+    pointer whose offset expired, and a ``commitMode=task`` start (its markers are per
+    task partition), leave it to the commits, which refuse the same."""
     pointed = read_marker(options, decision_group(options, starting.sink_id))
     if pointed is None or pointed[1] != starting.query_id:
         return
+    decided, over = pointed[0] - 1, ""
+    if starting.replays(decided) and starting.planned.offsets:
+        over = decided_over(options, starting.sink_id, decided)
     refuse_at_start(
         "eos_kafka",
         starting.sink_id,
         starting.query_id,
-        pointed[0] - 1,
+        decided,
         starting.checkpoint,
         starting.planned.last,
+        (over, starting.planned.offsets),
     )
 
 

@@ -12,7 +12,7 @@ start cannot read the checkpoint (``s3a:``, or one set by conf only), the commit
 batch whose tasks found it decided while the sink decided a later one. A batch job's
 rerun of an older version still writes nothing, unrefused. A checkpoint put back by
 one batch, which neither can see, is refused at the commit by the source positions its
-decision recorded; once refused, at a new driver's start (PostgreSQL, Redis), and
+decision recorded; once refused, at a new driver's start, and
 ``eos checkpoint inspect`` flags it. Cost: ~10 s (eight cases).
 """
 
@@ -312,8 +312,8 @@ def test_a_kafka_checkpoint_put_back_by_one_batch_is_refused_at_the_commit(
     endpoints: Endpoints, batch_commit_options: KafkaSinkOptions, tmp_path: Path
 ) -> None:
     """The same with the Kafka sink (``commitMode=batch``: its decision record keeps the
-    source positions; ``commitMode=task`` decides nothing on the driver, and
-    docs/operations.md names what it cannot see)."""
+    source positions, read at a start that replays the decided batch; ``commitMode=task``
+    decides nothing on the driver, and docs/operations.md names what it cannot see)."""
     query = str(uuid.uuid4())
     checkpoint = _checkpoint(tmp_path, query, DECIDED + 1)
     options = replace(batch_commit_options, commit_mode="batch")
@@ -334,9 +334,10 @@ def test_a_kafka_checkpoint_put_back_by_one_batch_is_refused_at_the_commit(
     written = sorted(r.value for r in read_written(options.kafka, options.topic))
 
     decided = _put_back_one_batch(checkpoint, DECIDED)
-    start_checks(options, {"checkpointLocation": checkpoint})  # nothing amiss at the start
     with pytest.raises(CheckpointBehindSinkError, match=rf"batch {DECIDED} .* other source"):
         made.commit(run(DECIDED, "run-2"), DECIDED)  # type: ignore[arg-type]
+    with pytest.raises(CheckpointBehindSinkError, match=rf"batch {DECIDED} .* other source"):
+        start_checks(options, {"checkpointLocation": checkpoint})
     sink_id = options.sink_id_for(query)
 
     def admin() -> SinkAdmin:
@@ -346,5 +347,6 @@ def test_a_kafka_checkpoint_put_back_by_one_batch_is_refused_at_the_commit(
     assert _inspected(admin(), checkpoint, sink_id) == (DECIDED, True)
     (Path(checkpoint) / "offsets" / str(DECIDED)).write_text(decided)
     assert _inspected(admin(), checkpoint, sink_id) == (DECIDED, False)
+    start_checks(options, {"checkpointLocation": checkpoint})
     made.commit(run(DECIDED, "run-3"), DECIDED)  # type: ignore[arg-type]
     assert sorted(r.value for r in read_written(options.kafka, options.topic)) == written
