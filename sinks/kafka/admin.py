@@ -122,7 +122,8 @@ class KafkaSinkAdmin(SinkAdmin):
         The log holds every marker a group ever had, also after the group's offsets
         expired or were deleted. Also sets :attr:`_written`: group -> the broker's time of
         its last record (seconds since the epoch); and :attr:`_decided_over`: a decision
-        group -> its last decision's batch and source positions' digest."""
+        group, or a ``commitMode=task`` marker group, -> its last decision's or marker's
+        batch and source positions' digest."""
         self._written: dict[str, float] = {}
         self._decided_over: dict[str, tuple[int, str]] = {}
         if self.marker_log not in self.admin.list_topics(timeout=TIMEOUT).topics:
@@ -146,7 +147,7 @@ class KafkaSinkAdmin(SinkAdmin):
             marker = None
             if group.endswith(DECISION_SUFFIX):
                 marker = self._decision_marker(group, record.value)
-            marker = marker or decode(record.value)
+            marker = marker or self._task_marker(group, record.value)
             if marker is None:
                 log.warning(
                     "%s offset %d (key %r) is not a sink marker: skipped",
@@ -167,6 +168,14 @@ class KafkaSinkAdmin(SinkAdmin):
             return None
         self._decided_over[group] = (decision.batch, decision.offsets)
         return Marker(decision.batch + 1, decision.query, "")
+
+    def _task_marker(self, group: str, value: bytes) -> Marker | None:
+        """A record's marker (a task partition's, or a claim); the digest a
+        ``commitMode=task`` marker kept noted in :attr:`_decided_over`."""
+        marker = decode(value)
+        if marker is not None and marker.offsets:
+            self._decided_over[group] = (marker.next_batch - 1, marker.offsets)
+        return marker
 
     def records(self) -> list[SinkRecord]:
         return self._records(None)

@@ -56,7 +56,7 @@ from pyspark.sql.datasource import WriterCommitMessage
 from eos_connectors.core import faults, timing
 from eos_connectors.core.ahead import RowsAhead
 from eos_connectors.core.batch_job import BatchJob, JobPlan
-from eos_connectors.core.checkpoint_behind import refuse_at_commit
+from eos_connectors.core.checkpoint_behind import planned_offsets, refuse_at_commit
 from eos_connectors.core.context import TaskIdentity
 from eos_connectors.core.continuous import refuse_continuous
 from eos_connectors.core.errors import ConfigError
@@ -78,6 +78,7 @@ from eos_connectors.sinks.kafka.clients import (
 from eos_connectors.sinks.kafka.coordinator import TransactionClient
 from eos_connectors.sinks.kafka.errors import KafkaSinkError
 from eos_connectors.sinks.kafka.marker import MarkerGroup, moved
+from eos_connectors.sinks.kafka.marker_log import refuse_replanned_markers
 from eos_connectors.sinks.kafka.options import (
     KafkaSinkOptions,
     ids_prefix,
@@ -143,10 +144,19 @@ class KafkaExactlyOnceWriter(StreamArrowWriter):
     split into tasks, and deterministic stages).
     """
 
-    def __init__(self, options: KafkaSinkOptions, checkpoint: str | None = None) -> None:
+    def __init__(
+        self,
+        options: KafkaSinkOptions,
+        checkpoint: str | None = None,
+        planned: tuple[int, str] | None = None,
+    ) -> None:
         self.options = options
         #: The query's checkpointLocation option (driver: an abort no task reported to).
         self.checkpoint_location = checkpoint
+        #: A stream's batch and the digest of the source positions its ``offsets/N``
+        #: plans, read by the driver when Spark makes the writer for that batch (after
+        #: it wrote the file): the tasks' markers keep it (:func:`refuse_replanned_markers`).
+        self.planned = planned
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskReport:
         """Task: Spark's entry point; see :meth:`write_task`."""
@@ -310,7 +320,7 @@ class KafkaExactlyOnceWriter(StreamArrowWriter):
         began = time.monotonic()
         try:
             steps.add("begin and marker", since)
-            log_marker(producer, marker, task)
+            log_marker(producer, marker, task, self._planned_over(task.batch_id))
             faults.point("before-prepare", task.batch_id, role="worker", query=task.query_name)
             from eos_connectors.sinks.kafka.records import in_order, rows  # pyarrow: tasks only
 
@@ -325,16 +335,28 @@ class KafkaExactlyOnceWriter(StreamArrowWriter):
             raise
         return TaskReport(task.batch_id, task.partition, count, False, sid)
 
+    def _planned_over(self, batch: int) -> str:
+        """Task: the digest :attr:`planned` holds when it is of ``batch``, else ""."""
+        return self.planned[1] if self.planned and self.planned[0] == batch else ""
+
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Driver: nothing to do (each task committed its own transaction) but refuse an
         epoch of continuous processing (:mod:`eos_connectors.core.continuous`), and a
-        batch a task partition found marked past the next one: planned again by a
-        checkpoint behind the sink (:mod:`eos_connectors.core.checkpoint_behind`)."""
-        self.commit_version(messages, batchId)
+        batch planned again by a checkpoint behind the sink
+        (:mod:`eos_connectors.core.checkpoint_behind`): one a task partition found marked
+        past the next batch, or marked at it over other source positions than the
+        checkpoint's ``offsets/N`` plans now (:func:`refuse_replanned_markers`)."""
+        offsets = refuse_continuous(messages, batchId, self.checkpoint_location, "eos_kafka")
         reports = [m for m in messages if isinstance(m, TaskReport) and m.skipped]
-        if reports:
-            last = max(reports, key=lambda r: r.marked)
-            refuse_at_commit("eos_kafka", last.sink_id, batchId, last.marked - 1)
+        if not reports:
+            return
+        last = max(reports, key=lambda r: r.marked)
+        refuse_at_commit("eos_kafka", last.sink_id, batchId, last.marked - 1)
+        planned, skipped = planned_offsets(offsets), {r.partition for r in reports}
+        try:
+            refuse_replanned_markers(self.options, last.sink_id, batchId, planned, skipped)
+        except KafkaSinkError as exc:  # a second guard: never a reason to fail the batch
+            log.warning("batch %d: the skipped task partitions' markers: %s", batchId, exc)
 
     def commit_version(
         self, messages: list[WriterCommitMessage | None], version: int, planned: str = ""
@@ -486,12 +508,13 @@ def begin(producer: TransactionalProducer, marker: MarkerGroup, task: TaskIdenti
         raise
 
 
-def log_marker(producer: Producer, marker: MarkerGroup, task: TaskIdentity) -> None:
+def log_marker(producer: Producer, marker: MarkerGroup, task: TaskIdentity, over: str) -> None:
     """The marker log record, as the transaction's first record, before any row: a new
     producer looks the log topic up and registers its partition with the transaction
     while the task still waits for rows, not inside commit (a record produced just
-    before ``commit_transaction()`` held some commits up ~100 ms on a new producer)."""
-    topic, key, value = marker.log_record(task.batch_id + 1, task.query_id)
+    before ``commit_transaction()`` held some commits up ~100 ms on a new producer).
+    ``over``: the batch's source positions' digest, when known."""
+    topic, key, value = marker.log_record(task.batch_id + 1, task.query_id, over)
     producer.produce(topic, value, key, partition=0)
 
 

@@ -12,7 +12,7 @@ from pyspark.sql.types import StructType
 from eos_connectors.core import batch_job
 from eos_connectors.core.at_once import at_once
 from eos_connectors.core.changes import check_schema as check_changes
-from eos_connectors.core.checkpoint_sinks import checkpoint_location
+from eos_connectors.core.checkpoint_sinks import checkpoint_location, planned_batches
 from eos_connectors.core.startup import once_per_driver, start_key
 
 if TYPE_CHECKING:
@@ -99,7 +99,8 @@ class KafkaSinkFormat(batch_job.SinkFormat):
                 "transaction, visible before the batch completes; exactly once needs "
                 "deterministic replay (docs/kafka-sink.md)"
             )
-            return KafkaExactlyOnceWriter(options, checkpoint_location(self.options))
+            location = checkpoint_location(self.options)
+            return KafkaExactlyOnceWriter(options, location, planned_at(location))
         return KafkaAtLeastOnceWriter(options, checkpoint_location(self.options))
 
     def _batch_commit_start(
@@ -117,3 +118,13 @@ class KafkaSinkFormat(batch_job.SinkFormat):
             lambda: check_start(timed),
         )
         return timed
+
+
+def planned_at(location: str | None) -> tuple[int, str] | None:
+    """Driver, as Spark makes a stream's writer for a batch (after it wrote that batch's
+    ``offsets/N``): the checkpoint's last planned batch and its source positions' digest,
+    for the ``commitMode=task`` markers; None when the checkpoint cannot be read."""
+    planned = planned_batches(location)
+    if planned is None or planned.last < 0 or not planned.offsets:
+        return None
+    return planned.last, planned.offsets

@@ -94,9 +94,12 @@ class MarkerGroup:
             )
         return marker.next_batch, marker.query
 
-    def log_record(self, next_batch: int, query_id: str) -> tuple[str, bytes, bytes]:
-        """(topic, key, value) of the marker record the transaction writes to the log."""
-        value = encode(Marker(next_batch, query_id, self.topic))
+    def log_record(
+        self, next_batch: int, query_id: str, offsets: str = ""
+    ) -> tuple[str, bytes, bytes]:
+        """(topic, key, value) of the marker record the transaction writes to the log;
+        ``offsets``: the marked batch's source positions' digest, when known."""
+        value = encode(Marker(next_batch, query_id, self.topic, offsets))
         return self.options.marker_log, self.group.encode(), value
 
     def offset(self, next_batch: int, query_id: str) -> TopicPartition:

@@ -11,9 +11,11 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
+from eos_connectors.core.checkpoint_behind import refuse_replanned
 from eos_connectors.core.errors import EosError, keeping_code
 from eos_connectors.core.topics import Record, end_offsets, read_to_end
 from eos_connectors.sinks.kafka.errors import KafkaSinkError
+from eos_connectors.sinks.kafka.options import ids_prefix
 
 if TYPE_CHECKING:
     from eos_connectors.sinks.kafka.options import KafkaSinkOptions
@@ -26,19 +28,24 @@ class Marker(NamedTuple):
     next_batch: int
     query: str
     topic: str  # the marker topic; "" in a log record written before it said so
+    #: ``commitMode=task``: a digest of the source positions the stream's ``offsets/N``
+    #: planned for the batch marked (:func:`~eos_connectors.core.checkpoint_behind.
+    #: planned_offsets`); "" when unknown (a batch job, a checkpoint the driver cannot
+    #: read, a record written before markers kept it).
+    offsets: str = ""
 
 
 def encode(marker: Marker) -> bytes:
-    return json.dumps(
-        {"next_batch": marker.next_batch, "query": marker.query, "topic": marker.topic}
-    ).encode()
+    body = {"next_batch": marker.next_batch, "query": marker.query, "topic": marker.topic}
+    return json.dumps({**body, "offsets": marker.offsets} if marker.offsets else body).encode()
 
 
 def decode(value: bytes) -> Marker | None:
     """The marker in a log record's value, or None when the value is not one."""
     try:
         saved = json.loads(value)
-        return Marker(int(saved["next_batch"]), str(saved["query"]), str(saved.get("topic", "")))
+        topic, offsets = str(saved.get("topic", "")), str(saved.get("offsets", ""))
+        return Marker(int(saved["next_batch"]), str(saved["query"]), topic, offsets)
     except (ValueError, TypeError, KeyError, AttributeError):
         return None
 
@@ -101,3 +108,50 @@ def _failed(options: KafkaSinkOptions, what: str, exc: EosError) -> KafkaSinkErr
         ),
         exc,
     )
+
+
+def marked_over(
+    options: KafkaSinkOptions, keys: Callable[[bytes], bool], batch: int, query: str | None
+) -> dict[str, str]:
+    """Driver: marker group -> the source positions' digest its last marker in the log
+    recorded, for every group ``keys`` accepts whose marker says ``batch`` was the last
+    marked (by ``query``, unless None) and kept a digest (committed records only:
+    :func:`read_for`)."""
+    last: dict[bytes, bytes] = {}
+    for record in read_for(options, keys, "the task partitions' markers"):
+        if record.key is not None and keys(record.key):
+            last[record.key] = record.value or b""
+    found: dict[str, str] = {}
+    for key, value in last.items():
+        marker = decode(value) if value else None
+        if marker is None or not marker.offsets or marker.next_batch != batch + 1:
+            continue
+        if query is None or marker.query == query:
+            found[key.decode(errors="replace")] = marker.offsets
+    return found
+
+
+def refuse_replanned_markers(
+    options: KafkaSinkOptions,
+    sid: str,
+    batch: int,
+    planned: str,
+    partitions: set[int] | None = None,
+    query: str | None = None,
+) -> None:
+    """Driver, at a stream's commit of ``batch`` (task partitions ``partitions`` found it
+    marked) or at a start that replays it (every task partition of sink ``sid``, marked
+    by ``query``): refuse when a marker of the batch recorded other source positions than
+    ``planned``, the digest of the ``offsets/N`` the checkpoint holds now (a checkpoint
+    put back by exactly one batch: :func:`~eos_connectors.core.checkpoint_behind.
+    refuse_replanned`). The marker log is read only when ``planned`` is known."""
+    if not planned:
+        return
+    prefix = ids_prefix(options, sid).encode()
+
+    def mine(key: bytes) -> bool:
+        rest = key[len(prefix) :] if key.startswith(prefix) else b""
+        return rest.isdigit() and (partitions is None or int(rest) in partitions)
+
+    for over in sorted(set(marked_over(options, mine, batch, query).values())):
+        refuse_replanned("eos_kafka", sid, batch, over, planned)

@@ -45,7 +45,7 @@ from eos_connectors.sinks.kafka.decisions import (
     uncommitted,
 )
 from eos_connectors.sinks.kafka.errors import KafkaSinkError
-from eos_connectors.sinks.kafka.marker_log import decode, read_for
+from eos_connectors.sinks.kafka.marker_log import decode, read_for, refuse_replanned_markers
 from eos_connectors.sinks.kafka.options import KafkaSinkOptions
 
 log = logging.getLogger(__name__)
@@ -66,6 +66,11 @@ def check_at_start(options: KafkaSinkOptions, raw: Mapping[str, str]) -> None:
         _refuse_a_checkpoint_behind(options, starting)
     if starting.incomplete is None:
         return  # a clean restart: nothing to replay, and the marker log is not read
+    if options.commit_mode == "task" and starting.replays(starting.planned.last):
+        last = starting.planned
+        refuse_replanned_markers(
+            options, starting.sink_id, last.last, last.offsets, query=starting.query_id
+        )
     _refuse_a_switch(options, starting)
     _refuse_moved_bookkeeping(options, starting)
     _refuse_over_an_uncommitted_decision(options, starting)

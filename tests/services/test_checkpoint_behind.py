@@ -39,6 +39,7 @@ from eos_connectors.sinks.kafka import KafkaExactlyOnceWriter
 from eos_connectors.sinks.kafka.admin import KafkaSinkAdmin
 from eos_connectors.sinks.kafka.batch_commit import BatchCommitWriter
 from eos_connectors.sinks.kafka.checks import start_checks
+from eos_connectors.sinks.kafka.format import planned_at
 from eos_connectors.sinks.kafka.options import KafkaSinkOptions
 from eos_connectors.sinks.postgres import PostgresDataSource
 from eos_connectors.sinks.postgres.admin import PostgresSinkAdmin
@@ -349,4 +350,63 @@ def test_a_kafka_checkpoint_put_back_by_one_batch_is_refused_at_the_commit(
     assert _inspected(admin(), checkpoint, sink_id) == (DECIDED, False)
     start_checks(options, {"checkpointLocation": checkpoint})
     made.commit(run(DECIDED, "run-3"), DECIDED)  # type: ignore[arg-type]
+    assert sorted(r.value for r in read_written(options.kafka, options.topic)) == written
+
+
+@pytest.mark.cost(1)
+def test_a_kafka_checkpoint_put_back_by_one_batch_is_refused_in_commit_mode_task(
+    endpoints: Endpoints, batch_commit_options: KafkaSinkOptions, tmp_path: Path
+) -> None:
+    """The same in ``commitMode=task``, which decides nothing on the driver: each task
+    partition's marker keeps the digest of the ``offsets/N`` the writer was made over
+    (the driver reads it as Spark makes the writer for batch N). The replanned batch's
+    tasks skip it as marked and its commit is refused; so is a new driver's start, and
+    ``eos checkpoint inspect`` flags the sink. With the file back, all starts and
+    commits quietly. Nothing is written twice."""
+    query = str(uuid.uuid4())
+    folder = tmp_path / "chk"
+    options = replace(batch_commit_options, commit_mode="task")
+    assert options.topic is not None
+
+    def writer() -> KafkaExactlyOnceWriter:
+        checkpoint = str(folder)
+        return KafkaExactlyOnceWriter(options, checkpoint, planned_at(checkpoint))
+
+    def run(made: KafkaExactlyOnceWriter, batch: int, attempt: str) -> list[object]:
+        shipped: KafkaExactlyOnceWriter = pickle.loads(pickle.dumps(made))
+        return [
+            shipped.write_task(
+                a_task(batch, run=attempt, partition=p, query=query), iter([_kafka_rows(batch)])
+            )
+            for p in range(2)
+        ]
+
+    for batch in range(DECIDED + 1):
+        checkpoint = _checkpoint(folder, query, batch + 1)
+        made = writer()
+        assert made.planned is not None and made.planned[0] == batch
+        made.commit(run(made, batch, "run-1"), batch)  # type: ignore[arg-type]
+    written = sorted(r.value for r in read_written(options.kafka, options.topic))
+    assert len(written) == 2 * (DECIDED + 1)
+
+    decided = _put_back_one_batch(checkpoint, DECIDED)
+    made = writer()
+    replanned = run(made, DECIDED, "run-2")
+    assert all(getattr(m, "skipped", False) for m in replanned)
+    with pytest.raises(CheckpointBehindSinkError, match=rf"batch {DECIDED} .* other source"):
+        made.commit(replanned, DECIDED)  # type: ignore[arg-type]
+    with pytest.raises(CheckpointBehindSinkError, match=rf"batch {DECIDED} .* other source"):
+        start_checks(options, {"checkpointLocation": checkpoint})
+    sink_id = options.sink_id_for(query)
+
+    def admin() -> SinkAdmin:
+        prefix, marker_log = options.transactional_id_prefix, options.marker_log
+        return KafkaSinkAdmin(options.client_config(), prefix, marker_log)
+
+    assert _inspected(admin(), checkpoint, sink_id) == (DECIDED, True)
+    (Path(checkpoint) / "offsets" / str(DECIDED)).write_text(decided)
+    assert _inspected(admin(), checkpoint, sink_id) == (DECIDED, False)
+    start_checks(options, {"checkpointLocation": checkpoint})
+    made = writer()
+    made.commit(run(made, DECIDED, "run-3"), DECIDED)  # type: ignore[arg-type]
     assert sorted(r.value for r in read_written(options.kafka, options.topic)) == written

@@ -194,7 +194,7 @@ def test_a_zombie_attempt_cannot_commit(
     from eos_connectors.sinks.kafka.records import Row
 
     begin(retry, marker, task)
-    log_marker(retry, marker, task)
+    log_marker(retry, marker, task, "")
     records: Iterator[list[Row]] = iter([[(out, b"retry", b"k", None, None, None)]])
     finish(retry, task, records, name, TaskSteps("sink write", 7, rest="produce"))
     assert marker.read() == (8, "kafka-query"), "the marker names the query that wrote it"

@@ -265,10 +265,11 @@ def test_a_checkpoint_restored_from_an_older_copy_is_refused_before_it_skips_any
     (its tasks found it decided, or marked, while the sink decided batch 5), writing
     nothing: this driver started the sink with these options before, so its start checks
     do not run again (a new driver's start refuses: tests/services/test_checkpoint_behind.py).
-    With the newer checkpoint back, the query writes the rest. Then (``commitMode=batch``)
-    the checkpoint's last batch is deleted and 300 more records arrive: the replanned
-    batch, the sink's last decided one, is refused at its commit by the source positions
-    its decision recorded; with the files back, the 300 are written. Every record once."""
+    With the newer checkpoint back, the query writes the rest. Then the checkpoint's last
+    batch is deleted and 300 more records arrive: the replanned batch, the sink's last
+    decided (or marked) one, is refused at its commit by the source positions its
+    decision (or its task partitions' markers) recorded; with the files back, the 300 are
+    written. Every record once."""
     import shutil
 
     from tests.pipelines import source_to_kafka
@@ -306,12 +307,10 @@ def test_a_checkpoint_restored_from_an_older_copy_is_refused_before_it_skips_any
     shutil.copytree(newer, checkpoint)
     run("500")
     assert written() == sorted(values + middle + after)
-    if commit_mode == "task":  # it decides nothing on the driver: docs/operations.md
-        return
 
     # Put back by one batch: its last offsets/ and commits/ files deleted, more input. The
-    # replanned batch is the sink's last decided one; its decision's source positions
-    # tell it from a replay.
+    # replanned batch is the sink's last decided (or marked) one; the source positions its
+    # decision (or each task partition's marker) recorded tell it from a replay.
     last, deleted = delete_last_batch(checkpoint)
     latest = more("latest", 300)
     with pytest.raises(Exception, match=rf"batch {last} .* other source positions"):
