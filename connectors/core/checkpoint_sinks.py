@@ -192,15 +192,20 @@ def planned_batches(location: str | None) -> Planned | None:
     if files is None:
         return None
     try:
-        planned = [int(name) for name in files.names("offsets") if name.isdigit()]
-        if not planned:
+        last, digest = last_planned(files)
+        if last < 0:
             return Planned(-1, True)
-        last = max(planned)
-        complete = files.read(f"commits/{last}") is not None
-        return Planned(last, complete, planned_offsets(files.read(f"offsets/{last}")))
+        return Planned(last, files.read(f"commits/{last}") is not None, digest)
     except (OSError, EosError) as exc:
         log.warning("could not read the offsets of checkpoint %s: %s", location, exc)
         return None
+
+
+def last_planned(files: _Files) -> tuple[int, str]:
+    """Driver: the checkpoint's last planned batch (-1: none) and the digest of the source
+    positions its ``offsets/N`` plans ("" when unread); raises what reading raises."""
+    last = max((int(name) for name in files.names("offsets") if name.isdigit()), default=-1)
+    return last, planned_offsets(files.read(f"offsets/{last}")) if last >= 0 else ""
 
 
 def checkpoint_location(options: Mapping[str, str]) -> str | None:

@@ -12,7 +12,12 @@ from pyspark.sql.types import StructType
 from eos_connectors.core import batch_job
 from eos_connectors.core.at_once import at_once
 from eos_connectors.core.changes import check_schema as check_changes
-from eos_connectors.core.checkpoint_sinks import checkpoint_location, planned_batches
+from eos_connectors.core.checkpoint_sinks import (
+    checkpoint_files,
+    checkpoint_location,
+    last_planned,
+)
+from eos_connectors.core.errors import EosError
 from eos_connectors.core.startup import once_per_driver, start_key
 
 if TYPE_CHECKING:
@@ -123,8 +128,21 @@ class KafkaSinkFormat(batch_job.SinkFormat):
 def planned_at(location: str | None) -> tuple[int, str] | None:
     """Driver, as Spark makes a stream's writer for a batch (after it wrote that batch's
     ``offsets/N``): the checkpoint's last planned batch and its source positions' digest,
-    for the ``commitMode=task`` markers; None when the checkpoint cannot be read."""
-    planned = planned_batches(location)
-    if planned is None or planned.last < 0 or not planned.offsets:
+    for the ``commitMode=task`` markers (a listing and one file read); None when the
+    checkpoint cannot be read (an error logged once per checkpoint: the digest is a
+    second guard, never a reason to fail a batch)."""
+    files = checkpoint_files(location)
+    if files is None:
         return None
-    return planned.last, planned.offsets
+    try:
+        last, digest = last_planned(files)
+    except (OSError, EosError) as exc:
+        if location not in _UNREAD:
+            _UNREAD.add(location)
+            log.warning("could not read the offsets of checkpoint %s: %s", location, exc)
+        return None
+    return (last, digest) if digest else None
+
+
+#: Checkpoints whose offsets could not be read (warned of once).
+_UNREAD: set[str | None] = set()
