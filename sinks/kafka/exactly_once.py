@@ -353,10 +353,9 @@ class KafkaExactlyOnceWriter(StreamArrowWriter):
         last = max(reports, key=lambda r: r.marked)
         refuse_at_commit("eos_kafka", last.sink_id, batchId, last.marked - 1)
         planned, skipped = planned_offsets(offsets), {r.partition for r in reports}
-        try:
-            refuse_replanned_markers(self.options, last.sink_id, batchId, planned, skipped)
-        except KafkaSinkError as exc:  # a second guard: never a reason to fail the batch
-            log.warning("batch %d: the skipped task partitions' markers: %s", batchId, exc)
+        refuse_replanned_markers(
+            self.options, last.sink_id, batchId, planned, skipped, lenient=True
+        )
 
     def commit_version(
         self, messages: list[WriterCommitMessage | None], version: int, planned: str = ""

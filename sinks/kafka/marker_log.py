@@ -1,15 +1,20 @@
 """The marker log's record format: one JSON object per marker, keyed by the marker group.
 
 Written by the sink's tasks inside their transactions and read by a task whose group
-offset is gone and by ``eos sinks``. A record that is not a marker (another writer on
-the topic) is never taken for one: :func:`decode` returns None for it.
+offset is gone, by ``eos sinks``, and by the driver of ``commitMode=task`` for the
+source positions a replayed batch's markers kept (:func:`refuse_replanned_markers`). A
+record that is not a marker (another writer on the topic) is never taken for one:
+:func:`decode` returns None for it.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
+
+from confluent_kafka import KafkaException
 
 from eos_connectors.core.checkpoint_behind import refuse_replanned
 from eos_connectors.core.errors import EosError, keeping_code
@@ -19,6 +24,8 @@ from eos_connectors.sinks.kafka.options import ids_prefix
 
 if TYPE_CHECKING:
     from eos_connectors.sinks.kafka.options import KafkaSinkOptions
+
+log = logging.getLogger(__name__)
 
 #: Seconds a task waits for the marker log (the transactions open on it to end).
 READ_TIMEOUT = 60.0
@@ -115,10 +122,13 @@ def marked_over(
 ) -> dict[str, str]:
     """Driver: marker group -> the source positions' digest its last marker in the log
     recorded, for every group ``keys`` accepts whose marker says ``batch`` was the last
-    marked (by ``query``, unless None) and kept a digest (committed records only:
-    :func:`read_for`)."""
+    marked (by ``query``, unless None) and kept a digest. The committed records before
+    the log's last stable offset, never waiting: a transaction left open by an attempt of
+    the run that died (which only its retry ends) must not hold a start or a commit up;
+    a marker behind one is not seen, and the check passes."""
     last: dict[bytes, bytes] = {}
-    for record in read_for(options, keys, "the task partitions' markers"):
+    records = read_to_end(options.client_config(), options.marker_log, "read_committed")
+    for record in records:
         if record.key is not None and keys(record.key):
             last[record.key] = record.value or b""
     found: dict[str, str] = {}
@@ -138,13 +148,16 @@ def refuse_replanned_markers(
     planned: str,
     partitions: set[int] | None = None,
     query: str | None = None,
+    lenient: bool = False,
 ) -> None:
     """Driver, at a stream's commit of ``batch`` (task partitions ``partitions`` found it
     marked) or at a start that replays it (every task partition of sink ``sid``, marked
     by ``query``): refuse when a marker of the batch recorded other source positions than
     ``planned``, the digest of the ``offsets/N`` the checkpoint holds now (a checkpoint
     put back by exactly one batch: :func:`~eos_connectors.core.checkpoint_behind.
-    refuse_replanned`). The marker log is read only when ``planned`` is known."""
+    refuse_replanned`). The marker log is read only when ``planned`` is known; a failed
+    read is raised, or with ``lenient`` (the commit: a second guard, never a reason to
+    fail a batch) logged."""
     if not planned:
         return
     prefix = ids_prefix(options, sid).encode()
@@ -153,5 +166,12 @@ def refuse_replanned_markers(
         rest = key[len(prefix) :] if key.startswith(prefix) else b""
         return rest.isdigit() and (partitions is None or int(rest) in partitions)
 
-    for over in sorted(set(marked_over(options, mine, batch, query).values())):
+    try:
+        found = marked_over(options, mine, batch, query)
+    except (EosError, KafkaException) as exc:
+        if not lenient:
+            raise
+        log.warning("batch %d of sink %s: its markers could not be read: %s", batch, sid, exc)
+        return
+    for over in sorted(set(found.values())):
         refuse_replanned("eos_kafka", sid, batch, over, planned)
