@@ -44,6 +44,7 @@ from pyspark.sql.types import StructType
 
 from eos_connectors.core import options as opt
 from eos_connectors.core.checkpoint_behind import (
+    in_foreach_batch,
     planned_offsets,
     refuse_in_foreach_batch,
     refuse_replanned_write,
@@ -350,6 +351,44 @@ class SkippedTask(WriterCommitMessage):
     skipped = True
 
 
+class FromForeachBatch(WriterCommitMessage):
+    """A task's message (``message``) from a write inside a stream's ``foreachBatch``
+    with ``txnVersion`` its batch id and no ``streamCheckpoint``: the driver's commit
+    unwraps it and warns (:func:`unwrapped`)."""
+
+    def __init__(self, message: WriterCommitMessage) -> None:
+        self.message = message
+
+
+#: Sink ids this driver-side process has warned of (:func:`unwrapped`), once each.
+_WARNED: set[str] = set()
+
+
+def unwrapped(
+    messages: list[WriterCommitMessage | None], job: BatchJob, connector: str
+) -> list[WriterCommitMessage | None]:
+    """Driver: the tasks' own messages. When one came from a stream's ``foreachBatch``
+    (:class:`FromForeachBatch`), warn once a sink id that ``streamCheckpoint`` is unset:
+    the write cannot tell that stream's batch planned again over other positions (its
+    checkpoint put back by exactly one batch) from a rerun, and would write nothing of
+    it."""
+    if job.sink_id not in _WARNED and any(isinstance(m, FromForeachBatch) for m in messages):
+        _WARNED.add(job.sink_id)
+        log.warning(
+            "%s: job %r runs in a stream's foreachBatch (txnVersion %d is its batch "
+            "id) without option '%s': a stream checkpoint put back by exactly one "
+            "batch would have this write take the replanned batch for a rerun and "
+            "write nothing of it. Set '%s' to the stream's checkpointLocation "
+            "(docs/batch-writes.md).",
+            connector,
+            job.sink_id,
+            job.version,
+            opt.STREAM_CHECKPOINT.name,
+            opt.STREAM_CHECKPOINT.name,
+        )
+    return [m.message if isinstance(m, FromForeachBatch) else m for m in messages]
+
+
 class BatchWriter(DataSourceArrowWriter):
     """``df.write`` through a sink's streaming writer: the whole job is batch
     ``txnVersion`` of the protocol (exactly once), or plain task writes (``job`` None,
@@ -383,11 +422,16 @@ class BatchWriter(DataSourceArrowWriter):
         if self.plan.tasks is not None and task.partition >= self.plan.tasks:
             raise self._other_shape(f"has task partition {task.partition}")
         assert isinstance(self.stream, ExactlyOnceSinkWriter)
-        return self.stream.write_as(task, iterator)
+        message = self.stream.write_as(task, iterator)
+        if not job.planned and in_foreach_batch(job.version):
+            return FromForeachBatch(message)
+        return message
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """Driver: the protocol's commit of the job's batch (one decision for the job)."""
         job = self.job
+        if job is not None:
+            messages = unwrapped(messages, job, self.connector)
         if job is not None and self.plan.skip:
             log.warning(
                 "sink %s: %s, so %s %d wrote nothing (a rerun, or a number used again). A new "
@@ -418,6 +462,8 @@ class BatchWriter(DataSourceArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """Driver: the protocol's abort (rolls back what the job's tasks prepared)."""
+        if self.job is not None:
+            messages = unwrapped(messages, self.job, self.connector)
         self.stream.abort(messages, self._batch_id())
         if self.job is not None and not self.plan.skip and isinstance(self.stream, JobLedger):
             self.stream.end_job(self.job, self.plan, len(messages), complete=False)

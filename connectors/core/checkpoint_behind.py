@@ -181,13 +181,7 @@ def refuse_in_foreach_batch(connector: str, sink_id: str, version: int, highest:
     checkpoint is behind the sink, and the write would take the replanned batch for a
     rerun and write nothing. A batch write outside a stream, or with other versions,
     passes."""
-    if version >= highest:
-        return
-    from pyspark import TaskContext
-
-    context = TaskContext.get()
-    batch = context.getLocalProperty(BATCH_ID_PROPERTY) if context is not None else None
-    if batch is None or batch != str(version):
+    if version >= highest or not in_foreach_batch(version):
         return
     raise CheckpointBehindSinkError(
         f"{connector}: this write runs in foreachBatch for batch {version} of a stream, but "
@@ -199,3 +193,14 @@ def refuse_in_foreach_batch(connector: str, sink_id: str, version: int, highest:
         "reprocess from it (the targets then get those records a second time). Nothing "
         "was written."
     )
+
+
+def in_foreach_batch(version: int) -> bool:
+    """Task of a batch write: whether it runs inside a stream's ``foreachBatch`` whose
+    batch id is the write's ``version`` (``txnVersion=batch_id``, the documented recipe;
+    Spark sets the batch id as a local property of the batch's jobs)."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    batch = context.getLocalProperty(BATCH_ID_PROPERTY) if context is not None else None
+    return batch is not None and batch == str(version)

@@ -23,6 +23,8 @@ _ATTEMPTS = itertools.count(1)
 @dataclass
 class _Context:
     partition: int
+    #: The stream's batch id a ``foreachBatch`` write's tasks see; None: a plain write.
+    batch: str | None = None
 
     def partitionId(self) -> int:
         return self.partition
@@ -31,7 +33,7 @@ class _Context:
         return next(_ATTEMPTS)
 
     def getLocalProperty(self, key: str) -> str | None:
-        return None  # no stream's batch: a plain batch write
+        return self.batch if key == "streaming.sql.batchId" else None
 
 
 def _rows(words: list[str]) -> Iterator[pa.RecordBatch]:
@@ -44,9 +46,11 @@ def _run(
     version: int,
     crash_commit: bool = False,
     stream_checkpoint: Path | None = None,
+    stream_batch: str | None = None,
 ) -> None:
     """One run of a job: two tasks, then the driver's commit (a new run id each time);
-    ``stream_checkpoint``: the ``streamCheckpoint`` option."""
+    ``stream_checkpoint``: the ``streamCheckpoint`` option; ``stream_batch``: the batch
+    id of the stream whose ``foreachBatch`` runs the write."""
     from pyspark import TaskContext
 
     options = {"txnversion": str(version)}
@@ -58,7 +62,8 @@ def _run(
     writer = batch_job.BatchWriter(sink, job, batch_job.plan_job(sink, job, "test"))
     messages: list[WriterCommitMessage | None] = []
     for partition, words in enumerate((["a", "b"], ["c"])):
-        monkeypatch.setattr(TaskContext, "get", staticmethod(lambda p=partition: _Context(p)))
+        context = _Context(partition, stream_batch)
+        monkeypatch.setattr(TaskContext, "get", staticmethod(lambda c=context: c))
         messages.append(writer.write(_rows(words)))
     if not crash_commit:
         writer.commit(messages)
@@ -167,3 +172,24 @@ def test_the_kafka_sinks_task_mode_refuses_a_stream_checkpoint(tmp_path: Path) -
     writer = KafkaExactlyOnceWriter(parse_options(kafka), None)
     with pytest.raises(ConfigError, match="'streamCheckpoint' needs commitMode=batch"):
         writer.plan_job(job)
+
+
+def test_a_foreach_batch_write_without_stream_checkpoint_is_warned_of_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    """A write from a stream's ``foreachBatch`` with ``txnVersion`` its batch id and no
+    ``streamCheckpoint`` cannot tell that batch planned again over other positions from a
+    rerun: its driver warns once, naming the option, and writes as before. Outside a
+    stream, with another version, or with the option, no warning."""
+    server = "batch-job-foreach-warning"
+    with caplog.at_level(logging.WARNING, logger="eos_connectors.core.batch_job"):
+        _run(monkeypatch, server, 1)  # a plain batch write
+        _run(monkeypatch, server, 2, stream_batch="7")  # another versioning
+        _offsets(tmp_path, 3, 500)
+        _run(monkeypatch, server, 3, stream_checkpoint=tmp_path, stream_batch="3")
+        assert "streamCheckpoint" not in caplog.text
+        _run(monkeypatch, server, 4, stream_batch="4")
+        _run(monkeypatch, server, 5, stream_batch="5")
+    assert caplog.text.count("without option 'streamCheckpoint'") == 1
+    assert "job 'job-a' runs in a stream's foreachBatch (txnVersion 4" in caplog.text
+    assert memory_server(server).data == {"a": 5, "b": 5, "c": 5}
