@@ -12,17 +12,18 @@ the new ones end, writing again what the first run wrote past it. So the sink re
 
 - at a stream's start (:func:`refuse_at_start`), when its last decided batch for the
   query is past the last batch the checkpoint planned, or is that batch but was decided
-  over other source positions (the store keeping them: PostgreSQL and Redis; a Kafka
-  sink's start does not read its decisions' log, and leaves this to the commit);
+  over other source positions (PostgreSQL and Redis from their decisions; the Kafka
+  sink, at a start that replays the batch, from its decision record or, in
+  ``commitMode=task``, its task partitions' markers);
 - at a batch's commit (:func:`refuse_at_commit`), when a batch whose tasks found it
   decided is below a later decision of the query: this covers a checkpoint the start
   cannot read (``s3a:``, or one set by ``spark.sql.streaming.checkpointLocation`` only);
 - at a batch's commit (:func:`refuse_replanned`), when a batch whose tasks found it
-  decided is the query's last decided one but its decision recorded other source
-  positions than the checkpoint's ``offsets/N`` plans now (:func:`planned_offsets`): a
-  checkpoint put back by exactly one batch, in a driver whose start checks ran before
-  (they run once per driver). A replay reads the very file the first attempt planned,
-  so its positions are the decided ones.
+  decided (or marked) is the query's last decided one but its decision (or markers)
+  recorded other source positions than the checkpoint's ``offsets/N`` plans now
+  (:func:`planned_offsets`): a checkpoint put back by exactly one batch, in a driver
+  whose start checks ran before (they run once per driver). A replay reads the very
+  file the first attempt planned, so its positions are the decided ones.
 
 A stream's batch found decided is otherwise always its last decided one (Spark plans
 batch N+1 only once N is in ``commits/``), so no refusal can meet a healthy query;

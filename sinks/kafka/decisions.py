@@ -310,18 +310,24 @@ _READERS: Kept[Consumer] = Kept(Consumer.close, size=64)
 def decided_over(options: KafkaSinkOptions, sid: str, batch: int) -> str:
     """Driver: the source positions' digest the decision of ``batch`` recorded; "" when
     the marker log holds no decision of it, or one written before digests were kept."""
+    found = _decision_of(options, sid, batch)
+    return "" if found is None else found.offsets
+
+
+def _decision_of(options: KafkaSinkOptions, sid: str, batch: int) -> Decision | None:
+    """The sink's last decision record of ``batch`` in the marker log, if any."""
     mine = [d for d in _decisions(options, sid) if d.batch == batch]
-    return mine[-1].offsets if mine else ""
+    return mine[-1] if mine else None
 
 
 def read_decision(options: KafkaSinkOptions, sid: str, batch: int) -> Decision:
     """Driver: the decision of ``batch`` from the marker log (after a driver's restart)."""
-    mine = [d for d in _decisions(options, sid) if d.batch == batch]
-    if not mine:
+    found = _decision_of(options, sid, batch)
+    if found is None:
         key = decision_group(options, sid)
         raise KafkaSinkError(
             f"Batch {batch} is decided (the pointer {key!r} says so) but the marker log "
             f"{options.marker_log!r} holds no decision of it, so its transactions are unknown; "
             "they are aborted by their timeout. Nothing of the batch is visible."
         )
-    return mine[-1]
+    return found

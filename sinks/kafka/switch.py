@@ -66,10 +66,10 @@ def check_at_start(options: KafkaSinkOptions, raw: Mapping[str, str]) -> None:
         _refuse_a_checkpoint_behind(options, starting)
     if starting.incomplete is None:
         return  # a clean restart: nothing to replay, and the marker log is not read
-    if options.commit_mode == "task" and starting.replays(starting.planned.last):
-        last = starting.planned
+    if options.commit_mode == "task":  # the batch it replays is the last planned one
+        planned = starting.planned
         refuse_replanned_markers(
-            options, starting.sink_id, last.last, last.offsets, query=starting.query_id
+            options, starting.sink_id, planned.last, planned.offsets, query=starting.query_id
         )
     _refuse_a_switch(options, starting)
     _refuse_moved_bookkeeping(options, starting)
